@@ -1,0 +1,20 @@
+"""The harness must report results, the failing rank's traceback, and hangs as timeouts."""
+
+import pytest
+
+from tests.mpi_harness import MPIJobFailed, run_mpi
+
+
+@pytest.mark.parametrize("n", [1, 2, 3])
+def test_results_come_back_per_rank(n):
+    assert run_mpi(n, "tests.harness.cases:ranks_and_sizes", timeout=60) == [list(range(n))] * n
+
+
+def test_failing_rank_is_named_with_its_traceback():
+    with pytest.raises(MPIJobFailed, match=r"(?s)rank 2 raised:.*deliberate failure on rank 2"):
+        run_mpi(3, "tests.harness.cases:fail_on", rank=2, timeout=60)
+
+
+def test_deadlock_fails_by_timeout_and_says_where():
+    with pytest.raises(MPIJobFailed, match=r"timed out.*rank 1: 'receiving from nobody'"):
+        run_mpi(2, "tests.harness.cases:hang_on", rank=1, timeout=8)

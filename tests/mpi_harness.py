@@ -1,0 +1,75 @@
+"""Run a test function on N MPI ranks under ``mpiexec`` and report per rank.
+
+Usage from a pytest test::
+
+    results = run_mpi(4, "tests.bcast.cases:check_algorithm", algorithm="chain")
+
+Each rank imports ``module:function`` and calls ``function(comm, **kwargs)``.
+What a rank returns (JSON) comes back as ``results[rank]``. If any rank
+raises, the test fails with that rank's traceback; if the job does not finish
+within ``timeout`` seconds, it is killed and the failure says what every rank
+was doing (its last ``step()``), so a deadlock reads as a message, not a hang.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from gpulab.launch import mpiexec_command
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class MPIJobFailed(AssertionError):
+    """An MPI test job failed on some rank, or timed out."""
+
+
+def run_mpi(n: int, target: str, *, timeout: float = 120, env: dict | None = None, **kwargs):
+    with tempfile.TemporaryDirectory(prefix="gpulab-mpi-") as outdir:
+        cmd = mpiexec_command(n, ["-m", "tests.mpi_worker", outdir, target, json.dumps(kwargs)])
+        full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+                    "OPENBLAS_NUM_THREADS": "1", **(env or {})}
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+            where = "; ".join(f"rank {r}: {_last_step(outdir, r)}" for r in range(n))
+            raise MPIJobFailed(f"{target} on {n} ranks timed out after {timeout}s ({where})\n"
+                               f"output:\n{output[-3000:]}") from None
+        return _collect(outdir, n, target, proc.returncode, output)
+
+
+def _last_step(outdir: str, rank: int) -> str:
+    path = Path(outdir, f"rank{rank}.progress")
+    if Path(outdir, f"rank{rank}.json").exists():
+        return "finished"
+    steps = path.read_text().splitlines() if path.exists() else []
+    return repr(steps[-1]) if steps else "no step reached"
+
+
+def _collect(outdir: str, n: int, target: str, returncode: int, output: str) -> list:
+    results, failures = [], []
+    for rank in range(n):
+        path = Path(outdir, f"rank{rank}.json")
+        if not path.exists():
+            failures.append(f"rank {rank}: no result (last step {_last_step(outdir, rank)})")
+            results.append(None)
+            continue
+        record = json.loads(path.read_text())
+        if not record["ok"]:
+            failures.insert(0, f"rank {rank} raised:\n{record['traceback']}")
+        results.append(record.get("result"))
+    if failures or returncode != 0:
+        detail = "\n".join(failures) or "all ranks reported success"
+        raise MPIJobFailed(f"{target} on {n} ranks failed (mpiexec exit {returncode}):\n{detail}\n"
+                           f"output tail:\n{output[-2000:]}")
+    return results
