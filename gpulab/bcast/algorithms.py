@@ -1,0 +1,117 @@
+"""The broadcast registry: ``ALGORITHMS`` and ``bcast()``.
+
+    from gpulab.bcast import bcast
+    bcast(buf, root=0, comm=MPI.COMM_WORLD, algorithm="chain", chunk_bytes=1 << 16)
+
+Every entry of ``ALGORITHMS`` has the signature ``f(buf, root, comm, **options)``
+and broadcasts ``buf`` in place from ``root``. It works on the buffer's raw
+bytes, so any dtype and any C-contiguous shape is moved bit for bit. Each call
+validates its input first and raises ``ValueError``/``TypeError`` before any
+message is sent.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import numpy as np
+from mpi4py import MPI
+
+from gpulab.backend import is_device_array
+from gpulab.bcast import pipelined, scatter_allgather, trees
+from gpulab.bcast.group import Group
+from gpulab.bcast.hierarchical import hierarchical
+
+
+def _native(g: Group, data, root: int) -> None:
+    """MPI's own MPI_Bcast: the baseline every algorithm is compared with."""
+    if g.native is None:
+        raise ValueError("the 'mpi' algorithm needs a communicator of exactly the group's ranks")
+    g.native.Bcast([data, MPI.BYTE], root)
+
+
+# name -> implementation on a Group: core(group, byte_view, root_index, **options)
+_CORES = {
+    "linear": trees.linear,
+    "binomial": trees.binomial,
+    "knomial": trees.knomial,
+    "binary_tree": pipelined.binary_tree,
+    "split_binary_tree": pipelined.split_binary_tree,
+    "chain": pipelined.chain,
+    "scatter_allgather_rd": scatter_allgather.scatter_allgather_rd,
+    "scatter_allgather_ring": scatter_allgather.scatter_allgather_ring,
+    "hierarchical": hierarchical,
+    "mpi": _native,
+}
+_FLAT = [name for name in _CORES if name != "hierarchical"]
+
+
+def option_names(name: str) -> list[str]:
+    """The keyword options an algorithm accepts (``run`` is internal to hierarchical)."""
+    params = inspect.signature(_CORES[name]).parameters.values()
+    return [p.name for p in params if p.default is not inspect.Parameter.empty and p.name != "run"]
+
+
+def _check_options(name: str, options: dict) -> None:
+    unknown = set(options) - set(option_names(name))
+    if unknown:
+        raise TypeError(f"algorithm {name!r} does not take option(s) {sorted(unknown)}; "
+                        f"it takes {option_names(name) or 'none'}")
+    for key in ("chunk_bytes", "ranks_per_node"):
+        value = options.get(key)
+        if value is not None and (not isinstance(value, (int, np.integer)) or value <= 0):
+            raise ValueError(f"{key} must be a positive integer, got {value!r}")
+    radix = options.get("radix")
+    if radix is not None and (not isinstance(radix, (int, np.integer)) or radix < 2):
+        raise ValueError(f"radix must be an integer >= 2, got {radix!r}")
+    if name == "hierarchical":
+        for level in ("inter", "intra"):
+            sub = options.get(level, "binomial")
+            if sub not in _FLAT:
+                raise ValueError(f"{level}={sub!r} is not a flat algorithm; choose from {_FLAT}")
+            _check_options(sub, options.get(level + "_options") or {})
+
+
+def _run(name: str, g: Group, data, root: int, options: dict) -> None:
+    """Execute algorithm ``name`` on a group (hierarchical calls back here for its two levels)."""
+    _check_options(name, options)
+    if name == "hierarchical":
+        options = {**options, "run": _run}
+    _CORES[name](g, data, root, **options)
+
+
+def byte_view(buf):
+    """A flat uint8 view of ``buf``'s memory (no copy), after checking it is usable as a receive buffer."""
+    if is_device_array(buf):
+        if not buf.flags.c_contiguous:
+            raise ValueError("buffer must be C-contiguous (use xp.ascontiguousarray)")
+        return buf.reshape(-1).view("uint8")
+    if not isinstance(buf, np.ndarray):
+        try:
+            buf = np.frombuffer(memoryview(buf).cast("B"), dtype=np.uint8)
+        except TypeError as error:
+            raise TypeError(f"buffer must be an array or support the buffer protocol: {error}") from None
+    if not buf.flags.c_contiguous:
+        raise ValueError("buffer must be C-contiguous (a slice with steps or a transpose is not): "
+                         "use np.ascontiguousarray() and copy back")
+    if not buf.flags.writeable:
+        raise ValueError("buffer is read-only: non-root ranks receive into it")
+    return buf.reshape(-1).view(np.uint8)
+
+
+def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, **options):
+    """Broadcast ``buf`` in place from ``root`` over ``comm`` with algorithm ``name``; return ``buf``."""
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if name not in _CORES:
+        raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+        raise ValueError(f"root must be a rank in [0, {comm.size}), got {root!r}")
+    data = byte_view(buf)
+    _run(name, Group(comm, range(comm.size), comm.rank, name, comm), data, int(root), options)
+    return buf
+
+
+ALGORITHMS = {name: functools.partial(run_algorithm, name) for name in _CORES}
+for _name, _f in ALGORITHMS.items():
+    _f.__doc__ = _CORES[_name].__doc__

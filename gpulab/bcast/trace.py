@@ -1,0 +1,56 @@
+"""Trace mode: record who sent what to whom, in which logical step.
+
+    with tracing() as events:          # or run with GPULAB_TRACE=1
+        bcast(buf, algorithm="chain")
+    everything = gather_trace(events, comm)   # on rank 0
+
+Each event is a dict: algorithm, phase (e.g. "scatter", "allgather"), step
+(the logical round inside that phase), src and dst (ranks of the communicator
+the user passed), nbytes, and t_start/t_end (``MPI.Wtime`` seconds on the
+sending rank, t_end when the send completed). Only senders record, so every
+message appears exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+_events: list | None = [] if os.environ.get("GPULAB_TRACE") else None
+
+
+def active() -> bool:
+    return _events is not None
+
+
+def record(event: dict) -> dict:
+    _events.append(event)
+    return event
+
+
+@contextmanager
+def tracing():
+    """Record this rank's sends into the yielded list while the block runs."""
+    global _events
+    previous, _events = _events, []
+    try:
+        yield _events
+    finally:
+        _events = previous
+
+
+def events() -> list:
+    """The events recorded so far in GPULAB_TRACE mode (empty when tracing is off)."""
+    return list(_events or [])
+
+
+def gather_trace(events: list, comm) -> list | None:
+    """All ranks' events, sorted by phase order, step and source, on rank 0 (None elsewhere)."""
+    gathered = comm.gather(events, root=0)
+    if gathered is None:
+        return None
+    merged = [event for per_rank in gathered for event in per_rank]
+    phase_order = {}
+    for event in sorted(merged, key=lambda e: e["t_start"]):
+        phase_order.setdefault((event["algorithm"], event["phase"]), len(phase_order))
+    return sorted(merged, key=lambda e: (phase_order[e["algorithm"], e["phase"]], e["step"], e["src"], e["dst"]))

@@ -1,0 +1,96 @@
+"""Rank functions for the multi-rank broadcast tests (run through tests.mpi_harness)."""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+from gpulab.bcast import ALGORITHMS, bcast, gather_trace, tracing
+from tests.mpi_steps import step
+
+# (dtype, shape): every numeric kind, 16-bit types, empty and awkward sizes, nd shapes
+PAYLOADS = [
+    ("uint8", (0,)), ("int8", (1,)), ("float16", (7,)), ("int16", (3, 5, 7)), ("uint16", (513,)),
+    ("int32", (1000,)), ("float32", (4, 1001)), ("float64", (3, 2, 1999)), ("int64", (257,)),
+    ("complex64", (33,)), ("complex128", (2, 2, 2, 129)), ("bool", (11,)),
+]
+
+# option sets per algorithm: chunk sizes that do not divide the messages, several radices and node sizes
+VARIANTS = {
+    "knomial": [{}, {"radix": 2}, {"radix": 3}, {"radix": 8}],
+    "binary_tree": [{}, {"chunk_bytes": 7}, {"chunk_bytes": 1000}],
+    "split_binary_tree": [{}, {"chunk_bytes": 5}, {"chunk_bytes": 999}],
+    "chain": [{}, {"chunk_bytes": 3}, {"chunk_bytes": 1024}],
+    "hierarchical": [{}, {"ranks_per_node": 1}, {"ranks_per_node": 2, "inter": "chain", "intra": "linear",
+                                                  "inter_options": {"chunk_bytes": 100}},
+                     {"ranks_per_node": 3, "inter": "mpi", "intra": "scatter_allgather_ring"},
+                     {"ranks_per_node": 4, "inter": "knomial", "intra": "mpi"}],
+}
+
+
+def _payload(dtype: str, shape: tuple, seed: int) -> np.ndarray:
+    """Random bytes reinterpreted as ``dtype``: covers NaN and every bit pattern, so only a bitwise compare is fair."""
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    raw = np.random.default_rng(seed).integers(0, 256, nbytes, dtype=np.uint8)
+    if dtype == "bool":
+        raw &= 1
+    return raw.view(dtype).reshape(shape)
+
+
+def communicators(world: MPI.Comm):
+    """COMM_WORLD, a Dup of it, COMM_SELF and (for p > 2) an odd/even split, as in mpi4py's own tests."""
+    comms = [("world", world), ("dup", world.Dup()), ("self", MPI.COMM_SELF)]
+    if world.size > 2:
+        comms.append(("split", world.Split(world.rank % 2, -world.rank)))
+    return comms
+
+
+def check_algorithm(world: MPI.Comm, algorithm: str) -> int:
+    """Every communicator x root x payload x option set, compared bitwise with MPI's own Bcast."""
+    checked = 0
+    for comm_name, comm in communicators(world):
+        for root in range(comm.size):
+            for variant in VARIANTS.get(algorithm, [{}]):
+                for i, (dtype, shape) in enumerate(PAYLOADS):
+                    step(f"{comm_name} root={root} {variant} {dtype}{shape}")
+                    expected = _payload(dtype, shape, seed=1000 * root + i)
+                    oracle = expected if comm.rank == root else np.zeros_like(expected)
+                    comm.Bcast(oracle, root)
+                    buf = expected.copy() if comm.rank == root else np.zeros_like(expected)
+                    out = ALGORITHMS[algorithm](buf, root, comm, **variant)
+                    assert out is buf, "the algorithm must return the buffer it was given"
+                    assert buf.tobytes() == oracle.tobytes(), (
+                        f"{algorithm} on {comm_name} (p={comm.size}) root={root} {variant} {dtype}{shape}: "
+                        f"rank {world.rank} differs from MPI_Bcast at byte "
+                        f"{np.flatnonzero(buf.view(np.uint8).ravel() != oracle.view(np.uint8).ravel())[:1]}")
+                    checked += 1
+    return checked
+
+
+def check_auto(world: MPI.Comm) -> list:
+    """``algorithm="auto"`` moves the data correctly at sizes around MPICH's switch points."""
+    chosen = []
+    for nbytes in (0, 100, 12288, 600_000):
+        expected = _payload("uint8", (nbytes,), seed=nbytes)
+        buf = expected.copy() if world.rank == 0 else np.zeros_like(expected)
+        bcast(buf)
+        assert buf.tobytes() == expected.tobytes()
+        chosen.append(nbytes)
+    return chosen
+
+
+def size_mismatch(world: MPI.Comm, algorithm: str, extra_bytes: int) -> None:
+    """The last rank passes a buffer of a different size; it must raise (the harness then aborts the job)."""
+    n = 1000 + (extra_bytes if world.rank == world.size - 1 else 0)
+    buf = np.full(n, world.rank, dtype=np.uint8)
+    options = {"chunk_bytes": 300} if algorithm == "chain" else {}
+    ALGORITHMS[algorithm](buf, 0, world, **options)
+
+
+def trace_pattern(world: MPI.Comm, algorithm: str, nbytes: int, options: dict) -> list | None:
+    """The gathered trace of one broadcast (on rank 0)."""
+    buf = np.ones(nbytes, np.uint8) if world.rank == 0 else np.zeros(nbytes, np.uint8)
+    with tracing() as events:
+        ALGORITHMS[algorithm](buf, 0, world, **options)
+    assert buf.all()
+    return gather_trace(events, world)

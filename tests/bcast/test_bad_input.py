@@ -1,0 +1,72 @@
+"""Bad input fails with a clear error before any message is sent (single rank, COMM_SELF)."""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from gpulab.bcast import ALGORITHMS, bcast, option_names, select
+
+SELF = MPI.COMM_SELF
+
+
+def test_non_contiguous_buffer_is_refused():
+    with pytest.raises(ValueError, match="C-contiguous"):
+        ALGORITHMS["binomial"](np.zeros((4, 4))[:, 1], 0, SELF)
+
+
+def test_read_only_buffer_is_refused():
+    buf = np.zeros(8)
+    buf.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        ALGORITHMS["chain"](buf, 0, SELF)
+    with pytest.raises(ValueError, match="read-only"):
+        bcast(b"immutable bytes", comm=SELF, algorithm="linear")
+
+
+@pytest.mark.parametrize("root", [-1, 1, 2.0, "0"])
+def test_root_out_of_range(root):
+    with pytest.raises(ValueError, match=r"root must be a rank in \[0, 1\)"):
+        bcast(np.zeros(3), root=root, comm=SELF, algorithm="binomial")
+
+
+def test_unknown_algorithm_lists_the_valid_names():
+    with pytest.raises(ValueError, match="unknown broadcast algorithm 'ring'.*'binomial'.*'chain'"):
+        bcast(np.zeros(3), comm=SELF, algorithm="ring")
+
+
+@pytest.mark.parametrize("algorithm,options,message", [
+    ("chain", {"chunk_bytes": 0}, "chunk_bytes must be a positive integer"),
+    ("binary_tree", {"chunk_bytes": -64}, "chunk_bytes must be a positive integer"),
+    ("split_binary_tree", {"chunk_bytes": 1.5}, "chunk_bytes must be a positive integer"),
+    ("knomial", {"radix": 1}, "radix must be an integer >= 2"),
+    ("knomial", {"radix": 0}, "radix must be an integer >= 2"),
+    ("hierarchical", {"ranks_per_node": 0}, "ranks_per_node must be a positive integer"),
+    ("hierarchical", {"inter": "hierarchical"}, "not a flat algorithm"),
+    ("hierarchical", {"intra_options": {"radix": 1}, "intra": "knomial"}, "radix must be"),
+])
+def test_bad_options(algorithm, options, message):
+    with pytest.raises(ValueError, match=message):
+        ALGORITHMS[algorithm](np.zeros(3), 0, SELF, **options)
+
+
+def test_unknown_option_names_the_accepted_ones():
+    with pytest.raises(TypeError, match=r"'binomial' does not take option\(s\) \['chunk_bytes'\]"):
+        ALGORITHMS["binomial"](np.zeros(3), 0, SELF, chunk_bytes=64)
+    assert option_names("knomial") == ["radix"]
+
+
+def test_buffer_protocol_objects_and_single_rank_are_accepted():
+    buf = bytearray(b"abc")
+    assert bcast(buf, comm=SELF, algorithm="scatter_allgather_rd") is buf and buf == b"abc"
+
+
+def test_auto_follows_mpich_thresholds():
+    class Comm:
+        def __init__(self, size):
+            self.size = size
+
+    assert select(100, Comm(16))[0] == "binomial"
+    assert select(100_000, Comm(4))[0] == "binomial"  # MPICH: p < 8 always binomial
+    assert select(100_000, Comm(16))[0] == "scatter_allgather_rd"
+    assert select(100_000, Comm(12))[0] == "scatter_allgather_ring"
+    assert select(1 << 20, Comm(16))[0] == "scatter_allgather_ring"

@@ -1,0 +1,42 @@
+"""The trace mode records the communication pattern each algorithm is known for."""
+
+from collections import Counter
+
+import pytest
+
+from tests.mpi_harness import run_mpi
+
+
+def trace(n, algorithm, nbytes, **options):
+    return run_mpi(n, "tests.bcast.cases:trace_pattern", algorithm=algorithm, nbytes=nbytes,
+                   options=options, timeout=60)[0]
+
+
+def test_binomial_doubles_the_holders_each_step():
+    events = trace(8, "binomial", 64)
+    assert Counter(e["step"] for e in events) == {0: 1, 1: 2, 2: 4}
+    assert {(e["src"], e["dst"]) for e in events if e["step"] == 0} == {(0, 4)}
+    assert sorted(e["dst"] for e in events) == list(range(1, 8))
+
+
+def test_chain_pipelines_chunks_down_the_line():
+    events = trace(4, "chain", 1000, chunk_bytes=300)  # 4 chunks: 300, 300, 300, 100
+    assert {(e["src"], e["dst"]) for e in events} == {(0, 1), (1, 2), (2, 3)}
+    assert max(e["step"] for e in events) == 4 - 1 + 4 - 2  # k chunks over p-1 hops: k + p - 2 steps
+    assert sorted(e["nbytes"] for e in events if e["src"] == 2) == [100, 300, 300, 300]
+
+
+def test_scatter_allgather_moves_each_block_once_per_phase():
+    events = trace(4, "scatter_allgather_ring", 400)
+    phases = Counter(e["phase"] for e in events)
+    assert phases == {"scatter": 3, "allgather": 4 * 3}
+    assert all(e["nbytes"] == 100 for e in events if e["phase"] == "allgather")
+
+
+@pytest.mark.parametrize("algorithm", ["linear", "knomial", "binary_tree", "split_binary_tree",
+                                       "scatter_allgather_rd", "hierarchical"])
+def test_every_rank_but_the_root_receives(algorithm):
+    options = {"ranks_per_node": 2} if algorithm == "hierarchical" else {}
+    events = trace(5, algorithm, 1001, **options)
+    assert {e["dst"] for e in events} - {0} == {1, 2, 3, 4}  # allgathers also send to the root
+    assert all(e["t_end"] >= e["t_start"] for e in events)
