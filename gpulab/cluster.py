@@ -23,10 +23,13 @@ they were doing (for a hang, the Python stack where each one is stuck).
 from __future__ import annotations
 
 import faulthandler
+import json
 import math
 import os
 import re
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -136,14 +139,16 @@ class Engines:
 
     def __init__(self, n: int, make_cluster, where: str):
         self.n, self._make_cluster, self.where = n, make_cluster, where
-        self.cluster = self.client = self.view = None
+        self.cluster = self.client = self.view = self._reaper = None
         self.placement: list[dict] = []
         self._start()
 
     def _start(self, timeout: float = 120):
         self.cluster, self.placement = self._make_cluster(), []
         try:
-            self.client = self.cluster.start_and_connect_sync(n=self.n)
+            self.cluster.start_cluster_sync(n=self.n)
+            self._reaper = _start_reaper(self.cluster)  # stops all of this if our process dies
+            self.client = self.cluster.connect_client_sync()
             self.client.wait_for_engines(self.n, timeout=timeout)
             self.view = self.client[:]
             self.view.block = True
@@ -204,8 +209,7 @@ class Engines:
         """Ranks whose process is gone (local engines only; on Slurm the controller's heartbeat tells)."""
         if self.where != "local":
             return []
-        return [p["rank"] for p in self.placement
-                if not psutil.pid_exists(p["pid"]) or psutil.Process(p["pid"]).status() == psutil.STATUS_ZOMBIE]
+        return [p["rank"] for p in self.placement if not _alive(p["pid"])]
 
     def _log_hint(self) -> str:
         return f" (engine logs: {self.cluster.profile_dir}/log)" if self.cluster else ""
@@ -230,7 +234,12 @@ class Engines:
                 self.cluster.stop_cluster_sync()
             finally:
                 _kill(pids)
-        self.cluster = self.client = self.view = None
+                if self._reaper is not None:
+                    try:  # it exits by itself once the cluster is gone
+                        self._reaper.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        self._reaper.kill()
+        self.cluster = self.client = self.view = self._reaper = None
 
     def __enter__(self):
         return self
@@ -241,6 +250,15 @@ class Engines:
     def __repr__(self):
         state = f"{len(self.ids)} engines" if self.client else "stopped"
         return f"<Engines {self.where} n={self.n}: {state}>"
+
+
+def _alive(proc) -> bool:
+    """True if this pid or psutil.Process is running and not a zombie."""
+    try:
+        proc = proc if isinstance(proc, psutil.Process) else psutil.Process(proc)
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _kill(pids):
@@ -258,6 +276,42 @@ def _kill(pids):
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=5)
+
+
+def _start_reaper(cluster) -> subprocess.Popen:
+    """A watchdog process that kills the controller and engines once this process is gone.
+
+    A kernel that is restarted or killed does not get to stop its cluster (mpiexec
+    runs in its own session, so nothing kills it), hence this separate process.
+    """
+    pids = [cluster.controller.pid]
+    es = cluster.engine_set
+    pids += [es.pid] if getattr(es, "pid", -1) > 0 else []
+    cancel = [] if getattr(es, "job_id", "") == "" else ["scancel", es.job_id]
+    args = json.dumps({"owner": os.getpid(), "pids": pids, "cancel": cancel})
+    return subprocess.Popen([sys.executable, "-m", "gpulab.cluster", "reap", args],
+                            start_new_session=True, stdin=subprocess.DEVNULL)
+
+
+def _reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5):
+    """Reaper main loop: remember every descendant of pids; when owner exits, kill them all."""
+    known = {}
+    while True:
+        for proc in list(known.values()) + [psutil.Process(p) for p in pids if psutil.pid_exists(p)]:
+            try:  # engines must be known before mpiexec dies, or they would be orphans we cannot find
+                for child in [proc, *proc.children(recursive=True)]:
+                    known.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                pass
+        known = {pid: p for pid, p in known.items() if _alive(p)}
+        if not known:
+            return  # the cluster was stopped normally
+        if not psutil.pid_exists(owner):
+            if cancel:
+                subprocess.run(cancel, check=False)
+            _kill(list(known))
+            return
+        time.sleep(poll)
 
 
 def stop_stale_clusters(profile_dir: str) -> list[str]:
@@ -329,3 +383,7 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
                            controller_ip=ip, config=config, log_level=30, load_profile=False)
 
     return Engines(n, make_cluster, launcher)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["reap"]:
+    _reap(**json.loads(sys.argv[2]))

@@ -1,0 +1,29 @@
+"""The notebook runner is strict: a failing %%px cell and a hanging cell both fail, and nothing leaks.
+
+These run the deliberately broken notebooks in tests/notebooks/data.
+"""
+
+import time
+
+import pytest
+
+from tests.notebooks.nbrun import CellExecutionError, CellTimeoutError, execute, stop_leftovers
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_failed_px_magic_fails_the_notebook(ipython_dir):
+    # the UsageError is only in the reply status and a stderr line, not an error output
+    with pytest.raises(CellExecutionError, match="UsageError"):
+        execute(DATA / "broken_px.ipynb", ipython_dir=ipython_dir, cell_timeout=60)
+    # the kernel was shut down mid-notebook: the cluster's reaper must stop the engines
+    assert stop_leftovers(ipython_dir) == []
+
+
+def test_hanging_px_cell_times_out_and_is_cleaned_up(ipython_dir):
+    start = time.monotonic()
+    with pytest.raises(CellTimeoutError):
+        execute(DATA / "hang_px.ipynb", ipython_dir=ipython_dir, cell_timeout=15)
+    assert time.monotonic() - start < 90
+    # the kernel, stuck in %%px, had to be killed; gpulab's reaper must still stop mpiexec and the engines
+    assert stop_leftovers(ipython_dir) == []
