@@ -1,0 +1,169 @@
+"""The GPT's layers as forward/backward function pairs (serial, backend-neutral).
+
+Each layer is ``x_forward(...) -> (out, cache)`` and ``x_backward(dout, cache)
+-> (dx, dparams)``, as in llm.c: the backward pass is written by hand and calls
+nothing but array arithmetic, so it runs on numpy or CuPy arrays alike (the
+array module comes from the inputs). Gradients carry a ``d`` prefix.
+
+Shape legend: B batch, T sequence, C n_embd, V vocab, nh heads, hs = C / nh.
+The parallel engine reuses ``attention_*`` and ``gelu_*`` unchanged on its
+local shards (a rank's heads, a rank's hidden features).
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpulab.backend import array_module
+
+LN_EPS = 1e-5
+_GELU_C = math.sqrt(2.0 / math.pi)
+
+
+# --- Linear: y = x W^T + b, W in PyTorch layout [n_out, k_in] -------------------------------
+
+def linear_forward(x, w, b=None):
+    out = x @ w.T  # (..., k) @ (k, n) -> (..., n)
+    if b is not None:
+        out = out + b
+    return out, (x, w, b is not None)
+
+
+def linear_backward(dout, cache):
+    x, w, has_bias = cache
+    n, k = w.shape
+    dx = dout @ w  # (..., n) @ (n, k) -> (..., k)
+    dparams = {"weight": dout.reshape(-1, n).T @ x.reshape(-1, k)}  # (n, M) @ (M, k)
+    if has_bias:
+        dparams["bias"] = dout.reshape(-1, n).sum(axis=0)
+    return dx, dparams
+
+
+# --- LayerNorm over the last axis ---------------------------------------------------------------
+
+def layernorm_forward(x, w, b, eps=LN_EPS):
+    xp = array_module(x)
+    mean = x.mean(axis=-1, keepdims=True)  # (..., 1)
+    xc = x - mean
+    var = (xc * xc).mean(axis=-1, keepdims=True)  # biased variance, as PyTorch
+    rstd = 1.0 / xp.sqrt(var + eps)
+    xhat = xc * rstd  # (..., C)
+    return xhat * w + b, (xhat, w, rstd)
+
+
+def layernorm_backward(dout, cache):
+    xhat, w, rstd = cache
+    c = xhat.shape[-1]
+    dxhat = dout * w
+    # d/dx of (x - mean) * rstd: remove the gradient's mean and its projection on xhat
+    dx = rstd * (dxhat - dxhat.mean(axis=-1, keepdims=True)
+                 - xhat * (dxhat * xhat).mean(axis=-1, keepdims=True))
+    dparams = {"weight": (dout * xhat).reshape(-1, c).sum(axis=0),
+               "bias": dout.reshape(-1, c).sum(axis=0)}
+    return dx, dparams
+
+
+# --- GELU, tanh approximation (GPT-2's "gelu_new") --------------------------------------------
+
+def gelu_forward(x):
+    xp = array_module(x)
+    t = xp.tanh(_GELU_C * (x + 0.044715 * x ** 3))
+    return 0.5 * x * (1.0 + t), (x, t)
+
+
+def gelu_backward(dout, cache):
+    x, t = cache
+    du_dx = _GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    dx = dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du_dx)
+    return dx, {}
+
+
+# --- Causal multi-head self-attention (the part between c_attn and c_proj) ----------------------
+
+def attention_forward(qkv, n_head):
+    """qkv (B, T, 3C) laid out [q | k | v] -> y (B, T, C), heads concatenated."""
+    xp = array_module(qkv)
+    B, T, C3 = qkv.shape
+    C = C3 // 3
+    hs = C // n_head
+
+    def heads(a):  # (B, T, C) -> (B, nh, T, hs)
+        return a.reshape(B, T, n_head, hs).transpose(0, 2, 1, 3)
+
+    q, k, v = heads(qkv[..., :C]), heads(qkv[..., C:2 * C]), heads(qkv[..., 2 * C:])
+    scale = 1.0 / math.sqrt(hs)
+    scores = (q @ k.transpose(0, 1, 3, 2)) * scale  # (B, nh, T, T)
+    future = xp.triu(xp.ones((T, T), dtype=bool), k=1)  # position t sees only s <= t
+    scores = xp.where(future, -xp.inf, scores)
+    scores = scores - scores.max(axis=-1, keepdims=True)  # stable softmax
+    att = xp.exp(scores)
+    att = att / att.sum(axis=-1, keepdims=True)  # (B, nh, T, T)
+    y = att @ v  # (B, nh, T, hs)
+    y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # re-assemble heads side by side
+    return y, (q, k, v, att, scale)
+
+
+def attention_backward(dout, cache):
+    xp = array_module(dout)
+    q, k, v, att, scale = cache
+    B, nh, T, hs = q.shape
+    dy = dout.reshape(B, T, nh, hs).transpose(0, 2, 1, 3)  # (B, nh, T, hs)
+    datt = dy @ v.transpose(0, 1, 3, 2)  # (B, nh, T, T)
+    dv = att.transpose(0, 1, 3, 2) @ dy  # (B, nh, T, hs)
+    # softmax backward; masked entries have att == 0, so they get no gradient
+    dscores = att * (datt - (datt * att).sum(axis=-1, keepdims=True)) * scale
+    dq = dscores @ k  # (B, nh, T, hs)
+    dk = dscores.transpose(0, 1, 3, 2) @ q
+
+    def merge(a):  # (B, nh, T, hs) -> (B, T, C)
+        return a.transpose(0, 2, 1, 3).reshape(B, T, nh * hs)
+
+    return xp.concatenate([merge(dq), merge(dk), merge(dv)], axis=-1), {}  # (B, T, 3C)
+
+
+# --- Embedding lookup ---------------------------------------------------------------------------
+
+def embedding_forward(idx, w):
+    return w[idx], (idx, w.shape)  # (B, T) -> (B, T, C)
+
+
+def embedding_backward(dout, cache):
+    idx, shape = cache
+    xp = array_module(dout)
+    dw = xp.zeros(shape, dtype=dout.dtype)
+    scatter_add(dw, idx.reshape(-1), dout.reshape(-1, shape[1]))  # repeated tokens add up
+    return None, {"weight": dw}
+
+
+def scatter_add(target, rows, values):
+    """target[rows] += values, accumulating repeated rows (np.add.at / cupyx.scatter_add)."""
+    if array_module(target).__name__ == "numpy":
+        array_module(target).add.at(target, rows, values)
+    else:
+        import cupyx  # only reached with CuPy arrays
+
+        cupyx.scatter_add(target, rows, values)
+
+
+# --- Softmax cross-entropy, mean over all B*T tokens --------------------------------------------
+
+def cross_entropy_forward(logits, targets):
+    xp = array_module(logits)
+    V = logits.shape[-1]
+    z = logits.reshape(-1, V)
+    z = z - z.max(axis=-1, keepdims=True)  # (M, V)
+    e = xp.exp(z)
+    sumexp = e.sum(axis=-1)  # (M,)
+    t = targets.reshape(-1)
+    picked = z[xp.arange(z.shape[0]), t]  # (M,) logit of the right token
+    loss = (xp.log(sumexp) - picked).mean()
+    return loss, (e / sumexp[:, None], t, logits.shape)
+
+
+def cross_entropy_backward(dloss, cache):
+    xp = array_module(cache[0])
+    probs, t, shape = cache
+    dlogits = probs.copy()
+    dlogits[xp.arange(t.shape[0]), t] -= 1.0  # softmax minus one-hot
+    dlogits *= dloss / t.shape[0]
+    return dlogits.reshape(shape), {}

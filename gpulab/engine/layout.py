@@ -1,0 +1,175 @@
+"""Which rank holds which piece of every parameter: pure geometry, no MPI.
+
+A grid ``shape`` is (R, C, D, P) = (row, col, depth, data); a rank's
+``coords`` are (p, d, r, c) (see ``gpulab.engine.mesh``).
+
+- Linear weights W [n_out, k_in] (and the tied ``wte`` [V, C], which is the LM
+  head's weight) follow AxoNN: rank (r, c) owns the block
+  W[n/R slice r, k/C slice c] (plain) or W[n/C slice c, k/R slice r]
+  (transposed); the block is flattened, zero-padded to a multiple of D and
+  split over depth, so rank (r, c, d) stores a 1-D shard (``shard_numel``
+  values). ``c_attn``'s rows are first permuted so that row block r holds
+  [q | k | v] of heads r*nh/R .. (r+1)*nh/R - 1: attention then runs on local
+  heads with no communication.
+- Biases are split like their layer's output features and copied across the
+  other tensor axes; LayerNorm parameters and ``wpe`` are split over columns
+  (features of the residual stream) and copied across row and depth.
+- Every tensor-parallel piece is copied across data-parallel replicas.
+
+``owner_map`` draws it: the rank that stores each element of a weight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpulab.backend import array_module
+from gpulab.engine.config import GPTConfig
+from gpulab.engine.model import WPE, WTE, param_shapes
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    kind: str  # "weight" | "bias" | "colvec" (LayerNorm, split over col) | "wpe"
+    shape: tuple  # full shape
+    transposed: bool = False  # weights and biases: is the layer a transposed one?
+    permute: bool = False  # c_attn: heads grouped per row block
+
+
+def param_specs(config: GPTConfig) -> dict[str, ParamSpec]:
+    specs = {}
+    for name, shape in param_shapes(config).items():
+        transposed = name.endswith("c_proj.weight") or name.endswith("c_proj.bias")
+        permute = ".c_attn." in name
+        if name == WPE:
+            kind = "wpe"
+        elif ".ln_" in name or ".ln_f." in name:
+            kind = "colvec"
+        elif name.endswith(".bias"):
+            kind = "bias"
+        else:
+            kind = "weight"
+        specs[name] = ParamSpec(name, kind, tuple(shape), transposed, permute)
+    return specs
+
+
+def qkv_permutation(n_embd: int, row: int) -> np.ndarray:
+    """Row order of c_attn that puts [q_r | k_r | v_r] (row block r's heads) side by side."""
+    w = n_embd // row
+    return np.concatenate([np.arange(r * w, (r + 1) * w) + j * n_embd
+                           for r in range(row) for j in range(3)])
+
+
+def split_counts(transposed: bool, shape) -> tuple[int, int]:
+    """How many parts the out-features and the in-features are split into."""
+    R, C = shape[0], shape[1]
+    return (C, R) if transposed else (R, C)
+
+
+def block_slices(n: int, k: int, shape, r: int, c: int, transposed: bool = False):
+    """(rows, cols) slices of the full [n, k] weight owned by grid position (r, c)."""
+    n_parts, k_parts = split_counts(transposed, shape)
+    i, j = (c, r) if transposed else (r, c)  # out index, in index
+    bn, bk = n // n_parts, k // k_parts
+    return slice(i * bn, (i + 1) * bn), slice(j * bk, (j + 1) * bk)
+
+
+def shard_numel(n: int, k: int, shape, transposed: bool = False) -> int:
+    n_parts, k_parts = split_counts(transposed, shape)
+    block = (n // n_parts) * (k // k_parts)
+    return -(-block // shape[2])  # ceil(block / D): the last shard is zero-padded
+
+
+def _permuted(spec: ParamSpec, full, shape):
+    if spec.permute and shape[0] > 1:
+        perm = qkv_permutation(spec.shape[0] // 3, shape[0])
+        return full[array_module(full).asarray(perm)]
+    return full
+
+
+def local_piece(spec: ParamSpec, full, shape, coords):
+    """The part of the full parameter that rank ``coords`` stores (a new contiguous array)."""
+    xp = array_module(full)
+    _, d, r, c = coords
+    full = _permuted(spec, full, shape)
+    if spec.kind == "weight":
+        n, k = spec.shape
+        rows, cols = block_slices(n, k, shape, r, c, spec.transposed)
+        size = shard_numel(n, k, shape, spec.transposed)
+        flat = xp.zeros(size * shape[2], dtype=full.dtype)  # zero padding at the end
+        block = full[rows, cols].reshape(-1)
+        flat[:block.size] = block
+        return flat[d * size:(d + 1) * size].copy()
+    if spec.kind == "bias":
+        parts, i = (shape[1], c) if spec.transposed else (shape[0], r)
+        w = spec.shape[0] // parts
+        return full[i * w:(i + 1) * w].copy()
+    w = spec.shape[-1] // shape[1]  # colvec and wpe: features split over col
+    return xp.ascontiguousarray(full[..., c * w:(c + 1) * w])
+
+
+def owns(spec: ParamSpec, coords) -> bool:
+    """Is this rank's copy the one to count (in norms) or to collect, within its replica?"""
+    _, d, r, c = coords
+    if spec.kind == "weight":
+        return True  # every (r, c, d) holds a distinct shard
+    if spec.kind == "bias" and not spec.transposed:
+        return d == 0 and c == 0  # copied over col and depth
+    return d == 0 and r == 0  # copied over row and depth
+
+
+def grad_group(spec: ParamSpec) -> str:
+    """The group a gradient is summed over after backward ("data", or "batch" = depth x data).
+
+    Weight shards were already reduce-scattered over depth; every other
+    parameter is copied over depth, and each copy saw different sequences.
+    """
+    return "data" if spec.kind == "weight" else "batch"
+
+
+def assemble(spec: ParamSpec, pieces: dict, shape):
+    """Rebuild the full parameter from the owners' pieces: {(r, c, d): piece}."""
+    R, C, D, _ = shape
+    any_piece = next(iter(pieces.values()))
+    xp = array_module(any_piece)
+    full = xp.zeros(spec.shape, dtype=any_piece.dtype)
+    if spec.kind == "weight":
+        n, k = spec.shape
+        for r in range(R):
+            for c in range(C):
+                rows, cols = block_slices(n, k, shape, r, c, spec.transposed)
+                flat = xp.concatenate([pieces[(r, c, d)] for d in range(D)])
+                bn, bk = rows.stop - rows.start, cols.stop - cols.start
+                full[rows, cols] = flat[:bn * bk].reshape(bn, bk)  # drop the padding
+    else:
+        for (r, c, _), piece in pieces.items():
+            if spec.kind == "bias":
+                parts, i = (C, c) if spec.transposed else (R, r)
+            else:
+                parts, i = C, c
+            w = spec.shape[-1] // parts
+            full[..., i * w:(i + 1) * w] = piece
+    if spec.permute and R > 1:
+        inverse = np.argsort(qkv_permutation(spec.shape[0] // 3, R))
+        full = full[xp.asarray(inverse)]
+    return full
+
+
+def owner_map(n: int, k: int, shape, transposed: bool = False) -> np.ndarray:
+    """[n, k] array: the rank (of data replica 0) that stores each element of an [n, k] weight."""
+    from gpulab.engine.mesh import rank_of
+
+    R, C, D, _ = shape
+    owners = np.empty((n, k), dtype=np.int64)
+    for r in range(R):
+        for c in range(C):
+            rows, cols = block_slices(n, k, shape, r, c, transposed)
+            bn, bk = rows.stop - rows.start, cols.stop - cols.start
+            size = shard_numel(n, k, shape, transposed)
+            d_of = np.arange(bn * bk) // size  # depth shard of each flattened element
+            ranks = np.array([rank_of(0, d, r, c, shape) for d in range(D)])
+            owners[rows, cols] = ranks[d_of].reshape(bn, bk)
+    return owners

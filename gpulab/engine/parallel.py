@@ -1,0 +1,235 @@
+"""ParallelGPT: the serial GPT of ``gpulab.engine.model`` on a 4D (row, col, depth, data) mesh.
+
+    mesh = Mesh(2, 2, 1, 1)                       # inside an MPI job of 4 ranks
+    gpt = ParallelGPT(cfg, mesh)
+    gpt.load_params(init_params(cfg))             # every rank keeps only its pieces
+    loss = gpt.forward_backward(idx, targets)     # the global batch, on every rank
+    grads = gpt.full_grads()                      # full shapes, serial names
+
+Where things live (b = B/(depth*data) sequences per rank, see ``layout``):
+residual stream x (b, T, C/col), copied over row; QKV and FC1 are plain 3D
+layers (out split over row), attention-out and FC2 transposed ones (back to
+C/col); attention runs on the row's n_head/row heads; the tied wte is a plain
+layer [V/row, C/col] used twice (vocab-parallel lookup, LM head). Backward
+mirrors forward call by call. After it, ``reduce_grads`` sums weight shards
+over data and every copied parameter (biases, LayerNorm, wpe) over
+depth x data, each group in one flat all-reduce.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpulab.backend import array_module, to_host
+from gpulab.engine import collectives as coll
+from gpulab.engine import layers as L
+from gpulab.engine import tp_layers as TP
+from gpulab.engine.layout import assemble, grad_group, local_piece, owns, param_specs
+from gpulab.engine.model import WPE, WTE
+from gpulab.engine.tp3d import Linear3D
+
+
+def check_divisibility(config, shape, batch_size: int | None = None) -> None:
+    """Raise ValueError naming every size that the grid ``shape`` (R, C, D, P) cannot split."""
+    R, C, D, P = shape
+    problems = []
+    if config.n_embd % C:
+        problems.append(f"n_embd ({config.n_embd}) must be divisible by col ({C}): the residual "
+                        "stream's features are split over columns")
+    if config.n_head % R:
+        problems.append(f"n_head ({config.n_head}) must be divisible by row ({R}): each grid row "
+                        "computes n_head/row attention heads")
+    if config.vocab_size % R:
+        problems.append(f"vocab_size ({config.vocab_size}) must be divisible by row ({R}): the tied "
+                        "embedding / LM head splits the vocabulary over rows (pad the vocabulary)")
+    if batch_size is not None and batch_size % (D * P):
+        problems.append(f"batch size ({batch_size}) must be divisible by depth*data ({D}*{P} = "
+                        f"{D * P}): each depth x data slice computes whole sequences")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+class ParallelGPT:
+    def __init__(self, config, mesh):
+        check_divisibility(config, mesh.shape)
+        self.config, self.mesh = config, mesh
+        self.specs = param_specs(config)
+        C, V = config.n_embd, config.vocab_size
+        self.linears = {WTE: Linear3D(V, C, mesh)}  # tied: LM head [V, C], plain
+        for i in range(config.n_layer):
+            p = f"transformer.h.{i}."
+            self.linears[p + "attn.c_attn.weight"] = Linear3D(3 * C, C, mesh)
+            self.linears[p + "attn.c_proj.weight"] = Linear3D(C, C, mesh, transposed=True)
+            self.linears[p + "mlp.c_fc.weight"] = Linear3D(4 * C, C, mesh)
+            self.linears[p + "mlp.c_proj.weight"] = Linear3D(C, 4 * C, mesh, transposed=True)
+        self.vocab_lo = mesh.r * (V // mesh.shape[0])  # first token id of this row's vocab slice
+        self.params: dict = {}
+        self.grads: dict = {}
+
+    @property
+    def coords(self):
+        return self.mesh.p, self.mesh.d, self.mesh.r, self.mesh.c
+
+    # --- parameters in and out --------------------------------------------------------------------
+
+    def local_pieces(self, full: dict) -> dict:
+        """This rank's pieces of a full-shaped dict (parameters, or optimizer moments)."""
+        missing = [n for n in self.specs if n not in full]
+        if missing:
+            raise KeyError(f"missing parameters: {missing}")
+        out = {}
+        for name, spec in self.specs.items():
+            value = full[name]
+            if tuple(value.shape) != spec.shape:
+                raise ValueError(f"{name}: shape {tuple(value.shape)} != expected {spec.shape}")
+            value = array_module(value).asarray(value, dtype=self.config.dtype)
+            out[name] = local_piece(spec, value, self.mesh.shape, self.coords)
+        return out
+
+    def load_params(self, full_params: dict) -> None:
+        self.params = self.local_pieces(full_params)
+        self.grads = {}
+
+    def gather_full(self, local: dict, root: int | None = None):
+        """Assemble full arrays (numpy) from every rank's pieces; on ``root`` only, or on all."""
+        p = self.mesh.p
+        mine = {n: to_host(local[n]) for n, s in self.specs.items() if p == 0 and owns(s, self.coords)}
+        record = ((self.mesh.r, self.mesh.c, self.mesh.d), mine)
+        comm = self.mesh.comm
+        records = comm.allgather(record) if root is None else comm.gather(record, root=root)
+        if records is None:
+            return None
+        pieces = {n: {} for n in self.specs}
+        for where, named in records:
+            for n, piece in named.items():
+                pieces[n][where] = piece
+        return {n: assemble(s, pieces[n], self.mesh.shape) for n, s in self.specs.items()}
+
+    def full_params(self, root: int | None = None):
+        return self.gather_full(self.params, root)
+
+    def full_grads(self, root: int | None = None):
+        return self.gather_full(self.grads, root)
+
+    # --- training step --------------------------------------------------------------------------
+
+    def _local_batch(self, idx, targets):
+        xp = array_module(self.params[WTE])
+        idx = xp.asarray(idx)
+        if idx.ndim != 2 or idx.shape[1] > self.config.block_size:
+            raise ValueError(f"idx must be (B, T) with T <= {self.config.block_size}, got {idx.shape}")
+        check_divisibility(self.config, self.mesh.shape, batch_size=idx.shape[0])
+        b = idx.shape[0] // (self.mesh.shape[2] * self.mesh.shape[3])
+        s = slice(self.mesh.batch_shard * b, (self.mesh.batch_shard + 1) * b)
+        return idx[s], (None if targets is None else xp.asarray(targets)[s])
+
+    def _forward(self, idx):
+        P, m, lin = self.params, self.mesh, self.linears
+        C, T = self.config.n_embd, idx.shape[1]
+        W = lin[WTE].gather(P[WTE])  # [V/R, C/c]
+        x, c_tok = TP.embedding_forward(idx, W, self.vocab_lo, m.row)  # (b, T, C/c)
+        x = x + P[WPE][:T]  # wpe is split over col like x
+        blocks = []
+        for i in range(self.config.n_layer):
+            p = f"transformer.h.{i}."
+            h, c1 = TP.layernorm_forward(x, P[p + "ln_1.weight"], P[p + "ln_1.bias"], m.col, C)
+            qkv, c2 = lin[p + "attn.c_attn.weight"].forward(
+                h, P[p + "attn.c_attn.weight"], P[p + "attn.c_attn.bias"])  # (b, T, 3C/R)
+            a, c3 = L.attention_forward(qkv, self.config.n_head // m.shape[0])  # (b, T, C/R)
+            y, c4 = lin[p + "attn.c_proj.weight"].forward(
+                a, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"])  # (b, T, C/c)
+            x = x + y
+            h, c5 = TP.layernorm_forward(x, P[p + "ln_2.weight"], P[p + "ln_2.bias"], m.col, C)
+            f, c6 = lin[p + "mlp.c_fc.weight"].forward(
+                h, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"])  # (b, T, 4C/R)
+            g, c7 = L.gelu_forward(f)
+            y, c8 = lin[p + "mlp.c_proj.weight"].forward(
+                g, P[p + "mlp.c_proj.weight"], P[p + "mlp.c_proj.bias"])  # (b, T, C/c)
+            x = x + y
+            blocks.append((c1, c2, c3, c4, c5, c6, c7, c8))
+        xf, c_lnf = TP.layernorm_forward(
+            x, P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], m.col, C)
+        logits, c_head = lin[WTE].forward(xf, P[WTE])  # (b, T, V/R)
+        return logits, (c_tok, blocks, c_lnf, c_head)
+
+    def _global_loss(self, loss_sum, n_tokens):
+        xp = array_module(self.params[WTE])
+        total = coll.all_reduce(xp.asarray([loss_sum], dtype=self.config.dtype), self.mesh.batch)
+        return float(total[0]) / n_tokens
+
+    def loss(self, idx, targets) -> float:
+        """Mean cross-entropy of the global batch, forward only."""
+        idx_l, tgt_l = self._local_batch(idx, targets)
+        logits, _ = self._forward(idx_l)
+        loss_sum, _ = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
+        return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
+
+    def forward_backward(self, idx, targets) -> float:
+        """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``."""
+        idx_l, tgt_l = self._local_batch(idx, targets)
+        n_tokens = idx.shape[0] * idx.shape[1]
+        logits, (c_tok, blocks, c_lnf, c_head) = self._forward(idx_l)
+        loss_sum, c_ce = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
+
+        lin, grads = self.linears, {}
+        dlogits, _ = TP.cross_entropy_backward(1.0 / n_tokens, c_ce)
+        dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False)  # keep the block: tied
+        dW_head = d["weight"]
+        dx, d = TP.layernorm_backward(dxf, c_lnf)
+        _put(grads, "transformer.ln_f", d)
+        for i in reversed(range(self.config.n_layer)):
+            p = f"transformer.h.{i}."
+            c1, c2, c3, c4, c5, c6, c7, c8 = blocks[i]
+            dg, d = lin[p + "mlp.c_proj.weight"].backward(dx, c8)
+            _put(grads, p + "mlp.c_proj", d)
+            df, _ = L.gelu_backward(dg, c7)
+            dh, d = lin[p + "mlp.c_fc.weight"].backward(df, c6)
+            _put(grads, p + "mlp.c_fc", d)
+            dh, d = TP.layernorm_backward(dh, c5)
+            _put(grads, p + "ln_2", d)
+            dx = dx + dh
+            da, d = lin[p + "attn.c_proj.weight"].backward(dx, c4)
+            _put(grads, p + "attn.c_proj", d)
+            dqkv, _ = L.attention_backward(da, c3)
+            dh, d = lin[p + "attn.c_attn.weight"].backward(dqkv, c2)
+            _put(grads, p + "attn.c_attn", d)
+            dh, d = TP.layernorm_backward(dh, c1)
+            _put(grads, p + "ln_1", d)
+            dx = dx + dh
+        xp = array_module(dx)
+        dwpe = xp.zeros_like(self.params[WPE])
+        dwpe[:idx_l.shape[1]] = dx.sum(axis=0)  # (T, C/c)
+        grads[WPE] = dwpe
+        _, d = TP.embedding_backward(dx, c_tok)
+        grads[WTE] = lin[WTE].scatter_grad(dW_head + d["weight"])  # one reduce-scatter, both uses
+        self.grads = {n: grads[n] for n in self.specs}
+        self.reduce_grads()
+        return self._global_loss(loss_sum, n_tokens)
+
+    def reduce_grads(self) -> None:
+        """Sum gradients over the ranks that saw other sequences: one flat buffer per group."""
+        for group in ("data", "batch"):
+            comm = getattr(self.mesh, group)
+            if comm.Get_size() == 1:
+                continue
+            names = [n for n, s in self.specs.items() if grad_group(s) == group]
+            xp = array_module(self.grads[names[0]])
+            flat = coll.all_reduce(xp.concatenate([self.grads[n].reshape(-1) for n in names]), comm)
+            offset = 0
+            for n in names:
+                g = self.grads[n]
+                self.grads[n] = flat[offset:offset + g.size].reshape(g.shape)
+                offset += g.size
+
+    def grad_norm(self) -> float:
+        """Global L2 norm of the full gradient, each value counted once across the grid."""
+        xp = array_module(self.params[WTE])
+        sq = sum(float((self.grads[n] * self.grads[n]).sum())
+                 for n, s in self.specs.items() if owns(s, self.coords))
+        total = coll.all_reduce(xp.asarray([sq], dtype="float64"), self.mesh.tensor)
+        return math.sqrt(float(total[0]))
+
+
+def _put(grads, prefix, dparams):
+    for key, value in dparams.items():
+        grads[f"{prefix}.{key}"] = value
