@@ -47,17 +47,18 @@ _CORES = {
 _FLAT = [name for name in _CORES if name != "hierarchical"]
 
 
-def option_names(name: str) -> list[str]:
+@functools.cache
+def option_names(name: str) -> tuple[str, ...]:
     """The keyword options an algorithm accepts (``run`` is internal to hierarchical)."""
     params = inspect.signature(_CORES[name]).parameters.values()
-    return [p.name for p in params if p.default is not inspect.Parameter.empty and p.name != "run"]
+    return tuple(p.name for p in params if p.default is not inspect.Parameter.empty and p.name != "run")
 
 
 def _check_options(name: str, options: dict) -> None:
     unknown = set(options) - set(option_names(name))
     if unknown:
         raise TypeError(f"algorithm {name!r} does not take option(s) {sorted(unknown)}; "
-                        f"it takes {option_names(name) or 'none'}")
+                        f"it takes {list(option_names(name)) or 'none'}")
     for key in ("chunk_bytes", "ranks_per_node"):
         value = options.get(key)
         if value is not None and (not isinstance(value, (int, np.integer)) or value <= 0):

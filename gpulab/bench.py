@@ -1,0 +1,139 @@
+"""OSU-style broadcast measurement, shared by the CLI, the notebooks and the tuner.
+
+Conventions follow osu_bcast and nccl-tests: a validated broadcast first,
+warm-up iterations, then timed iterations with a barrier after each (so one
+iteration's stragglers do not overlap the next); each rank's mean time,
+reported as the average, minimum and maximum over ranks; algbw = bytes/time
+and busbw = algbw for a broadcast (all data must leave the root).
+
+    summary = measure_bcast(comm, "chain", 1 << 20, chunk_bytes=65536)   # on every rank
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+from mpi4py import MPI
+
+from gpulab.bcast import ALGORITHMS, option_names
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_size(text: str | int) -> int:
+    """'64K' -> 65536; sizes are binary (K = 1024 bytes), as in OSU and nccl-tests."""
+    if isinstance(text, (int, np.integer)):
+        return int(text)
+    match = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+    if not match or match.group(2).upper() not in _UNITS:
+        raise ValueError(f"not a size: {text!r} (use e.g. 512, 4K, 1M, 2G)")
+    return int(match.group(1)) * _UNITS[match.group(2).upper()]
+
+
+def format_size(nbytes: int) -> str:
+    for unit, scale in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale}{unit}"
+    return f"{nbytes}B" if nbytes < 1024 else f"{nbytes / 1024:.1f}K"
+
+
+def size_range(spec: str) -> list[int]:
+    """'1K:64M' -> powers of two from 1 KiB to 64 MiB; '1K,3000,1M' -> those sizes."""
+    if ":" in spec:
+        low, high = (parse_size(part) for part in spec.split(":"))
+        if low < 1 or high < low:
+            raise ValueError(f"size range {spec!r} must go from >= 1 byte up")
+        sizes, size = [], low
+        while size <= high:
+            sizes.append(size)
+            size *= 2
+        return sizes
+    return [parse_size(part) for part in spec.split(",")]
+
+
+def osu_iterations(nbytes: int) -> tuple[int, int]:
+    """(timed, warm-up) iterations as in OSU: 1000/100 up to 8 KiB, 100/10 above."""
+    return (1000, 100) if nbytes <= 8192 else (100, 10)
+
+
+def applicable_options(algorithm: str, options: dict) -> dict:
+    """The subset of ``options`` that ``algorithm`` takes, so one sweep can pass chunk/radix to all."""
+    accepted = option_names(algorithm)
+    return {k: v for k, v in options.items() if k in accepted and v is not None}
+
+
+def _pattern(nbytes: int, salt: int) -> np.ndarray:
+    return ((np.arange(nbytes, dtype=np.uint32) * 2654435761 + salt) >> 13).astype(np.uint8)
+
+
+def _validated_run(comm, run, buf, root: int, salt: int) -> bool:
+    expected = _pattern(buf.nbytes, salt)
+    buf[:] = expected if comm.rank == root else ~expected
+    run(buf)
+    return bool(np.array_equal(buf, expected))
+
+
+def measure_bcast(comm, algorithm: str, nbytes: int, *, root: int = 0, iters: int | None = None,
+                  warmup: int | None = None, validate: bool = True, time_budget: float | None = None,
+                  **options) -> dict:
+    """Time ``algorithm`` on ``comm`` (collective: call on every rank); same summary on every rank.
+
+    ``time_budget`` (seconds) caps the timed iterations so that a sweep of
+    large messages on a laptop finishes: the count is cut to what the warm-up
+    rate predicts fits in the budget, never below 5. The count used is reported.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown broadcast algorithm {algorithm!r}; valid names: {sorted(ALGORITHMS)}")
+    osu_timed, osu_warm = osu_iterations(nbytes)
+    iters = osu_timed if iters is None else iters
+    warmup = osu_warm if warmup is None else warmup
+    bcast_fn = ALGORITHMS[algorithm]
+    run = lambda b: bcast_fn(b, root, comm, **options)  # noqa: E731
+    buf = np.empty(nbytes, dtype=np.uint8)
+    valid = _validated_run(comm, run, buf, root, salt=1) if validate else True
+
+    comm.Barrier()
+    start = MPI.Wtime()
+    for _ in range(warmup):
+        run(buf)
+        comm.Barrier()
+    if time_budget is not None and warmup:
+        per_iter = comm.allreduce((MPI.Wtime() - start) / warmup, op=MPI.MAX)
+        iters = max(min(iters, int(time_budget / per_iter)), min(iters, 5))
+
+    elapsed = 0.0
+    for _ in range(iters):
+        t0 = MPI.Wtime()
+        run(buf)
+        elapsed += MPI.Wtime() - t0
+        comm.Barrier()
+    if validate:
+        valid &= _validated_run(comm, run, buf, root, salt=2)
+
+    mean = elapsed / max(iters, 1)
+    avg = comm.allreduce(mean, op=MPI.SUM) / comm.size
+    algbw = nbytes / avg / 1e9 if avg > 0 else 0.0
+    return {
+        "algorithm": algorithm, "nbytes": nbytes, "p": comm.size, "root": root, "options": options,
+        "iters": iters, "warmup": warmup,
+        "avg_us": avg * 1e6, "min_us": comm.allreduce(mean, op=MPI.MIN) * 1e6,
+        "max_us": comm.allreduce(mean, op=MPI.MAX) * 1e6,
+        "algbw_GBps": algbw, "busbw_GBps": algbw,  # broadcast: busbw = algbw (nccl-tests)
+        "valid": bool(comm.allreduce(valid, op=MPI.LAND)),
+    }
+
+
+def sweep(comm, algorithms: list[str], sizes: list[int], *, options: dict | None = None,
+          progress=None, **measure_kwargs) -> list[dict]:
+    """Measure every algorithm at every size; ``progress(done, total, record)`` after each point."""
+    records, total = [], len(algorithms) * len(sizes)
+    for size in sizes:
+        for algorithm in algorithms:
+            record = measure_bcast(comm, algorithm, size, **applicable_options(algorithm, options or {}),
+                                   **measure_kwargs)
+            records.append(record)
+            if progress is not None:
+                progress(len(records), total, record)
+    return records

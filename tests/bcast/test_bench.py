@@ -1,0 +1,77 @@
+"""The OSU-style harness and the ``gpulab bench bcast`` command."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from gpulab.bench import format_size, parse_size, size_range
+from gpulab.bench_cli import format_table
+from tests.mpi_harness import ROOT, run_mpi
+
+
+@pytest.mark.parametrize("text,nbytes", [("1", 1), ("512B", 512), ("4K", 4096), ("64M", 64 << 20),
+                                         ("2GiB", 2 << 30), (" 3 kb ", 3072), (17, 17)])
+def test_parse_size(text, nbytes):
+    assert parse_size(text) == nbytes
+
+
+@pytest.mark.parametrize("bad", ["", "K", "1.5M", "4X", "-1"])
+def test_parse_size_rejects_garbage(bad):
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size(bad)
+
+
+def test_size_ranges():
+    assert size_range("1K:64M") == [1024 << i for i in range(17)]
+    assert size_range("1,3000,1M") == [1, 3000, 1 << 20]
+    assert [format_size(n) for n in (1, 1536, 4096, 1 << 26)] == ["1B", "1.5K", "4K", "64M"]
+    with pytest.raises(ValueError, match="from >= 1 byte up"):
+        size_range("64M:1K")
+
+
+def test_measurement_is_the_same_on_every_rank_and_validated():
+    summaries = run_mpi(3, "tests.bcast.cases:measure", algorithm="chain", nbytes=10_000, timeout=60)
+    assert all(s == summaries[0] for s in summaries)
+    s = summaries[0]
+    assert s["valid"] and s["p"] == 3 and s["iters"] == 5
+    assert 0 < s["min_us"] <= s["avg_us"] <= s["max_us"]
+    assert s["busbw_GBps"] == pytest.approx(10_000 / (s["avg_us"] * 1e-6) / 1e9)
+
+
+def test_validation_catches_an_algorithm_that_moves_nothing():
+    assert run_mpi(2, "tests.bcast.cases:measure_a_broken_algorithm", timeout=60) == [False, False]
+
+
+def test_cli_launches_mpiexec_and_writes_json_csv_and_plot(tmp_path):
+    out = tmp_path / "r"
+    cmd = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--algorithms", "binomial,chain,mpi",
+           "--sizes", "1K:4K", "--iters", "3", "--warmup", "1", "--chunk-bytes", "1K", "--quiet",
+           "--json", f"{out}.json", "--csv", f"{out}.csv", "--plot", f"{out}.png"]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "best (x vs mpi)" in done.stdout
+    report = json.loads(out.with_suffix(".json").read_text())
+    assert report["metadata"]["ranks"] == 2 and "MPICH" in report["metadata"]["mpi"]
+    assert [(r["algorithm"], r["nbytes"]) for r in report["records"]][:3] == [
+        ("binomial", 1024), ("chain", 1024), ("mpi", 1024)]
+    assert report["records"][1]["options"] == {"chunk_bytes": 1024}
+    assert all(r["valid"] for r in report["records"])
+    rows = list(csv.DictReader(out.with_suffix(".csv").open()))
+    assert len(rows) == 9 and float(rows[0]["avg_us"]) > 0
+    assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_rejects_unknown_algorithm():
+    done = subprocess.run([sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "1", "--algorithms", "nope"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "unknown algorithm(s) ['nope']" in done.stderr
+
+
+def test_table_marks_failed_validation_and_compares_with_mpi():
+    records = [{"algorithm": a, "nbytes": 1024, "avg_us": t, "valid": v, "p": 2}
+               for a, t, v in (("chain", 10.0, False), ("mpi", 20.0, True))]
+    table = format_table(records)
+    assert "10.0!" in table and "chain (2.00x)" in table
