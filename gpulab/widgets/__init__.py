@@ -1,0 +1,14 @@
+"""Notebook widgets over live MPI engines: the broadcast explorer and the communication-pattern view.
+
+The measuring happens on the engines (``EngineRunner``); these modules only
+collect rows and draw them, so they are tested without Jupyter or MPI by
+handing them a fake runner.
+"""
+
+from gpulab.widgets.explorer import BcastExplorer
+from gpulab.widgets.pattern import PatternView, patterns_figure, show_patterns
+from gpulab.widgets.plots import pattern_figure, size_label, sweep_figure
+from gpulab.widgets.runner import EngineRunner
+
+__all__ = ["BcastExplorer", "EngineRunner", "PatternView", "pattern_figure", "patterns_figure",
+           "show_patterns", "size_label", "sweep_figure"]

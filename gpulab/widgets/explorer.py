@@ -1,0 +1,121 @@
+"""The broadcast explorer: pick sizes, algorithms and their options, press Run, compare the curves.
+
+    from gpulab.widgets import BcastExplorer, EngineRunner
+    explorer = BcastExplorer(EngineRunner(engines))
+    explorer                      # shows the controls in a notebook
+    explorer.run()                # what the Run button does; returns the new rows
+
+Each run measures every chosen algorithm at every power-of-two size in the
+range (native MPI_Bcast alongside), appends the rows to ``explorer.results``
+and redraws; earlier runs stay on the plot so runs can be compared.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+
+import ipywidgets as W
+from IPython.display import Image, display
+
+from gpulab.widgets.plots import series_of, size_label, sweep_figure
+
+SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
+CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
+DEFAULT_ALGORITHMS = ("binomial", "chain", "scatter_allgather_ring")
+
+
+class BcastExplorer(W.VBox):
+    """Controls + progress + plot + table over a runner (see gpulab.widgets.runner)."""
+
+    def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=DEFAULT_ALGORITHMS):
+        self.runner, self.results, self._runs = runner, [], 0
+        names = [a for a in runner.algorithms if a != "mpi"]
+        size_options = [(size_label(s), s) for s in SIZES]
+        self.sizes = W.SelectionRangeSlider(options=size_options, index=(SIZES.index(sizes[0]), SIZES.index(sizes[1])),
+                                            description="sizes", layout=W.Layout(width="420px"))
+        self.algorithms = W.SelectMultiple(options=names, value=[a for a in algorithms if a in names],
+                                           description="algorithms", rows=min(len(names), 9))
+        self.with_mpi = W.Checkbox(value="mpi" in runner.algorithms, description="native MPI_Bcast alongside",
+                                   disabled="mpi" not in runner.algorithms)
+        self.chunk = W.SelectionSlider(options=[(size_label(c), c) for c in CHUNKS], value=1 << 16,
+                                       description="chunk size")
+        self.radix = W.IntSlider(value=4, min=2, max=8, description="radix")
+        self.ranks_per_node = W.IntSlider(value=max(runner.p // 2, 1), min=1, max=max(runner.p, 1),
+                                          description="ranks/node")
+        self.root = W.IntSlider(value=0, min=0, max=max(runner.p - 1, 0), description="root")
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.clear_button = W.Button(description="Clear", icon="trash")
+        self.progress = W.IntProgress(value=0, min=0, max=1, description="progress")
+        self.status = W.HTML(f"ready: {runner.p} ranks")
+        self.plot, self.table = W.Output(), W.HTML()
+        self.figure = sweep_figure([])
+        self.run_button.on_click(lambda _: self.run(raise_errors=False))
+        self.clear_button.on_click(lambda _: self.clear())
+        controls = W.HBox([W.VBox([self.sizes, self.chunk, self.radix, self.ranks_per_node, self.root]),
+                           W.VBox([self.algorithms, self.with_mpi])])
+        super().__init__([controls, W.HBox([self.run_button, self.clear_button, self.progress, self.status]),
+                          self.plot, self.table])
+
+    def options_for(self, algorithm: str) -> dict:
+        """The current slider values this algorithm accepts (hierarchical gets ranks_per_node, etc.)."""
+        current = {"chunk_bytes": self.chunk.value, "radix": self.radix.value,
+                   "ranks_per_node": self.ranks_per_node.value}
+        return {k: v for k, v in current.items() if k in self.runner.algorithms[algorithm]}
+
+    def plan(self) -> list[tuple[str, int, dict]]:
+        """(algorithm, nbytes, options) for every measurement the next run makes, in order."""
+        lo, hi = self.sizes.value
+        algorithms = list(self.algorithms.value) + (["mpi"] if self.with_mpi.value else [])
+        return [(a, n, self.options_for(a)) for a in algorithms for n in SIZES if lo <= n <= hi]
+
+    def run(self, *, raise_errors: bool = True) -> list[dict]:
+        """Measure the plan on the runner; rows are kept even if a later measurement fails.
+
+        The Run button passes raise_errors=False: the error then shows in the status line.
+        """
+        plan, self._runs = self.plan(), self._runs + 1
+        self.progress.max, self.progress.value, new = max(len(plan), 1), 0, []
+        self.run_button.disabled = True
+        try:
+            for i, (algorithm, nbytes, options) in enumerate(plan):
+                self.status.value = f"run #{self._runs}: {algorithm} {size_label(nbytes)}B ({i + 1}/{len(plan)})"
+                row = dict(self.runner.measure(algorithm, nbytes, self.root.value, options), run=self._runs)
+                self.results.append(row)
+                new.append(row)
+                self.progress.value = i + 1
+                if i + 1 == len(plan) or plan[i + 1][0] != algorithm:
+                    self.redraw()  # one curve at a time: progress you can see
+            self.status.value = f"run #{self._runs}: {len(new)} measurements done"
+        except Exception as err:
+            self.status.value = f"<span style='color:#b00'>run #{self._runs} failed: {html.escape(str(err))}</span>"
+            self.redraw()
+            if raise_errors:
+                raise
+        finally:
+            self.run_button.disabled = False
+        return new
+
+    def clear(self):
+        self.results, self._runs = [], 0
+        self.progress.value = 0
+        self.status.value = "cleared"
+        self.redraw()
+
+    def redraw(self):
+        sweep_figure(self.results, self.figure)
+        self.table.value = results_html(self.results)
+        png = io.BytesIO()
+        self.figure.savefig(png, format="png", dpi=80)
+        with self.plot:
+            self.plot.clear_output(wait=True)
+            display(Image(png.getvalue()))
+
+
+def results_html(rows: list[dict], last: int = 12) -> str:
+    """The last few result rows as a small HTML table."""
+    head = "<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th><th>valid</th></tr>"
+    body = "".join(f"<tr><td>{series_of(r)}</td><td>{size_label(r['nbytes'])}</td><td>{r['avg_us']:.1f}</td>"
+                   f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td><td>{r['busbw_GBps']:.3f}</td>"
+                   f"<td>{r['valid']}</td></tr>" for r in rows[-last:])
+    return f"<table>{head}{body}</table>" if rows else ""

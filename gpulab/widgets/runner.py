@@ -1,0 +1,90 @@
+"""What the widgets call to measure and trace: the live MPI engines, or a fake in tests.
+
+A runner has ``p`` (number of ranks), ``algorithms`` (name -> option names),
+``measure(algorithm, nbytes, root, options)`` -> one ``measure_bcast`` summary,
+and ``trace(algorithm, p, nbytes, root, options)`` -> all ranks' trace events.
+
+    runner = EngineRunner(engines)      # engines = gpulab.cluster.start_engines(4)
+    runner.measure("chain", 1 << 20, 0, {"chunk_bytes": 1 << 16})
+
+The engine-side functions import gpulab.bcast there, never here: the notebook
+kernel itself must not initialise MPI.
+"""
+
+from __future__ import annotations
+
+
+def _algorithms_on_engine() -> dict:
+    from gpulab.bcast import ALGORITHMS, option_names
+
+    return {name: option_names(name) for name in ALGORITHMS}
+
+
+def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_budget):
+    from mpi4py import MPI
+
+    from gpulab.bench import measure_bcast
+
+    return measure_bcast(MPI.COMM_WORLD, algorithm, nbytes, root=root, iters=iters, warmup=warmup,
+                         validate=True, time_budget=time_budget, **options)
+
+
+def _trace_on_engine(algorithm, p, nbytes, root, options):
+    import numpy as np
+    from mpi4py import MPI
+
+    from gpulab.bcast import bcast, gather_trace, tracing
+
+    world = MPI.COMM_WORLD
+    comm = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)  # the first p ranks
+    if comm == MPI.COMM_NULL:
+        return None
+    try:
+        buf = np.full(nbytes, 7 if comm.rank == root else 0, dtype=np.uint8)
+        with tracing() as events:
+            bcast(buf, root=root, comm=comm, algorithm=algorithm, **options)
+        if not (buf == 7).all():
+            raise AssertionError(f"rank {comm.rank}: {algorithm} delivered wrong bytes")
+        return gather_trace(events, comm)
+    finally:
+        comm.Free()
+
+
+class EngineRunner:
+    """Measure and trace on the engines of a ``gpulab.cluster.Engines``, each call bounded by ``timeout``.
+
+    iters/warmup default to OSU's counts; time_budget (s) caps the timed
+    iterations of one point so that large messages on a laptop stay quick.
+    """
+
+    def __init__(self, engines, *, iters: int | None = None, warmup: int | None = None,
+                 time_budget: float | None = 0.5, timeout: float = 120):
+        self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
+        self.time_budget = time_budget
+        self._algorithms = None
+
+    @property
+    def p(self) -> int:
+        return self.engines.n
+
+    @property
+    def algorithms(self) -> dict:
+        if self._algorithms is None:
+            self._algorithms = self.engines.run(_algorithms_on_engine, timeout=self.timeout)[0]
+        return self._algorithms
+
+    def measure(self, algorithm: str, nbytes: int, root: int = 0, options: dict | None = None) -> dict:
+        what = f"measure_bcast({algorithm!r}, {nbytes} B, root={root}, {options or {}})"
+        rows = self.engines.run(_measure_on_engine, algorithm, nbytes, root, dict(options or {}),
+                                self.iters, self.warmup, self.time_budget, timeout=self.timeout, what=what)
+        bad = [rank for rank, row in enumerate(rows) if not row["valid"]]
+        if bad:
+            raise AssertionError(f"{what}: ranks {bad} did not receive the root's data")
+        return rows[0]
+
+    def trace(self, algorithm: str, p: int, nbytes: int, root: int = 0, options: dict | None = None) -> list:
+        if not 1 <= p <= self.p:
+            raise ValueError(f"can trace on 1..{self.p} ranks (the engines running), not {p}")
+        what = f"trace of {algorithm!r} on {p} ranks"
+        return self.engines.run(_trace_on_engine, algorithm, p, nbytes, root, dict(options or {}),
+                                timeout=self.timeout, what=what)[0]

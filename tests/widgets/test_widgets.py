@@ -1,0 +1,111 @@
+"""The widgets' logic without Jupyter or MPI: a fake runner stands in for the engines."""
+
+import pytest
+
+from gpulab.widgets import BcastExplorer, PatternView, patterns_figure, size_label, sweep_figure
+from gpulab.widgets.plots import step_columns
+
+OPTIONS = {"binomial": [], "chain": ["chunk_bytes"], "knomial": ["radix"], "hierarchical":
+           ["ranks_per_node", "inter", "intra"], "mpi": []}
+
+
+class FakeRunner:
+    """Times grow with size; chain is slower for small messages. Traces are a chain 0->1->2->3."""
+
+    p = 4
+    algorithms = OPTIONS
+
+    def __init__(self, fail_on=None):
+        self.calls, self.fail_on = [], fail_on
+
+    def measure(self, algorithm, nbytes, root=0, options=None):
+        self.calls.append((algorithm, nbytes, root, options))
+        if algorithm == self.fail_on:
+            raise RuntimeError(f"engine 2 died while running {algorithm}")
+        avg = 10.0 * (3 if algorithm == "chain" else 1) + nbytes / 1e3
+        return {"algorithm": algorithm, "nbytes": nbytes, "p": self.p, "root": root, "options": options or {},
+                "avg_us": avg, "min_us": avg * 0.9, "max_us": avg * 1.1, "algbw_GBps": nbytes / avg / 1e3,
+                "busbw_GBps": nbytes / avg / 1e3, "valid": True}
+
+    def trace(self, algorithm, p, nbytes, root=0, options=None):
+        return [{"algorithm": algorithm, "phase": "pipeline", "step": s, "src": s, "dst": s + 1,
+                 "nbytes": nbytes, "t_start": float(s), "t_end": s + 0.5} for s in range(p - 1)]
+
+
+def test_size_labels():
+    assert [size_label(n) for n in (1, 1023, 1024, 3 << 20, 1 << 30)] == ["1", "1023", "1K", "3M", "1G"]
+
+
+def test_pressing_run_measures_the_plan_and_draws_one_line_per_series():
+    runner = FakeRunner()
+    explorer = BcastExplorer(runner, sizes=(1 << 10, 1 << 13), algorithms=("binomial", "chain"))
+    explorer.chunk.value = 1 << 12
+    explorer.run_button.click()
+    # 4 sizes x (binomial, chain, native mpi), each with only the options it accepts
+    assert len(explorer.results) == 12
+    assert ("chain", 1 << 10, 0, {"chunk_bytes": 4096}) in runner.calls
+    assert ("binomial", 1 << 10, 0, {}) in runner.calls
+    assert explorer.progress.value == explorer.progress.max == 12
+    labels = [line.get_label() for line in explorer.figure.axes[0].lines]
+    assert labels == ["#1 binomial", "#1 chain(chunk_bytes=4K)", "#1 mpi"]
+    assert "<td>#1 mpi</td>" in explorer.table.value
+
+
+def test_runs_accumulate_for_comparison_and_clear_resets():
+    explorer = BcastExplorer(FakeRunner(), sizes=(1, 4), algorithms=("chain",))
+    explorer.with_mpi.value = False
+    explorer.run()
+    explorer.chunk.value = 1 << 20
+    explorer.run()
+    labels = [line.get_label() for line in explorer.figure.axes[1].lines]
+    assert labels == ["#1 chain(chunk_bytes=64K)", "#2 chain(chunk_bytes=1M)"]
+    explorer.clear()
+    assert explorer.results == [] and len(explorer.figure.axes[0].lines) == 0
+
+
+def test_options_follow_the_sliders():
+    explorer = BcastExplorer(FakeRunner())
+    explorer.radix.value, explorer.ranks_per_node.value, explorer.root.value = 3, 2, 1
+    assert explorer.options_for("knomial") == {"radix": 3}
+    assert explorer.options_for("hierarchical") == {"ranks_per_node": 2}
+    explorer.algorithms.value = ("knomial",)
+    explorer.with_mpi.value = False
+    explorer.sizes.value = (64, 64)
+    explorer.run()
+    assert explorer.results[0]["root"] == 1
+
+
+def test_a_failure_shows_in_the_status_and_keeps_earlier_rows():
+    explorer = BcastExplorer(FakeRunner(fail_on="mpi"), sizes=(1, 2), algorithms=("binomial",))
+    explorer.run_button.click()  # the button must not raise into the event loop
+    assert "engine 2 died" in explorer.status.value
+    assert len(explorer.results) == 2 and not explorer.run_button.disabled
+    with pytest.raises(RuntimeError, match="engine 2 died"):
+        explorer.run()  # called from code, it raises
+
+
+def test_pattern_view_draws_an_arrow_per_message():
+    view = PatternView(FakeRunner(), algorithm="chain")
+    view.p.value = 3
+    view.draw_button.click()
+    assert len(view.events) == 2
+    ax = view.figure.axes[0]
+    assert len(ax.texts) == 2  # annotate() arrows
+    assert "2 messages" in ax.get_title()
+
+
+def test_patterns_figure_has_a_panel_per_algorithm():
+    fig = patterns_figure(FakeRunner(), ["binomial", "chain", "knomial"], 4, options={"radix": 2})
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 3 and all(len(ax.texts) == 3 for ax in visible)
+
+
+def test_step_columns_order_phases_by_time():
+    events = [{"phase": "allgather", "step": 0, "t_start": 2.0}, {"phase": "scatter", "step": 1, "t_start": 1.0},
+              {"phase": "scatter", "step": 0, "t_start": 0.5}]
+    assert step_columns(events) == [("scatter", 0), ("scatter", 1), ("allgather", 0)]
+
+
+def test_sweep_figure_with_no_rows_is_empty():
+    fig = sweep_figure([])
+    assert len(fig.axes) == 2 and not fig.axes[0].lines
