@@ -1,0 +1,207 @@
+"""``gpulab train``: train a character-level GPT on the shipped corpus, on a 4D mesh.
+
+    gpulab train --mesh 1,2,2,1 -n 4              # row,col,depth,data; 4 ranks
+    gpulab train --mesh 2,1,1,1 --resume results/gpt.npz --steps 100   # other grid, go on
+
+Outside an MPI job the command re-launches itself under ``mpiexec -n N``
+(``gpulab.launch``). Every rank draws the same global batch (seeded by step)
+and ``ParallelGPT`` computes its own slice. Rank 0 shows a tqdm bar, writes
+the loss log (JSON lines, one per step), saves a full checkpoint (loadable on
+any grid) and prints a text sample at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+# (flags, argparse keywords): one list drives the parser and the re-launch argv
+_OPTIONS = [
+    (("--mesh",), dict(default="1,1,1,1", help="grid row,col,depth,data (default 1,1,1,1)")),
+    (("-n", "--nprocs"), dict(type=int, default=None, help="MPI ranks (default: product of --mesh)")),
+    (("--steps",), dict(type=int, default=500, help="optimizer steps to run (default 500)")),
+    (("--batch-size",), dict(type=int, default=32, help="global batch, sequences (default 32)")),
+    (("--block-size",), dict(type=int, default=64, help="sequence length T (default 64)")),
+    (("--n-layer",), dict(type=int, default=2)),
+    (("--n-head",), dict(type=int, default=4)),
+    (("--n-embd",), dict(type=int, default=64)),
+    (("--dtype",), dict(default="float32", choices=["float32", "float64"])),
+    (("--lr",), dict(type=float, default=5e-3, help="peak learning rate (default 5e-3)")),
+    (("--warmup",), dict(type=int, default=20, help="linear warm-up steps (default 20)")),
+    (("--weight-decay",), dict(type=float, default=0.1)),
+    (("--grad-clip",), dict(type=float, default=1.0, help="max global gradient norm (default 1)")),
+    (("--seed",), dict(type=int, default=0)),
+    (("--corpus",), dict(default=None, help="text file (default: the shipped KJV Genesis+Exodus)")),
+    (("--out",), dict(default="results/gpt.npz", help="checkpoint path (default results/gpt.npz)")),
+    (("--log",), dict(default=None, help="loss log, JSON lines (default: <out>.loss.jsonl)")),
+    (("--resume",), dict(default=None, help="checkpoint to continue from (any grid shape)")),
+    (("--eval-batches",), dict(type=int, default=4, help="validation batches at the end")),
+    (("--sample",), dict(type=int, default=200, help="characters to sample at the end (0: none)")),
+    (("--log-every",), dict(type=int, default=50, help="print the loss every N steps")),
+    (("--no-progress",), dict(action="store_true", help="no tqdm bar")),
+]
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("train", help="train a small GPT on a 4D (row,col,depth,data) mesh",
+                                   description=__doc__.splitlines()[0])
+    for flags, kwargs in _OPTIONS:
+        parser.add_argument(*flags, **kwargs)
+    parser.set_defaults(func=main)
+
+
+def parse_mesh(text: str) -> tuple[int, int, int, int]:
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) < 1:
+        raise SystemExit(f"--mesh must be four positive ints row,col,depth,data; got {text!r}")
+    return shape
+
+
+def _argv(args) -> list[str]:
+    """The command-line arguments that reproduce ``args`` (for the re-launch)."""
+    out = []
+    for flags, kwargs in _OPTIONS:
+        dest = flags[-1].lstrip("-").replace("-", "_")
+        value = getattr(args, dest)
+        if kwargs.get("action") == "store_true":
+            out += [flags[-1]] if value else []
+        elif value is not None:
+            out += [flags[-1], str(value)]
+    return out
+
+
+def main(args) -> int:
+    shape = parse_mesh(args.mesh)
+    n = math.prod(shape)
+    if args.nprocs is not None and args.nprocs != n:
+        raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} "
+                         f"(row*col*depth*data = {n})")
+    if not (inside_mpi() or os.environ.get("GPULAB_TRAIN_LAUNCHED")):
+        from gpulab.launch import mpiexec_command
+
+        cmd = mpiexec_command(n, ["-m", "gpulab.cli", "train", *_argv(args)])
+        env = {**os.environ, "GPULAB_TRAIN_LAUNCHED": "1"}  # never re-launch twice
+        return subprocess.call(cmd, env=env)
+    return train(args, shape)
+
+
+def inside_mpi() -> bool:
+    from gpulab.launch import inside_mpi_job
+
+    return inside_mpi_job()
+
+
+def lr_at(step: int, total: int, args) -> float:
+    """Linear warm-up, then cosine decay to lr/10 at step ``total`` (a resumed run goes on
+    from where its global step sits on the curve)."""
+    if step < args.warmup:
+        return args.lr * (step + 1) / args.warmup
+    progress = min(1.0, (step - args.warmup) / max(1, total - args.warmup))
+    return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def train(args, shape) -> int:
+    from mpi4py import MPI
+    from threadpoolctl import threadpool_limits
+    from tqdm import tqdm
+
+    from gpulab.engine import checkpoint
+    from gpulab.engine.config import GPTConfig
+    from gpulab.engine.corpus import CharTokenizer, get_batch, load_text
+    from gpulab.engine.mesh import Mesh
+    from gpulab.engine.model import init_params
+    from gpulab.engine.optim import AdamW, clip_grads
+    from gpulab.engine.parallel import ParallelGPT
+    from gpulab.engine.sample import generate
+
+    comm = MPI.COMM_WORLD
+    rank0 = comm.rank == 0
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    threadpool_limits(max(1, (os.cpu_count() or 1) // local))  # ranks sharing a node share cores
+
+    text = load_text(args.corpus)
+    ck = checkpoint.load(args.resume) if args.resume else None
+    tok = CharTokenizer(ck.extra["chars"]) if ck else CharTokenizer.from_text(text)
+    tokens = tok.encode(text)
+    split = int(0.9 * len(tokens))
+    train_ids, val_ids = tokens[:split], tokens[split:]
+    if ck:
+        config, params, start = ck.config, ck.params, ck.step
+    else:
+        pad = math.lcm(8, shape[0])  # vocab divisible by row; unused ids are never targets
+        config = GPTConfig(vocab_size=-(-tok.size // pad) * pad, block_size=args.block_size,
+                           n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dtype=args.dtype)
+        params, start = init_params(config, seed=args.seed), 0
+    T = min(args.block_size, config.block_size)
+
+    mesh = Mesh(*shape)
+    gpt = ParallelGPT(config, mesh)
+    gpt.load_params(params)
+    del params  # from here on each rank keeps only its pieces
+    opt = AdamW(gpt.params, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
+    if ck and ck.opt_state:
+        opt.load_state_dict({"t": ck.opt_state["t"], "m": gpt.local_pieces(ck.opt_state["m"]),
+                             "v": gpt.local_pieces(ck.opt_state["v"])})
+    out = Path(args.out)
+    log_path = Path(args.log) if args.log else out.with_suffix(".loss.jsonl")
+    if rank0:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        print(f"gpulab train: {config}, mesh {shape}, {tok.size} characters, "
+              f"{len(train_ids)} training tokens, steps {start}..{start + args.steps}", flush=True)
+    log = open(log_path, "a" if ck else "w") if rank0 else None
+
+    t0 = time.perf_counter()
+    losses = []
+    bar = tqdm(range(start, start + args.steps), disable=not rank0 or args.no_progress,
+               desc="train", unit="step", file=sys.stdout)
+    for step in bar:
+        x, y = get_batch(train_ids, args.batch_size, T, np.random.default_rng([args.seed, step]))
+        loss = gpt.forward_backward(x, y)
+        norm = gpt.grad_norm()
+        clip_grads(gpt.grads, args.grad_clip, norm)
+        lr = lr_at(step, start + args.steps, args)
+        opt.step(gpt.grads, lr=lr)
+        losses.append(loss)
+        if rank0:
+            record = {"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr,
+                      "time_s": round(time.perf_counter() - t0, 3)}
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            bar.set_postfix(loss=f"{loss:.3f}")
+            if (step + 1 - start) % args.log_every == 0 or step + 1 == start + args.steps:
+                tqdm.write(f"step {step + 1}: loss {loss:.4f}", file=sys.stdout)
+    wall = time.perf_counter() - t0
+
+    rng = np.random.default_rng([args.seed, 10**9])  # validation batches, the same on all ranks
+    vals = [gpt.loss(*get_batch(val_ids, args.batch_size, T, rng)) for _ in range(args.eval_batches)]
+    full = gpt.full_params(root=0)
+    moments = {"m": gpt.gather_full(opt.m, root=0), "v": gpt.gather_full(opt.v, root=0)}
+    if rank0:
+        log.close()
+        checkpoint.save(out, full, config=config, step=start + args.steps,
+                        opt_state={"t": opt.t, **moments},
+                        extra={"chars": tok.chars, "mesh": list(shape), "seed": args.seed})
+        head = float(np.mean(losses[:10])) if losses else float("nan")
+        tail = float(np.mean(losses[-10:])) if losses else float("nan")
+        summary = {"first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
+                   "first10_mean": head, "last10_mean": tail,
+                   "val_loss": float(np.mean(vals)) if vals else None, "steps": args.steps,
+                   "wall_s": round(wall, 2), "mesh": list(shape), "checkpoint": str(out)}
+        print("summary " + json.dumps(summary), flush=True)
+        if args.sample > 0:
+            prompt = tok.encode("And ")
+            ids = generate(full, config, prompt, args.sample, temperature=0.8, top_k=20,
+                           n_valid=tok.size, rng=np.random.default_rng(args.seed))
+            print("sample:\n" + tok.decode(ids), flush=True)
+    mesh.free()
+    return 0
