@@ -1,0 +1,244 @@
+"""Rank functions for the engine's MPI tests (run by tests.mpi_harness.run_mpi)."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+
+from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
+from gpulab.engine import collectives as coll
+from gpulab.engine import model as serial
+from gpulab.engine.mesh import rank_of
+from gpulab.engine.optim import AdamW, clip_grads, global_norm
+from gpulab.engine.volume import collective_calls
+from tests.engine.util import random_batch, random_params, rel_err, tiny_config
+from tests.mpi_steps import step
+
+B = 24  # divisible by depth*data for every grid of up to 12 ranks
+LR, MAX_NORM = 1e-2, 0.5  # a clip norm below the gradients' norm, so clipping acts
+# Relative tolerances. float64: everything to 1e-10 (measured: loss and gradients ~2e-15,
+# parameters after 3 AdamW steps ~7e-12). float32: loss, gradients, norms and the losses of
+# the training steps to 1e-5 (measured <= 1.2e-7, 1e-6, 1.5e-7); parameters after training are
+# not compared in float32: Adam's first steps move each value by about lr * sign(g), so a
+# gradient entry that is rounding noise in both runs can flip its update (seen: 2e-3 of max).
+TOL = {"float64": dict(loss=1e-10, grad=1e-10, train=1e-10, param=1e-10),
+       "float32": dict(loss=1e-5, grad=1e-5, train=1e-5, param=None)}
+
+
+def _numel(tree, seen=None) -> int:
+    """Values in all arrays inside nested tuples/lists (each array once)."""
+    seen = set() if seen is None else seen
+    if isinstance(tree, np.ndarray):
+        if id(tree) in seen:
+            return 0
+        seen.add(id(tree))
+        return tree.size
+    if isinstance(tree, (tuple, list)):
+        return sum(_numel(t, seen) for t in tree)
+    return 0
+
+
+def _check_groups(mesh) -> None:
+    R, C, D, P = mesh.shape
+    p, d, r, c = mesh.p, mesh.d, mesh.r, mesh.c
+    want = {"row": [rank_of(p, d, i, c, mesh.shape) for i in range(R)],
+            "col": [rank_of(p, d, r, i, mesh.shape) for i in range(C)],
+            "depth": [rank_of(p, i, r, c, mesh.shape) for i in range(D)],
+            "data": [rank_of(i, d, r, c, mesh.shape) for i in range(P)]}
+    for axis, members in want.items():
+        comm = getattr(mesh, axis)
+        assert comm.allgather(mesh.rank) == members, (axis, members)
+        assert comm.Get_rank() == {"row": r, "col": c, "depth": d, "data": p}[axis]
+
+
+def equivalence(comm, shapes, dtype="float64", steps=3, seed=0):
+    """For each grid shape: loss, every gradient and a few AdamW steps against the serial model."""
+    out = []
+    for shape in map(tuple, shapes):
+        step(f"{shape} {dtype}: mesh")
+        mesh = Mesh(*shape, comm=comm)
+        _check_groups(mesh)
+        cfg = tiny_config(shape, dtype)
+        params = random_params(cfg, seed=seed)
+        idx, targets = random_batch(cfg, B, seed=seed)
+        gpt = ParallelGPT(cfg, mesh)
+        gpt.load_params(params)
+        back = gpt.full_params()
+        assert all(np.array_equal(back[n], params[n]) for n in params), "load/full_params"
+        held = sum(v.size for v in gpt.params.values())
+        total = sum(v.size for v in params.values())
+        if np.prod(shape[:3]) > 1:
+            assert held < total, f"rank {comm.rank} holds {held} of {total} values"
+
+        step(f"{shape} {dtype}: forward_backward")
+        with coll.trace() as calls:
+            loss = gpt.forward_backward(idx, targets)
+        predicted = collective_calls(cfg, shape, B, idx.shape[1])
+        got = [(c["op"], c["group"], c["nbytes"]) for c in calls]
+        assert got == [(r["op"], r["group"], r["nbytes"]) for r in predicted], (got, predicted)
+        ref_loss, ref_grads = loss_and_grads(params, idx, targets, cfg)
+        grads = gpt.full_grads()
+        grad_err = max(rel_err(grads[n], ref_grads[n]) for n in ref_grads)
+        worst = max(ref_grads, key=lambda n: rel_err(grads[n], ref_grads[n]))
+
+        acts_par = _numel(gpt._forward(gpt._local_batch(idx, targets)[0])[1])
+        acts_ser = _numel(serial._forward(params, idx, cfg)[1])
+
+        step(f"{shape} {dtype}: training")
+        ser_params = copy.deepcopy(params)
+        ser_opt = AdamW(ser_params, lr=LR)
+        par_opt = AdamW(gpt.params, lr=LR)
+        train_loss_err = norm_err = 0.0
+        for k in range(steps):
+            x, y = random_batch(cfg, B, seed=seed + 10 + k)
+            ls, gs = loss_and_grads(ser_params, x, y, cfg)
+            ns = global_norm(gs)
+            clip_grads(gs, MAX_NORM, ns)
+            ser_opt.step(gs)
+            lp = gpt.forward_backward(x, y)
+            norm = gpt.grad_norm()  # across the grid, each value counted once
+            clip_grads(gpt.grads, MAX_NORM, norm)
+            par_opt.step(gpt.grads)
+            train_loss_err = max(train_loss_err, abs(lp - ls) / abs(ls))
+            norm_err = max(norm_err, abs(norm - ns) / ns)
+        trained = gpt.full_params()
+        param_err = max(rel_err(trained[n], ser_params[n]) for n in params)
+        moved = max(rel_err(ser_params[n], params[n]) for n in params)
+        mesh.free()
+        tol = TOL[dtype]
+        assert abs(loss - ref_loss) / ref_loss < tol["loss"], (shape, loss, ref_loss)
+        assert grad_err < tol["grad"], (shape, worst, grad_err)
+        assert train_loss_err < tol["train"] and norm_err < tol["train"], (shape, train_loss_err, norm_err)
+        assert tol["param"] is None or param_err < tol["param"], (shape, param_err)
+        if comm.Get_size() > 1:
+            assert acts_par < acts_ser, (shape, acts_par, acts_ser)  # activations are split
+        out.append({"shape": list(shape), "dtype": dtype, "loss_err": abs(loss - ref_loss) / ref_loss,
+                    "grad_err": grad_err, "worst_grad": worst, "train_loss_err": train_loss_err,
+                    "norm_err": norm_err,
+                    "param_err": param_err, "moved": moved, "held": held, "total": total,
+                    "acts": acts_par, "acts_serial": acts_ser, "n_calls": len(got)})
+    return out
+
+
+def checkpoint_across_grids(comm, path, first, second, steps=2, seed=1):
+    """Train on grid ``first``, checkpoint, resume on grid ``second``: same as serial training."""
+    from gpulab.engine import checkpoint
+
+    cfg = tiny_config((2, 2, 1, 1))  # V=26, C=18, nh=2: fits both grids below
+    params = random_params(cfg, seed=seed)
+    ser = copy.deepcopy(params)
+    ser_opt = AdamW(ser, lr=LR)
+    batches = [random_batch(cfg, B, seed=seed + k) for k in range(2 * steps)]
+    for x, y in batches:
+        _, g = loss_and_grads(ser, x, y, cfg)
+        clip_grads(g, MAX_NORM, global_norm(g))
+        ser_opt.step(g)
+
+    def train(gpt, opt, todo):
+        for x, y in todo:
+            gpt.forward_backward(x, y)
+            clip_grads(gpt.grads, MAX_NORM, gpt.grad_norm())
+            opt.step(gpt.grads)
+
+    step(f"train on {first}")
+    mesh = Mesh(*first, comm=comm)
+    gpt = ParallelGPT(cfg, mesh)
+    gpt.load_params(params)
+    opt = AdamW(gpt.params, lr=LR)
+    train(gpt, opt, batches[:steps])
+    full = gpt.full_params(root=0)
+    moments = {"m": gpt.gather_full(opt.m, root=0), "v": gpt.gather_full(opt.v, root=0)}
+    if comm.rank == 0:
+        checkpoint.save(path, full, config=cfg, step=steps, opt_state={"t": opt.t, **moments},
+                        extra={"mesh": list(first)})
+    comm.Barrier()
+    mesh.free()
+
+    step(f"resume on {second}")
+    ck = checkpoint.load(path)
+    assert ck.step == steps and ck.extra["mesh"] == list(first) and ck.config == cfg
+    mesh = Mesh(*second, comm=comm)
+    gpt = ParallelGPT(ck.config, mesh)
+    gpt.load_params(ck.params)
+    opt = AdamW(gpt.params, lr=LR)
+    opt.load_state_dict({"t": ck.opt_state["t"], "m": gpt.local_pieces(ck.opt_state["m"]),
+                         "v": gpt.local_pieces(ck.opt_state["v"])})
+    train(gpt, opt, batches[steps:])
+    resumed = gpt.full_params()
+    mesh.free()
+    err = max(rel_err(resumed[n], ser[n]) for n in ser)
+    assert err < 1e-10, err
+    return err
+
+
+def validation_errors(comm):
+    """Bad shapes, configs and batches raise the same ValueError on every rank, and nothing hangs."""
+    from gpulab.engine import GPTConfig
+
+    msgs = {}
+    try:
+        Mesh(3, 1, 1, 1, comm=comm)
+    except ValueError as err:
+        msgs["mesh"] = str(err)
+    mesh = Mesh(1, comm.size, 1, 1, comm=comm)
+    try:
+        ParallelGPT(GPTConfig(13, 8, 1, 2, 18), mesh)
+    except ValueError as err:
+        msgs["config"] = str(err)
+    mesh.free()
+    mesh = Mesh(1, 1, comm.size, 1, comm=comm)
+    cfg = tiny_config()
+    gpt = ParallelGPT(cfg, mesh)
+    gpt.load_params(random_params(cfg))
+    idx, targets = random_batch(cfg, 6)
+    try:
+        gpt.forward_backward(idx, targets)
+    except ValueError as err:
+        msgs["batch"] = str(err)
+    comm.Barrier()  # every rank got here: no rank is stuck in a collective
+    mesh.free()
+    return msgs
+
+
+def collectives(comm):
+    """Results, duality (all_gather is reduce_scatter's adjoint), handles, tracing, size-1 groups."""
+    rank, size = comm.rank, comm.size
+    rng = np.random.default_rng(rank)
+    with coll.trace() as calls:
+        x = np.arange(4.0) + rank
+        np.testing.assert_array_equal(coll.all_reduce(x, comm), np.arange(4.0) * size + sum(range(size)))
+        assert coll.all_reduce(np.array([float(rank)]), comm, op="max")[0] == size - 1
+        np.testing.assert_array_equal(coll.all_gather(np.full(2, float(rank)), comm),
+                                      np.repeat(np.arange(float(size)), 2))
+        mine = coll.reduce_scatter(np.arange(2.0 * size) * (rank + 1), comm)
+        total = np.arange(2.0 * size) * sum(r + 1 for r in range(size))
+        np.testing.assert_array_equal(mine, total[2 * rank:2 * rank + 2])
+        a, b = rng.normal(size=3), rng.normal(size=3 * size)
+        lhs = comm.allreduce(float(coll.all_gather(a, comm) @ b))  # <gather(a), b>
+        rhs = comm.allreduce(float(a @ coll.reduce_scatter(b.copy(), comm)))  # <a, scatter(b)>
+        assert abs(lhs - rhs) < 1e-12 * max(1.0, abs(lhs))
+        h1 = coll.iall_reduce(np.ones(5), comm)
+        h2 = coll.iall_gather(np.full(1, float(rank)), comm)
+        h3 = coll.ireduce_scatter(np.ones(size), comm)
+        np.testing.assert_array_equal(h1.wait(), np.full(5, float(size)))
+        np.testing.assert_array_equal(h2.wait(), np.arange(float(size)))
+        np.testing.assert_array_equal(h3.wait(), [float(size)])
+    ops = [c["op"] for c in calls]
+    assert ops == ["all_reduce", "all_reduce", "all_gather", "reduce_scatter", "all_gather",
+                   "reduce_scatter", "all_reduce", "all_gather", "reduce_scatter"], ops
+    assert calls[2]["nbytes"] == 2 * size * 8 and calls[0]["size"] == size
+    try:
+        coll.reduce_scatter(np.ones(size + 1), comm)
+        raise AssertionError("uneven reduce_scatter accepted")
+    except ValueError as err:
+        assert "does not split evenly" in str(err)
+    alone = comm.Split(rank, 0)
+    z = np.arange(3.0)
+    with coll.trace() as calls:
+        assert coll.all_reduce(z, alone) is z
+        assert coll.iall_reduce(z, alone).wait() is z
+        assert coll.all_gather(z, alone).base is z and coll.reduce_scatter(z, alone).base is z
+    assert calls == []  # a group of one member never reaches MPI
+    alone.Free()
+    return ops
