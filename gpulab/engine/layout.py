@@ -16,7 +16,8 @@ A grid ``shape`` is (R, C, D, P) = (row, col, depth, data); a rank's
   (features of the residual stream) and copied across row and depth.
 - Every tensor-parallel piece is copied across data-parallel replicas.
 
-``owner_map`` draws it: the rank that stores each element of a weight.
+``owner_map`` draws it (the rank that stores each element of a weight) and
+``weight_blocks`` lists it (each rank's block and depth-shard range).
 """
 
 from __future__ import annotations
@@ -72,6 +73,10 @@ def split_counts(transposed: bool, shape) -> tuple[int, int]:
 def block_slices(n: int, k: int, shape, r: int, c: int, transposed: bool = False):
     """(rows, cols) slices of the full [n, k] weight owned by grid position (r, c)."""
     n_parts, k_parts = split_counts(transposed, shape)
+    if n % n_parts or k % k_parts:
+        raise ValueError(f"a [{n}, {k}] weight does not split into {n_parts} x {k_parts} blocks "
+                         f"(out features over {'col' if transposed else 'row'}, in features over "
+                         f"{'row' if transposed else 'col'})")
     i, j = (c, r) if transposed else (r, c)  # out index, in index
     bn, bk = n // n_parts, k // k_parts
     return slice(i * bn, (i + 1) * bn), slice(j * bk, (j + 1) * bk)
@@ -156,6 +161,25 @@ def assemble(spec: ParamSpec, pieces: dict, shape):
         inverse = np.argsort(qkv_permutation(spec.shape[0] // 3, R))
         full = full[xp.asarray(inverse)]
     return full
+
+
+def weight_blocks(n: int, k: int, shape, transposed: bool = False) -> list[dict]:
+    """One dict per rank of data replica 0: the block of an [n, k] weight it owns and the part
+    of the flattened block (``flat``: start, stop, padding excluded) its depth shard holds."""
+    from gpulab.engine.mesh import rank_of
+
+    R, C, D, _ = shape
+    size = shard_numel(n, k, shape, transposed)
+    out = []
+    for d in range(D):
+        for r in range(R):
+            for c in range(C):
+                rows, cols = block_slices(n, k, shape, r, c, transposed)
+                numel = (rows.stop - rows.start) * (cols.stop - cols.start)
+                out.append({"rank": rank_of(0, d, r, c, shape), "r": r, "c": c, "d": d,
+                            "rows": (rows.start, rows.stop), "cols": (cols.start, cols.stop),
+                            "flat": (min(d * size, numel), min((d + 1) * size, numel))})
+    return sorted(out, key=lambda b: b["rank"])
 
 
 def owner_map(n: int, k: int, shape, transposed: bool = False) -> np.ndarray:

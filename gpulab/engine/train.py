@@ -177,7 +177,7 @@ def train(args, shape) -> int:
                       "time_s": round(time.perf_counter() - t0, 3)}
             log.write(json.dumps(record) + "\n")
             log.flush()
-            bar.set_postfix(loss=f"{loss:.3f}")
+            bar.set_postfix(loss=f"{loss:.3f}", refresh=False)  # tqdm redraws on its own clock
             if (step + 1 - start) % args.log_every == 0 or step + 1 == start + args.steps:
                 tqdm.write(f"step {step + 1}: loss {loss:.4f}", file=sys.stdout)
     wall = time.perf_counter() - t0

@@ -5,7 +5,8 @@ import pytest
 
 from gpulab.engine import Mesh, check_divisibility, grid_shapes
 from gpulab.engine import layers as L
-from gpulab.engine.layout import assemble, local_piece, owner_map, owns, param_specs, qkv_permutation
+from gpulab.engine.layout import (assemble, local_piece, owner_map, owns, param_specs,
+                                  qkv_permutation, weight_blocks)
 from gpulab.engine.mesh import check_shape, coords_of, rank_of
 from gpulab.engine.volume import collective_calls, totals
 from tests.engine.util import random_params, tiny_config
@@ -111,6 +112,21 @@ def test_owner_map_picture():
     assert deep[:2, :3].tolist() == [[0, 0, 0], [0, 0, 0]] and deep[2, 0] == 2
     counts = np.bincount(owner_map(26, 18, (2, 2, 2, 1)).ravel())
     assert counts.sum() == 26 * 18 and len(counts) == 8
+
+
+def test_weight_blocks_list_agrees_with_the_map():
+    shape = (2, 3, 2, 1)
+    owners = owner_map(12, 9, shape)
+    blocks = weight_blocks(12, 9, shape)
+    assert [b["rank"] for b in blocks] == list(range(12))
+    for b in blocks:
+        block = owners[slice(*b["rows"]), slice(*b["cols"])].reshape(-1)
+        assert np.all(block[slice(*b["flat"])] == b["rank"])
+    b5 = blocks[5]
+    assert (b5["r"], b5["c"], b5["d"], b5["rows"], b5["cols"]) == (1, 2, 0, (6, 12), (6, 9))
+    assert b5["flat"] == (0, 9)  # 6x3 block = 18 values, 9 per depth shard
+    with pytest.raises(ValueError, match=r"a \[13, 9\] weight does not split into 2 x 3 blocks"):
+        owner_map(13, 9, shape)
 
 
 @pytest.mark.parametrize("shape, batch, message", [

@@ -1,0 +1,66 @@
+"""``gpulab train`` end to end: it re-launches itself under mpiexec, the loss falls, the
+checkpoint is written, and a run resumes from it on another grid shape."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpulab.engine import checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY = ["--batch-size", "8", "--block-size", "16", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
+        "--lr", "1e-2", "--warmup", "5", "--sample", "40", "--no-progress", "--log-every", "20"]
+
+
+def gpulab(*args, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k != "GPULAB_TRAIN_LAUNCHED"}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env, cwd=ROOT)
+
+
+def summary(stdout: str) -> dict:
+    line = next(line for line in stdout.splitlines() if line.startswith("summary "))
+    return json.loads(line[len("summary "):])
+
+
+def test_train_then_resume_on_another_grid(tmp_path):
+    out = tmp_path / "gpt.npz"
+    run = gpulab("train", "--mesh", "1,1,2,1", "-n", "2", "--steps", "60", "--out", str(out), *TINY)
+    assert run.returncode == 0, run.stdout + run.stderr
+    s = summary(run.stdout)
+    assert s["mesh"] == [1, 1, 2, 1] and s["steps"] == 60
+    assert s["last10_mean"] < s["first10_mean"] - 0.5, s  # ln(72) = 4.28 at the start
+    assert "sample:\nAnd " in run.stdout
+    ck = checkpoint.load(out)
+    assert ck.step == 60 and ck.extra["mesh"] == [1, 1, 2, 1] and ck.opt_state["t"] == 60
+    assert ck.config.vocab_size == 72 and ck.config.n_embd == 16
+    log = [json.loads(line) for line in out.with_suffix(".loss.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in log] == list(range(1, 61))
+
+    more = gpulab("train", "--mesh", "2,1,1,1", "--steps", "10", "--out", str(out),
+                  "--resume", str(out), *TINY)
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert summary(more.stdout)["mesh"] == [2, 1, 1, 1]
+    assert summary(more.stdout)["first_loss"] < s["first10_mean"] - 0.5  # it did resume
+    assert checkpoint.load(out).step == 70
+    log = out.with_suffix(".loss.jsonl").read_text().splitlines()
+    assert json.loads(log[-1])["step"] == 70 and len(log) == 70
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--mesh", "1,2,2,1", "-n", "3"], "-n 3 does not match --mesh 1,2,2,1"),
+    (["--mesh", "1,2,x,1"], "--mesh must be four positive ints"),
+])
+def test_bad_arguments_fail_before_launching(args, message):
+    run = gpulab("train", *args, timeout=60)
+    assert run.returncode != 0 and message in run.stderr
+
+
+def test_help_lists_train_and_stays_fast():
+    run = gpulab("--help", timeout=60)
+    assert run.returncode == 0 and "train" in run.stdout
