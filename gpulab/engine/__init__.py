@@ -6,19 +6,30 @@ Serial reference::
     cfg = GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16)
     loss, grads = loss_and_grads(init_params(cfg), idx, targets, cfg)
 
-Parallel (inside an MPI job; see ``parallel`` and ``mesh``)::
+Parallel (inside an MPI job)::
 
     from gpulab.engine import Mesh, ParallelGPT
     gpt = ParallelGPT(cfg, Mesh(row=2, col=2, depth=1, data=1))
+    gpt.load_params(init_params(cfg)); loss = gpt.forward_backward(idx, targets)
 
-Training from the shell: ``gpulab train --mesh 1,2,2,1 -n 4``. Importing this
-package does not initialise MPI or CUDA.
+Training from the shell: ``gpulab train --mesh 1,2,2,1 -n 4``.
+
+Modules, in dependency order: config (GPTConfig), layers (serial forward/
+backward pairs), model (serial GPT), mesh (4D rank grid), collectives (the
+only MPI calls), layout (which rank holds which piece; ``owner_map`` and
+``weight_blocks`` for pictures), tp3d (AxoNN's 3D Linear), tp_layers
+(sharded LayerNorm, embedding, cross-entropy), parallel (ParallelGPT),
+volume (bytes per collective per layer), optim, checkpoint, corpus, sample,
+train (the CLI). Importing this package initialises neither MPI nor CUDA.
 """
 
 from gpulab.engine.config import GPTConfig
+from gpulab.engine.layout import owner_map, weight_blocks
 from gpulab.engine.mesh import Mesh, grid_shapes
 from gpulab.engine.model import init_params, logits, loss_and_grads, param_shapes
 from gpulab.engine.parallel import ParallelGPT, check_divisibility
+from gpulab.engine.volume import collective_calls, totals
 
-__all__ = ["GPTConfig", "Mesh", "ParallelGPT", "check_divisibility", "grid_shapes",
-           "init_params", "logits", "loss_and_grads", "param_shapes"]
+__all__ = ["GPTConfig", "Mesh", "ParallelGPT", "check_divisibility", "collective_calls",
+           "grid_shapes", "init_params", "logits", "loss_and_grads", "owner_map", "param_shapes",
+           "totals", "weight_blocks"]
