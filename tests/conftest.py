@@ -1,15 +1,17 @@
-"""Fixtures for executing notebooks: a private IPYTHONDIR per test, and a cleanup that proves no engine is left."""
+"""Shared fixture for tests that start ipyparallel clusters (tests/cluster, tests/notebooks)."""
 
 import pytest
 
-from tests.notebooks.nbrun import cluster_processes, stop_leftovers
+from tests.cluster.procs import cluster_processes, stop_leftovers
 
 
 @pytest.fixture
-def ipython_dir(tmp_path):
-    """A fresh IPYTHONDIR; afterwards stop any cluster under it and assert none of its processes remain."""
+def ipython_dir(tmp_path, monkeypatch):
+    """A fresh IPYTHONDIR (also set in os.environ); afterwards no process of its clusters may remain."""
     path = tmp_path / "ipython"
     path.mkdir()
+    monkeypatch.setenv("IPYTHONDIR", str(path))
+    monkeypatch.setenv("IPP_NONINTERACTIVE", "1")
     yield path
     stop_leftovers(path)
     remaining = [" ".join(p.cmdline()[:4]) for p in cluster_processes(path)]

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import copy
 import os
-import time
 from pathlib import Path
 
 import nbformat
-import psutil
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError  # noqa: F401 (re-exported)
 
@@ -65,44 +63,3 @@ def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: 
     if bad or missing:
         raise ReplyNotOk(f"{path.name}: cells with non-ok replies {bad}, cells without a reply {missing}")
     return nb
-
-
-def cluster_processes(ipython_dir) -> list[psutil.Process]:
-    """Processes started for clusters under this IPYTHONDIR (mpiexec, its proxies, engines, controller)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        try:
-            if proc.pid == os.getpid():
-                continue
-            if str(ipython_dir) in " ".join(proc.info["cmdline"] or []) or \
-                    proc.environ().get("IPYTHONDIR") == str(ipython_dir):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            pass
-    return found
-
-
-def stop_leftovers(ipython_dir, grace: float = 10) -> list[str]:
-    """Wait up to grace s for this IPYTHONDIR's cluster processes to exit; stop and kill the rest.
-
-    Returns the command lines of the processes that were still there after the grace time.
-    """
-    import ipyparallel as ipp
-
-    deadline = time.monotonic() + grace
-    while cluster_processes(ipython_dir) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    left = [" ".join(p.cmdline()[:3]) for p in cluster_processes(ipython_dir) if p.is_running()]
-    for cluster_file in Path(ipython_dir).glob("profile_*/security/cluster-*.json"):
-        try:
-            ipp.Cluster.from_file(str(cluster_file), log_level=40).stop_cluster_sync()
-        except Exception:
-            pass
-    procs = cluster_processes(ipython_dir)
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=10)
-    return left

@@ -7,7 +7,8 @@ import time
 
 import pytest
 
-from tests.notebooks.nbrun import CellExecutionError, CellTimeoutError, execute, stop_leftovers
+from tests.cluster.procs import stop_leftovers
+from tests.notebooks.nbrun import CellExecutionError, CellTimeoutError, execute
 
 DATA = __import__("pathlib").Path(__file__).parent / "data"
 

@@ -1,0 +1,30 @@
+"""MPI engines behind a notebook: start them, run work on them within a time bound, stop them.
+
+    from gpulab.cluster import start_engines
+    with start_engines(4) as engines:                  # local mpiexec, controller on 127.0.0.1
+        ranks = engines.run(my_function, timeout=30)   # one result per MPI rank, in rank order
+        engines.client, engines.view                   # ipyparallel Client; blocking DirectView (%%px)
+
+In a notebook, keep the handle across cells and call ``engines.stop()`` at the
+end. A kernel that exits, restarts or is killed takes its engines with it (a
+reaper process watches it), and a later ``start_engines`` stops any cluster a
+dead kernel left in the profile.
+
+On a Slurm cluster, the engines run as one batch job, one rank per GPU:
+``start_engines(8, launcher="slurm", partition="gpu", account="abc",
+gpus_per_node=4, time="00:30:00")``; ``print(slurm_script(8, partition="gpu"))``
+shows the job script, rendered from ``SLURM_TEMPLATE``.
+
+Modules: ``engines`` (start_engines, Engines, the errors), ``engine_side``
+(what runs on each engine: pin_gpu, the hang watchdog), ``slurm`` (batch
+template), ``processes`` (reaper, stale-cluster cleanup).
+"""
+
+from gpulab.cluster.engine_side import pin_gpu
+from gpulab.cluster.engines import (EngineDied, EngineFailed, EngineProblem, Engines, EngineTimeout,
+                                    start_engines)
+from gpulab.cluster.processes import stop_stale_clusters
+from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_script
+
+__all__ = ["SLURM_TEMPLATE", "EngineDied", "EngineFailed", "EngineProblem", "EngineTimeout", "Engines",
+           "pin_gpu", "slurm_script", "start_engines", "stop_stale_clusters"]

@@ -1,0 +1,96 @@
+"""Making sure no engine outlives its notebook: a reaper process, and cleanup of stale clusters.
+
+mpiexec and the controller run in their own sessions (ipyparallel starts them so
+that Ctrl-C in the kernel does not kill them), so when a kernel is restarted or
+killed nothing stops them. The reaper is a small process that watches the
+kernel and kills the cluster's whole process tree once the kernel is gone:
+
+    reap(owner=<kernel pid>, pids=[<controller pid>, <mpiexec pid>], cancel=[])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+
+def alive(proc) -> bool:
+    """True if this pid or psutil.Process is running and not a zombie."""
+    try:
+        proc = proc if isinstance(proc, psutil.Process) else psutil.Process(proc)
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_trees(pids) -> None:
+    """SIGKILL these processes and all their descendants, if still alive."""
+    procs = []
+    for pid in pids:
+        try:
+            proc = psutil.Process(pid)
+            procs += [proc, *proc.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            pass
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=5)
+
+
+def start_reaper(cluster) -> subprocess.Popen:
+    """Start a reaper for this cluster's controller and engine launcher (mpiexec or a Slurm job)."""
+    pids = [cluster.controller.pid]
+    es = cluster.engine_set
+    pids += [es.pid] if getattr(es, "pid", -1) > 0 else []
+    cancel = ["scancel", es.job_id] if getattr(es, "job_id", "") else []
+    args = json.dumps({"owner": os.getpid(), "pids": pids, "cancel": cancel})
+    code = "import json, sys; from gpulab.cluster.processes import reap; reap(**json.loads(sys.argv[1]))"
+    return subprocess.Popen([sys.executable, "-c", code, args], start_new_session=True, stdin=subprocess.DEVNULL)
+
+
+def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> None:
+    """Remember every descendant of pids; when owner exits, kill them all (and scancel the job)."""
+    known = {}
+    while True:
+        for proc in list(known.values()) + [psutil.Process(p) for p in pids if psutil.pid_exists(p)]:
+            try:  # learn the engines while mpiexec lives: once it dies they are orphans we cannot find
+                for child in [proc, *proc.children(recursive=True)]:
+                    known.setdefault(child.pid, child)
+            except psutil.NoSuchProcess:
+                pass
+        known = {pid: p for pid, p in known.items() if alive(p)}
+        if not known:
+            return  # the cluster was stopped normally
+        if not psutil.pid_exists(owner):
+            if cancel:
+                subprocess.run(cancel, check=False)
+            kill_trees(list(known))
+            return
+        time.sleep(poll)
+
+
+def stop_stale_clusters(profile_dir: str) -> list[str]:
+    """Stop clusters in this profile whose starting process (the pid in the cluster id) is gone."""
+    stopped = []
+    for path in Path(profile_dir, "security").glob("cluster-gpulab-*.json"):
+        owner = int(path.stem.split("-")[2])
+        if psutil.pid_exists(owner):
+            continue
+        try:
+            import ipyparallel as ipp
+
+            ipp.Cluster.from_file(str(path), log_level=40).stop_cluster_sync()
+        except Exception:  # its processes are already gone: the file is all that is left
+            pass
+        path.unlink(missing_ok=True)
+        stopped.append(path.stem.removeprefix("cluster-"))
+    return stopped

@@ -1,0 +1,57 @@
+"""The Slurm batch script for engines: one job, one MPI rank per GPU, started with srun.
+
+    print(slurm_script(8, partition="gpu", account="abc", gpus_per_node=4))
+
+ipyparallel fills {n}, {cluster_id}, {output_file} and {program_and_args}
+(the ipengine command) when it submits; the other fields come from
+``start_engines(..., launcher="slurm")``. Edit a copy of SLURM_TEMPLATE for
+your site (modules, constraints, QoS) and pass it as ``slurm_template=``.
+"""
+
+from __future__ import annotations
+
+import math
+
+from traitlets.config import Config
+
+SLURM_TEMPLATE = """\
+#!/bin/bash
+#SBATCH --job-name=gpulab-engines-{cluster_id}
+#SBATCH --partition={partition}
+#SBATCH --account={account}
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks={n}
+#SBATCH --ntasks-per-node={ranks_per_node}
+#SBATCH --gpus-per-node={gpus_per_node}
+#SBATCH --time={time}
+#SBATCH --output={output_file}
+#SBATCH --export=ALL
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+srun --cpu-bind=none {program_and_args}
+"""
+
+
+def slurm_fields(n: int, *, partition: str, account: str = "", gpus_per_node: int = 4,
+                 ranks_per_node: int | None = None, time: str = "00:30:00") -> dict:
+    """The template's gpulab fields; by default one rank per GPU, as many nodes as that needs."""
+    if n < 1 or gpus_per_node < 0:
+        raise ValueError(f"need n >= 1 and gpus_per_node >= 0, got n={n}, gpus_per_node={gpus_per_node}")
+    ranks_per_node = ranks_per_node or max(gpus_per_node, 1)
+    return {"partition": partition, "account": account, "gpus_per_node": gpus_per_node,
+            "ranks_per_node": ranks_per_node, "nodes": math.ceil(n / ranks_per_node), "time": time}
+
+
+def slurm_script(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> str:
+    """The script as sbatch will see it, with ipyparallel's own fields left as {placeholders}."""
+    ns = slurm_fields(n, **fields)
+    ns.update(n=n, cluster_id="{cluster_id}", output_file="{output_file}", program_and_args="{program_and_args}")
+    return template.format(**ns)
+
+
+def slurm_config(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> Config:
+    """ipyparallel config that submits the engines with this template."""
+    config = Config()
+    config.SlurmEngineSetLauncher.batch_template = template
+    config.SlurmEngineSetLauncher.engine_args = ["--mpi"]  # ipengine initialises MPI: engine id = rank
+    config.SlurmEngineSetLauncher.namespace = slurm_fields(n, **fields)
+    return config

@@ -1,0 +1,117 @@
+"""Local MPI engines: ids are ranks, the controller is local, and nothing survives a stop, an
+exception, a hang, a dead engine or a killed kernel. Each test starts real clusters (about 8 s each)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from gpulab.cluster import EngineDied, EngineFailed, EngineTimeout, start_engines, stop_stale_clusters
+from tests.cluster.procs import cluster_processes, stop_leftovers
+
+
+def rank_and_size():
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD.rank, MPI.COMM_WORLD.size
+
+
+def rank0_waits_alone():
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 0:
+        MPI.COMM_WORLD.barrier()  # the others never come
+
+
+def rank1_exits():
+    import time
+
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 1:
+        os._exit(3)
+    time.sleep(60)
+
+
+def rank1_raises():
+    from mpi4py import MPI
+
+    if MPI.COMM_WORLD.rank == 1:
+        raise ValueError("bad input on rank 1")
+
+
+def test_engines_are_ranks_pin_gpus_and_listen_on_localhost(ipython_dir, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # pretend two GPUs: each local rank gets one
+    with start_engines(2) as engines:
+        assert engines.ids == [0, 1]
+        assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
+        assert [(p["rank"], p["local_rank"], p["local_size"], p["gpu"]) for p in engines.placement] == \
+            [(0, 0, 2, "3"), (1, 1, 2, "5")]
+        controller = psutil.Process(engines.cluster.controller.pid)
+        listening = {c.laddr.ip for c in controller.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        assert listening == {"127.0.0.1"}
+        engines.view.execute("x = 40 + 2")  # the view blocks and reaches every engine
+        assert engines.view["x"] == [42, 42]
+    assert stop_leftovers(ipython_dir, grace=3) == []
+
+
+def test_exception_in_with_block_stops_all_and_a_second_cluster_starts(ipython_dir):
+    with pytest.raises(KeyError):
+        with start_engines(2):
+            raise KeyError("boom")
+    assert stop_leftovers(ipython_dir, grace=3) == []
+    with start_engines(2) as engines:
+        assert engines.ids == [0, 1]
+    assert stop_leftovers(ipython_dir, grace=3) == []
+
+
+def test_hang_death_and_errors_are_reported_in_bounded_time(ipython_dir):
+    with start_engines(2) as engines:
+        start = time.monotonic()
+        with pytest.raises(EngineTimeout) as hang:
+            engines.run(rank0_waits_alone, timeout=3, what="a lonely barrier")
+        assert time.monotonic() - start < 10
+        message = str(hang.value)
+        assert "a lonely barrier did not finish within 3 s on engine(s) [0]" in message
+        assert "engine 0 stuck at:" in message and "in rank0_waits_alone" in message
+
+        engines.restart()
+        start = time.monotonic()
+        with pytest.raises(EngineDied, match=r"engine\(s\) \[.*1.*\] died while running rank1_exits"):
+            engines.run(rank1_exits, timeout=60)
+        assert time.monotonic() - start < 10
+
+        engines.restart()
+        with pytest.raises(EngineFailed, match="engine 1: ValueError: bad input on rank 1"):
+            engines.run(rank1_raises)
+        assert engines.run(rank_and_size) == [(0, 2), (1, 2)]  # a plain error leaves engines usable
+    assert stop_leftovers(ipython_dir, grace=3) == []
+
+
+OWNER = """
+from gpulab.cluster import start_engines
+engines = start_engines(2)
+print("ready", engines.cluster.cluster_id, flush=True)
+import time; time.sleep(600)
+"""
+
+
+def test_engines_of_a_killed_kernel_are_stopped(ipython_dir):
+    owner = subprocess.Popen([sys.executable, "-c", OWNER], stdout=subprocess.PIPE, text=True)
+    try:
+        ready, cluster_id = owner.stdout.readline().split()
+        assert ready == "ready"
+        assert any("mpiexec" in " ".join(p.cmdline()) for p in cluster_processes(ipython_dir))
+    finally:
+        owner.send_signal(signal.SIGKILL)  # no atexit, no finally: like a kernel killed at a timeout
+        owner.wait()
+    deadline = time.monotonic() + 10
+    while cluster_processes(ipython_dir) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert cluster_processes(ipython_dir) == []  # the reaper stopped mpiexec, engines and controller
+    # its cluster file remains; the next start_engines in the profile removes it
+    assert stop_stale_clusters(str(ipython_dir / "profile_gpulab")) == [cluster_id]

@@ -1,0 +1,41 @@
+"""The Slurm batch script renders as sbatch would see it (no Slurm needed: ipyparallel writes the file)."""
+
+import pytest
+from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
+
+from gpulab.cluster import SLURM_TEMPLATE, slurm_script
+from gpulab.cluster.engines import cluster_config
+
+
+def test_script_shows_partition_account_gpus_and_time():
+    text = slurm_script(8, partition="gpu", account="proj42", gpus_per_node=4, time="01:00:00")
+    for line in ["#SBATCH --partition=gpu", "#SBATCH --account=proj42", "#SBATCH --nodes=2",
+                 "#SBATCH --ntasks=8", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
+                 "#SBATCH --time=01:00:00", "srun --cpu-bind=none {program_and_args}"]:
+        assert line in text.splitlines(), line
+
+
+def test_ranks_per_node_rounds_nodes_up():
+    assert "#SBATCH --nodes=3" in slurm_script(5, partition="p", gpus_per_node=8, ranks_per_node=2)
+
+
+def test_ipyparallel_renders_the_template_with_the_engine_command(tmp_path):
+    kind, config, ip, location = cluster_config(8, "slurm", partition="gpu", account="proj42", gpus_per_node=4,
+                                      ranks_per_node=None, time="00:10:00", template=SLURM_TEMPLATE)
+    assert kind == "slurm" and ip == "*" and location  # compute nodes must reach the controller
+    launcher = SlurmEngineSetLauncher(config=config, work_dir=str(tmp_path), profile_dir=str(tmp_path),
+                                      cluster_id="gpulab-1-abc")
+    launcher.write_batch_script(8)
+    text = (tmp_path / "slurm_engine.sbatch").read_text()
+    assert "#SBATCH --job-name=gpulab-engines-gpulab-1-abc" in text
+    assert "#SBATCH --ntasks=8" in text and "#SBATCH --nodes=2" in text
+    srun = [line for line in text.splitlines() if line.startswith("srun")][0]
+    assert "ipyparallel.engine" in srun and srun.endswith("--mpi")  # engine id = MPI rank
+    assert "{" not in text  # every field filled
+
+
+def test_controller_listens_on_localhost_unless_asked():
+    assert cluster_config(2)[2:] == ("127.0.0.1", "")
+    assert cluster_config(2, controller_ip="10.0.0.5")[2] == "10.0.0.5"
+    with pytest.raises(ValueError, match="launcher"):
+        cluster_config(2, "pbs")
