@@ -1,0 +1,180 @@
+"""Fit alpha and beta from ping-pong measurements between rank pairs, per level.
+
+Rank 0 ping-pongs with every other rank (OSU osu_latency style: one-way time
+= round trip / 2) over a range of sizes, twice: with mpi4py's Send/Recv (what
+MPI's own collectives pay) and through gpulab's ``Group.send/recv`` (what the
+Python algorithms pay); the difference is the per-message Python overhead.
+Pairs on one (real or emulated) node fit the intra-node link, pairs across
+nodes the inter-node link. Least squares minimises the relative error, so a
+1 us message counts as much as a 1 ms one; a protocol switch (MPICH: eager
+below it, single-copy above) is found from the data, not assumed: the best
+split is kept only if it at least halves the RMS error of one straight line.
+
+    mpiexec -n 2 python -m gpulab.bcast.fit          # print the fit and its residuals
+    machine = fit_machine(pingpong(comm, SIZES), p=comm.size)   # on every rank
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+
+import numpy as np
+
+from gpulab.bcast.model import Hockney, Link, Machine
+
+SIZES = [8, 64, 512, 1024, 2048, 4096, 6144, 8191, 8192, 12288, 16384, 32768, 65536, 131072, 262144,
+         524288, 1 << 20, 2 << 20, 4 << 20]
+PYTHON_PATH_MAX = 65536  # the Python overhead is per message: measure it where it is visible
+_TAG = 26467
+
+
+def _exchange(comm, me: int, peer: int, buf, iters: int, via: str) -> float:
+    """One-way seconds per message, from ``iters`` round trips (timed on the initiating rank)."""
+    from mpi4py import MPI
+
+    from gpulab.bcast.group import Group
+
+    g = Group(comm, list(range(comm.size)), comm.rank)
+    send = (lambda b, dst: g.send(dst, b, "pingpong", 0)) if via == "python" else \
+        (lambda b, dst: comm.Send([b, MPI.BYTE], dst, _TAG))
+    recv = (lambda b, src: g.recv(src, b)) if via == "python" else \
+        (lambda b, src: comm.Recv([b, MPI.BYTE], src, _TAG))
+    start = MPI.Wtime()
+    for _ in range(iters):
+        if me == 0:
+            send(buf, peer)
+            recv(buf, peer)
+        else:
+            recv(buf, peer)
+            send(buf, peer)
+    return (MPI.Wtime() - start) / iters / 2
+
+
+def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budget: float = 0.02,
+             repeats: int = 3) -> list[dict]:
+    """Ping-pong rank 0 <-> every other rank (collective; the same samples are returned on every rank).
+
+    Ranks not in the current pair wait in a barrier, as idle ranks wait inside
+    MPI during a broadcast, so oversubscription shows in the numbers.
+    """
+    from gpulab.bcast.hierarchical import node_of_rank
+
+    node = node_of_rank(comm, ranks_per_node)
+    samples = []
+    for peer in range(1, comm.size):
+        level = "intra" if node[peer] == node[0] else "inter"
+        for nbytes in sizes:
+            buf = np.zeros(nbytes, np.uint8)
+            for via in ("mpi", "python") if nbytes <= PYTHON_PATH_MAX else ("mpi",):
+                if comm.rank in (0, peer):
+                    other = peer if comm.rank == 0 else 0
+                    _exchange(comm, comm.rank, other, buf, 2, via)  # warm-up
+                    probe = _exchange(comm, comm.rank, other, buf, 3, via)
+                    if comm.rank == 0:  # rank 0 sizes the loop to the time budget and tells its peer
+                        iters = max(3, min(1000, int(time_budget / max(2 * probe, 1e-7))))
+                        comm.send(iters, dest=peer, tag=_TAG)
+                    else:
+                        iters = comm.recv(source=0, tag=_TAG)
+                    times = [_exchange(comm, comm.rank, other, buf, iters, via) for _ in range(repeats)]
+                    if comm.rank == 0:
+                        samples.append({"peer": peer, "level": level, "nbytes": nbytes, "via": via,
+                                        "seconds": statistics.median(times), "iters": iters})
+                comm.Barrier()
+    return comm.bcast(samples, root=0)
+
+
+def _lsq(n: np.ndarray, t: np.ndarray) -> Hockney:
+    """alpha, beta >= 0 minimising sum(((alpha + beta n) - t) / t)^2."""
+    a = np.column_stack([1 / t, n / t])
+    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if alpha < 0:  # pure bandwidth: refit through the origin
+        alpha, beta = 0.0, float(np.sum(n / t) / np.sum((n / t) ** 2))
+    if beta < 0:  # pure latency
+        alpha, beta = float(len(t) / np.sum(1 / t)), 0.0
+    return Hockney(float(alpha), float(beta))
+
+
+def _rss(h: Hockney, n, t) -> float:
+    return float(np.sum(((h.alpha + h.beta * n) - t) ** 2 / t ** 2))
+
+
+def fit_link(nbytes, seconds, *, switch: int | str | None = "auto", min_points: int = 3) -> tuple[Link, dict]:
+    """Fit one link; ``switch="auto"`` tries every two-regime split and keeps one only if it halves the error.
+
+    Returns the link and a report: residuals per point and the RMS relative error.
+    """
+    n, t = np.asarray(nbytes, float), np.asarray(seconds, float)
+    order = np.argsort(n)
+    n, t = n[order], t[order]
+    options = [(None, _lsq(n, t), None)]
+    splits = sorted(set(n)) if switch == "auto" else [] if switch is None else [switch]
+    for s in splits:
+        low, high = n < s, n >= s
+        if low.sum() >= min_points and high.sum() >= min_points:
+            options.append((int(s), _lsq(n[low], t[low]), _lsq(n[high], t[high])))
+
+    def rss(option) -> float:
+        s, small, large = option
+        return _rss(small, n, t) if s is None else _rss(small, n[n < s], t[n < s]) + _rss(large, n[n >= s], t[n >= s])
+
+    # trying every split finds a "switch" in pure noise; a real protocol switch leaves a
+    # systematic kink, so a split must at least halve the RMS error (quarter the RSS)
+    s, small, large = min(options, key=rss)
+    if s is not None and rss((s, small, large)) * 4 > rss(options[0]):
+        s, small, large = options[0]
+    link = Link(small, large, s, receiver_copies=s is not None)
+    fitted = np.array([link.regime(x).time(x) for x in n])
+    residuals = [{"nbytes": int(x), "measured_us": y * 1e6, "fitted_us": f * 1e6, "rel_err": (f - y) / y}
+                 for x, y, f in zip(n, t, fitted)]
+    rms = float(np.sqrt(np.mean(((fitted - t) / t) ** 2)))
+    return link, {"residuals": residuals, "rms_rel_err": rms, "switch": s}
+
+
+def fit_machine(samples: list[dict], *, p: int, cores: int | None = None, ranks_per_node: int | None = None,
+                name: str | None = None) -> Machine:
+    """A ``Machine`` from ping-pong samples: a link per level, the Python overhead and the core count."""
+    cores = cores or len(os.sched_getaffinity(0))
+    links, reports = {}, {}
+    for level in ("intra", "inter"):
+        rows = [s for s in samples if s["level"] == level and s["via"] == "mpi"]
+        if rows:
+            links[level], reports[level] = fit_link([r["nbytes"] for r in rows], [r["seconds"] for r in rows])
+    if not links:
+        raise ValueError("no ping-pong samples to fit (a fit needs at least 2 ranks)")
+    one_level = len(links) == 1
+    intra = links.get("intra", links.get("inter"))
+    inter = links.get("inter", intra)
+    raw = {(s["peer"], s["nbytes"]): s["seconds"] for s in samples if s["via"] == "mpi"}
+    extra = [s["seconds"] - raw[s["peer"], s["nbytes"]] for s in samples if s["via"] == "python"]
+    overhead = max(0.0, statistics.median(extra)) if extra else 0.0
+    notes = {"fit": reports, "python_overhead_samples_us": [e * 1e6 for e in extra],
+             "levels": ("one level measured: intra- and inter-node links are the same fit" if one_level else
+                        "pairs on one emulated node fit 'intra', across emulated nodes 'inter'; on one "
+                        "machine both are the same hardware"),
+             "samples": samples}
+    return Machine(name or f"fitted on {p} ranks", intra, inter, ranks_per_node, overhead, cores, p, notes)
+
+
+def summary(machine: Machine) -> str:
+    """Human-readable alpha/beta per level and regime, with the fit's RMS relative error."""
+    lines = [f"{machine.name}: Python overhead {machine.overhead * 1e6:.2f} us/message, {machine.cores} cores"]
+    for level in ("intra", "inter"):
+        link, report = getattr(machine, level), machine.notes.get("fit", {}).get(level)
+        regimes = [("all sizes" if link.switch is None else f"< {link.switch} B", link.small)]
+        if link.switch is not None:
+            regimes.append((f">= {link.switch} B", link.large))
+        text = ", ".join(f"{label}: alpha {h.alpha * 1e6:.2f} us, beta {h.beta * 1e9:.4f} ns/B "
+                         f"({1 / h.beta / 1e9 if h.beta else math.inf:.1f} GB/s)" for label, h in regimes)
+        rms = f" (RMS error {report['rms_rel_err']:.0%})" if report else " (not measured: same as intra)"
+        lines.append(f"  {level}: {text}{rms}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    from mpi4py import MPI
+
+    fitted = fit_machine(pingpong(MPI.COMM_WORLD), p=MPI.COMM_WORLD.size)
+    if MPI.COMM_WORLD.rank == 0:
+        print(summary(fitted))

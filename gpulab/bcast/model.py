@@ -1,0 +1,248 @@
+"""Alpha-beta (Hockney) cost model of every broadcast algorithm in ``ALGORITHMS``.
+
+One message of s bytes costs ``alpha + s * beta``. An algorithm's time is the
+cost of the messages on its critical path (``gpulab.bcast.schedules``), e.g.
+binomial ceil(log2 p)(a + n b), chain (p + k - 2)(a + (n/k) b); hierarchical
+adds an inter-node and an intra-node broadcast with their own alpha and beta.
+
+    from gpulab.bcast.model import predict, best_chunk, load_machine
+    m = load_machine()                      # fitted by `gpulab tune fit` (never typed in)
+    predict("chain", 64 << 20, 8, machine=m, chunk_bytes=best_chunk("chain", 64 << 20, 8, machine=m))
+
+Beyond the textbook, a ``Machine`` can describe what a real machine adds:
+  * a protocol switch: MPICH sends short messages eagerly (copied twice through
+    shared-memory cells, by the sender) and long ones single-copy (CMA: the
+    receiver copies), with different alpha and beta, and
+    with receiver copies a rank's concurrent sends overlap instead of queueing;
+  * ``overhead``: seconds of Python per message in gpulab's algorithms (MPI's
+    own Bcast, 'mpi', runs its messages in C and does not pay it);
+  * ``cores``: when more ranks than cores share a node, all copies must fit on
+    the cores, so time >= total work / cores.
+The profiles of clusters (``gpulab.bcast.profiles``) use plain Hockney.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+from gpulab.bcast.schedules import pipeline_shape, schedule
+
+PIPELINED = ("chain", "binary_tree", "split_binary_tree")
+# MPICH's default selection (MPIR_CVAR_BCAST_SHORT_MSG_SIZE, _LONG_MSG_SIZE, _MIN_PROCS), used for 'mpi'
+MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS = 12288, 524288, 8
+
+
+@dataclass(frozen=True)
+class Hockney:
+    alpha: float  # seconds per message
+    beta: float  # seconds per byte
+
+    def time(self, nbytes: float) -> float:
+        return self.alpha + nbytes * self.beta
+
+
+@dataclass(frozen=True)
+class Link:
+    """The cost of one message over one kind of connection: ``small`` below ``switch`` bytes, ``large`` from it."""
+    small: Hockney
+    large: Hockney | None = None
+    switch: int | None = None  # bytes where the protocol changes (None: one regime)
+    receiver_copies: bool = False  # in the large regime the receiver copies, so concurrent sends overlap
+
+    def regime(self, nbytes: float) -> Hockney:
+        return self.large if self.switch is not None and nbytes >= self.switch else self.small
+
+    def serial(self, nbytes: float) -> bool:
+        """Do one rank's concurrent sends of this size queue (single-port Hockney)?"""
+        return not (self.receiver_copies and self.switch is not None and nbytes >= self.switch)
+
+    @classmethod
+    def plain(cls, alpha: float, beta: float) -> "Link":
+        return cls(Hockney(alpha, beta))
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    intra: Link  # between ranks on one node
+    inter: Link  # between nodes
+    ranks_per_node: int | None = None  # None: every rank on one node
+    overhead: float = 0.0  # extra seconds per message for gpulab's Python algorithms
+    cores: int | None = None  # cores the ranks of one node share (None: not a limit)
+    fitted_p: int | None = None  # process count of the ping-pong it was fitted at
+    notes: dict = field(default_factory=dict, compare=False, hash=False)  # sources, residuals
+
+    def link(self, p: int) -> Link:
+        """Flat algorithms over p ranks: the slow link as soon as they span nodes."""
+        return self.intra if self.ranks_per_node is None or p <= self.ranks_per_node else self.inter
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Machine":
+        def link(x):
+            return Link(Hockney(**x["small"]), Hockney(**x["large"]) if x.get("large") else None,
+                        x.get("switch"), x.get("receiver_copies", False))
+        return cls(d["name"], link(d["intra"]), link(d["inter"]), d.get("ranks_per_node"), d.get("overhead", 0.0),
+                   d.get("cores"), d.get("fitted_p"), d.get("notes", {}))
+
+
+@dataclass(frozen=True)
+class Prediction:
+    seconds: float
+    latency: float  # alpha (+ overhead) terms
+    bandwidth: float  # beta terms
+    bound: str  # "path" (critical path) or "cpu" (total work / cores)
+
+    def __add__(self, other: "Prediction") -> "Prediction":
+        bound = self.bound if self.seconds >= other.seconds else other.bound
+        return Prediction(self.seconds + other.seconds, self.latency + other.latency,
+                          self.bandwidth + other.bandwidth, bound)
+
+
+ZERO = Prediction(0.0, 0.0, 0.0, "path")
+
+
+def mpich_choice(nbytes: int, p: int) -> str:
+    """MPICH's default broadcast for (nbytes, p): what MPI_Bcast runs unless the device overrides it."""
+    if nbytes < MPICH_SHORT or p < MPICH_MIN_PROCS:
+        return "binomial"
+    if p & (p - 1) == 0 and nbytes < MPICH_LONG:
+        return "scatter_allgather_rd"
+    return "scatter_allgather_ring"
+
+
+def _sum(messages, link: Link, overhead: float) -> tuple[float, float]:
+    lat = bw = 0.0
+    for count, size in messages:
+        h = link.regime(size)
+        lat += count * (h.alpha + overhead)
+        bw += count * size * h.beta
+    return lat, bw
+
+
+def _flat(algorithm: str, nbytes: float, p: int, link: Link, overhead: float, cores: float | None,
+          options: dict) -> Prediction:
+    if p < 2 or (nbytes <= 0 and algorithm == "mpi"):  # MPI_Bcast of 0 bytes returns at once
+        return ZERO
+    if algorithm == "mpi":  # MPICH's own choice, executed in C
+        algorithm, overhead = mpich_choice(int(nbytes), p), 0.0
+    plan = schedule(algorithm, nbytes, p, link.serial, options.get("chunk_bytes"), options.get("radix") or 4)
+    lat, bw = _sum(plan.path, link, overhead)
+    result = Prediction(lat + bw, lat, bw, "path")
+    if cores is not None and p > cores:
+        wlat, wbw = _sum(plan.work, link, overhead)
+        if (wlat + wbw) / cores > result.seconds:
+            result = Prediction((wlat + wbw) / cores, wlat / cores, wbw / cores, "cpu")
+    return result
+
+
+def breakdown(algorithm: str, nbytes: int, p: int, machine: Machine | None = None, **options) -> Prediction:
+    """Predicted time of one broadcast, split into latency and bandwidth terms."""
+    machine = machine or load_machine()
+    if algorithm == "hierarchical":
+        rpn = options.get("ranks_per_node") or machine.ranks_per_node or p
+        nodes, local = math.ceil(p / rpn), min(rpn, p)
+        # emulated nodes (ranks_per_node given, machine has one node) share its cores: all
+        # nodes' intra broadcasts run at once, so each gets cores / nodes of them
+        emulated = machine.ranks_per_node is None and machine.cores is not None
+        inter = _flat(options.get("inter", "binomial"), nbytes, nodes, machine.inter, machine.overhead,
+                      machine.cores if emulated else None, options.get("inter_options") or {})
+        intra = _flat(options.get("intra", "binomial"), nbytes, local, machine.intra, machine.overhead,
+                      machine.cores / nodes if emulated else machine.cores, options.get("intra_options") or {})
+        return inter + intra
+    return _flat(algorithm, nbytes, p, machine.link(p), machine.overhead, machine.cores, options)
+
+
+def predict(algorithm: str, nbytes: int, p: int, machine: Machine | None = None, **options) -> float:
+    """Predicted seconds for one broadcast of ``nbytes`` over ``p`` ranks (0 for p = 1)."""
+    return breakdown(algorithm, nbytes, p, machine, **options).seconds
+
+
+def best_chunk(algorithm: str, nbytes: int, p: int, machine: Machine | None = None) -> int:
+    """The chunk size (bytes) that minimises ``predict`` for a pipelined algorithm.
+
+    Analytically (D + (k-1)F)(a + n b / k) is smallest at k* = sqrt((D - F) n b / (F a))
+    (chain: D - F = p - 2, F = 1, the formula in BACKGROUND.md). With a protocol
+    switch the optimum is found per regime; the integers around k* and the
+    regime edges are compared with the full model, so the answer is no worse
+    than any other chunk size by ``predict``.
+    """
+    if algorithm not in PIPELINED:
+        raise ValueError(f"best_chunk is for the pipelined algorithms {PIPELINED}, not {algorithm!r}")
+    machine = machine or load_machine()
+    n = nbytes / 2 if algorithm == "split_binary_tree" else nbytes
+    if n < 1 or p < 2:
+        return max(1, int(math.ceil(n)))
+    link = machine.link(p)
+    candidates = {1, int(math.ceil(n))}
+    regimes = [(link.small, 1, math.inf)] if link.switch is None else [
+        (link.small, 1, link.switch - 1), (link.large or link.small, link.switch, math.inf)]
+    for h, lo, hi in regimes:
+        d, f = pipeline_shape(algorithm, p, link.serial(lo))
+        alpha = h.alpha + machine.overhead
+        k_star = math.sqrt(max(d - f, 0) * n * h.beta / (f * alpha)) if alpha > 0 and f else 1.0
+        for k in (math.floor(k_star) - 1, math.floor(k_star), math.ceil(k_star), math.ceil(k_star) + 1):
+            if k >= 1:
+                c = int(math.ceil(n / k))
+                candidates.update((c - 1, c, c + 1))
+        candidates.update(int(x) for x in (lo, hi) if math.isfinite(x) and x <= n)
+    candidates = sorted(c for c in candidates if 1 <= c <= max(1, math.ceil(n)))
+    return min(candidates, key=lambda c: (predict(algorithm, nbytes, p, machine, chunk_bytes=c), -c))
+
+
+def candidates(nbytes: int, p: int, machine: Machine) -> list[tuple[str, dict]]:
+    """Every (algorithm, options) the model-based choice considers, with model-optimal chunks."""
+    out = [("mpi", {}), ("linear", {}), ("binomial", {}), ("scatter_allgather_rd", {}), ("scatter_allgather_ring", {})]
+    out += [("knomial", {"radix": r}) for r in (3, 4, 8) if r < p]
+    out += [(a, {"chunk_bytes": best_chunk(a, nbytes, p, machine)}) for a in PIPELINED]
+    if machine.ranks_per_node is not None and machine.ranks_per_node < p:
+        nodes, local = math.ceil(p / machine.ranks_per_node), machine.ranks_per_node
+        inter_chunk = best_chunk("chain", nbytes, nodes, level(machine, "inter"))
+        intra_chunk = best_chunk("chain", nbytes, local, level(machine, "intra"))
+        for inter, inter_options in (("binomial", {}), ("chain", {"chunk_bytes": inter_chunk})):
+            for intra, intra_options in (("binomial", {}), ("chain", {"chunk_bytes": intra_chunk})):
+                out.append(("hierarchical", {"inter": inter, "intra": intra, "inter_options": inter_options,
+                                             "intra_options": intra_options}))
+    return out
+
+
+def level(machine: Machine, which: str) -> Machine:
+    """One level of a machine as a one-node machine, e.g. to size the chunks of a hierarchical level."""
+    link = getattr(machine, which)
+    return replace(machine, intra=link, inter=link, ranks_per_node=None)
+
+
+def choose(nbytes: int, p: int, machine: Machine) -> tuple[str, dict, list[tuple[float, str, dict]]]:
+    """The model's pick: (algorithm, options, ranking as (seconds, algorithm, options), fastest first)."""
+    ranking = sorted(((predict(a, nbytes, p, machine, **o), a, o) for a, o in candidates(nbytes, p, machine)),
+                     key=lambda r: r[0])
+    return ranking[0][1], ranking[0][2], ranking
+
+
+def textbook(machine: Machine) -> Machine:
+    """The same machine as plain Hockney: small-message alpha/beta for every size, no overhead, no CPU limit."""
+    def plain(link: Link) -> Link:
+        return Link(link.small)
+    return replace(machine, name=machine.name + " (textbook)", intra=plain(machine.intra),
+                   inter=plain(machine.inter), overhead=0.0, cores=None)
+
+
+def load_machine(path=None, p: int | None = None) -> Machine:
+    """The fitted model stored in the tuning file (see ``gpulab.bcast.tuning``), for ``p`` ranks if given."""
+    from gpulab.bcast.tuning import load, table_path
+
+    data = load(table_path(path))
+    models = (data or {}).get("models", {})
+    if not models:
+        raise FileNotFoundError(f"no fitted model in {table_path(path)}: run `gpulab tune fit` first")
+    # the fit at this process count if there is one, else the nearest (the smaller on a tie)
+    key = min(models, key=lambda k: (abs(int(k) - p) if p is not None else 0, int(k)))
+    return Machine.from_dict(models[key])
+
+
+def dumps(machine: Machine) -> str:
+    return json.dumps(machine.to_dict(), indent=1)

@@ -1,0 +1,61 @@
+"""Machine profiles: alpha-beta ``Machine``s of GPU clusters a learner cannot access.
+
+The numbers live in ``data/profiles.json``, each with the source it came from
+(vendor specifications, NCCL's own cost-model constants). They let the model
+draw predictions at hundreds or thousands of GPUs:
+
+    from gpulab.bcast.profiles import PROFILES, profile
+    from gpulab.bcast.model import predict
+    predict("hierarchical", 512 << 20, 1024, machine=profile("dgx-h100"), inter="chain", intra="chain",
+            inter_options={"chunk_bytes": 4 << 20}, intra_options={"chunk_bytes": 4 << 20})
+
+A profile models GPU-resident data moved by a C/CUDA library: no Python
+overhead and no CPU-core limit, plain single-port Hockney on each link.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+from gpulab.bcast.model import Link, Machine
+
+_DATA = Path(__file__).with_name("data") / "profiles.json"
+
+
+@functools.cache
+def _raw() -> dict:
+    return {k: v for k, v in json.loads(_DATA.read_text()).items() if not k.startswith("_")}
+
+
+def _link(level: dict) -> Link:
+    return Link.plain(level["alpha_us"] * 1e-6, 1 / (level["bandwidth_GBps"] * 1e9))
+
+
+def profile(name: str) -> Machine:
+    """The ``Machine`` of a named profile; its ``notes`` carry every number's source."""
+    raw = _raw()
+    if name not in raw:
+        raise KeyError(f"unknown machine profile {name!r}; known: {sorted(raw)}")
+    spec = raw[name]
+    return Machine(name, _link(spec["intra"]), _link(spec["inter"]), spec["ranks_per_node"],
+                   notes={"description": spec["description"], "sources": {
+                       "ranks_per_node": spec["ranks_per_node_source"],
+                       **{f"{level}.{key[:-7]}": spec[level][key] for level in ("intra", "inter")
+                          for key in spec[level] if key.endswith("_source")}}})
+
+
+PROFILES = tuple(_raw())
+
+
+def table() -> list[dict]:
+    """One row per profile with alpha, bandwidth and sources: for a notebook table."""
+    rows = []
+    for name, spec in _raw().items():
+        for level in ("intra", "inter"):
+            rows.append({"profile": name, "level": level, "ranks_per_node": spec["ranks_per_node"],
+                         "alpha_us": spec[level]["alpha_us"], "bandwidth_GBps": spec[level]["bandwidth_GBps"],
+                         "alpha_source": spec[level]["alpha_source"],
+                         "bandwidth_source": spec[level]["bandwidth_source"]})
+    return rows
