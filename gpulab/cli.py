@@ -15,6 +15,7 @@ import sys
 COMMANDS = {
     "bench": "gpulab.bench_cli",
     "train": "gpulab.engine.train",
+    "tune": "gpulab.tune_cli",
 }
 
 

@@ -1,22 +1,96 @@
-"""Which algorithm ``bcast(..., algorithm="auto")`` runs.
+"""Which algorithm ``bcast(..., algorithm="auto")`` runs, and why.
 
-Until a tuning table exists this follows MPICH's published defaults
-(MPIR_CVAR_BCAST_SHORT_MSG_SIZE = 12288, MPIR_CVAR_BCAST_LONG_MSG_SIZE =
-524288, MPIR_CVAR_BCAST_MIN_PROCS = 8).
+    d = select(1 << 20, comm)      # Decision(name, options, reason, source)
+    name, options = d              # still unpacks like the old (name, options) pair
+
+Three sources, tried in order (``gpulab.bcast.tuning`` says where the file is):
+  1. "table": the tuning file has a measured table for exactly this process
+     count; the range holding nbytes names the algorithm (``gpulab tune bcast``).
+  2. "model": the file has a fitted alpha-beta model (``gpulab tune fit``); the
+     algorithm and options it predicts fastest are used.
+  3. "mpich-default": neither; MPICH's published rule (MPIR_CVAR_BCAST_SHORT_MSG_SIZE
+     = 12288, MPIR_CVAR_BCAST_LONG_MSG_SIZE = 524288, MPIR_CVAR_BCAST_MIN_PROCS = 8):
+     binomial for short messages or p < 8, scatter + recursive-doubling allgather
+     for medium messages on powers of two, scatter + ring allgather otherwise.
+The choice depends only on (nbytes, p, the file), never on communication, so
+all ranks that read the same file decide alike.
 """
 
 from __future__ import annotations
 
-SHORT_MSG = 12288
-LONG_MSG = 524288
-MIN_PROCS = 8
+from dataclasses import dataclass, field
+
+from gpulab.bcast.model import MPICH_LONG, MPICH_MIN_PROCS, MPICH_SHORT, Machine, choose, mpich_choice
+from gpulab.bcast.tuning import load, lookup, table_path
+
+SHORT_MSG, LONG_MSG, MIN_PROCS = MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS
 
 
-def select(nbytes: int, comm) -> tuple[str, dict]:
-    """(algorithm name, options) for a broadcast of ``nbytes`` over ``comm``, with the reason in MPICH's terms."""
+@dataclass(frozen=True)
+class Decision:
+    name: str
+    options: dict = field(default_factory=dict)
+    reason: str = ""
+    source: str = "mpich-default"  # "table" | "model" | "mpich-default"
+
+    def __iter__(self):  # name, options = select(...)
+        return iter((self.name, self.options))
+
+    def __getitem__(self, index):
+        return (self.name, self.options)[index]
+
+    def __len__(self) -> int:
+        return 2
+
+
+def mpich_default(nbytes: int, p: int) -> Decision:
+    name = mpich_choice(nbytes, p)
+    if name == "binomial":
+        why = f"{nbytes} B < {SHORT_MSG} B" if nbytes < SHORT_MSG else f"p = {p} < {MIN_PROCS}"
+    elif name == "scatter_allgather_rd":
+        why = f"p = {p} is a power of two and {nbytes} B < {LONG_MSG} B"
+    else:
+        why = f"{nbytes} B >= {LONG_MSG} B" if nbytes >= LONG_MSG else f"p = {p} is not a power of two"
+    return Decision(name, {}, f"MPICH's default rule: {why} (no tuning table or fitted model)", "mpich-default")
+
+
+_model_choices: dict = {}
+
+
+def _from_model(data: dict, path: str, nbytes: int, p: int) -> Decision | None:
+    models = data.get("models") or {}
+    if not models:
+        return None
+    # the fit at exactly this p if there is one, else the nearest (fits differ with oversubscription)
+    key = min(models, key=lambda k: (abs(int(k) - p), int(k)))
+    cache_key = (path, id(data), key, nbytes, p)
+    if cache_key not in _model_choices:
+        machine = Machine.from_dict(models[key])
+        name, options, ranking = choose(nbytes, p, machine)
+        if name == "hierarchical" and machine.ranks_per_node:
+            options = {**options, "ranks_per_node": machine.ranks_per_node}
+        runner_up = ranking[1] if len(ranking) > 1 else None
+        reason = (f"fitted model (ping-pong at p={key}) predicts {ranking[0][0] * 1e6:.1f} us"
+                  + (f"; next best {runner_up[1]} {runner_up[0] * 1e6:.1f} us" if runner_up else ""))
+        if len(_model_choices) > 4096:
+            _model_choices.clear()
+        _model_choices[cache_key] = Decision(name, options, reason, "model")
+    return _model_choices[cache_key]
+
+
+def select(nbytes: int, comm, table=None) -> Decision:
+    """The algorithm and options for broadcasting ``nbytes`` over ``comm`` (only ``comm.size`` is used)."""
     p = comm.size
-    if nbytes < SHORT_MSG or p < MIN_PROCS:
-        return "binomial", {}
-    if p & (p - 1) == 0 and nbytes < LONG_MSG:
-        return "scatter_allgather_rd", {}
-    return "scatter_allgather_ring", {}
+    path = table_path(table)
+    data = load(path)
+    if data:
+        entry = lookup(data, nbytes, p)
+        if entry is not None:
+            hi = "and up" if entry["hi"] is None else f"to {entry['hi']} B"
+            reason = (f"tuning table for p={p}, sizes {entry['lo']} B {hi}: {entry['why']} "
+                      f"(measured at {', '.join(str(s) for s in entry['measured_at'])} B)")
+            return Decision(entry["algorithm"], dict(entry["options"]), reason, "table")
+        decided = _from_model(data, str(path), nbytes, p)
+        if decided is not None:
+            return decided
+    return mpich_default(nbytes, p)

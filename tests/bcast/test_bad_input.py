@@ -60,11 +60,14 @@ def test_buffer_protocol_objects_and_single_rank_are_accepted():
     assert bcast(buf, comm=SELF, algorithm="scatter_allgather_rd") is buf and buf == b"abc"
 
 
-def test_auto_follows_mpich_thresholds():
+def test_auto_follows_mpich_thresholds(tmp_path, monkeypatch):
     class Comm:
         def __init__(self, size):
             self.size = size
 
+    # no tuning table and no fitted model (whatever the user's cache holds): MPICH's rule decides
+    monkeypatch.setenv("GPULAB_TUNING_TABLE", str(tmp_path / "none.json"))
+    assert select(100, Comm(16)).source == "mpich-default"
     assert select(100, Comm(16))[0] == "binomial"
     assert select(100_000, Comm(4))[0] == "binomial"  # MPICH: p < 8 always binomial
     assert select(100_000, Comm(16))[0] == "scatter_allgather_rd"

@@ -1,0 +1,179 @@
+"""The tuning table: measured best algorithm per process count and message-size range.
+
+``gpulab tune bcast`` sweeps algorithms x chunk sizes x radices x sizes on the
+ranks it runs on (``sweep``), turns the timings into size ranges
+(``build_table``) and stores them, with the fitted alpha-beta model, in one
+JSON file that ``select()`` (and so ``bcast(..., algorithm="auto")``) reads:
+
+    {"version": 1, "models": {"4": <Machine dict>},
+     "tables": {"4": {"p": 4, "margin": 0.1, "ranges": [{"lo": 0, "hi": 1448, "algorithm": "mpi",
+                                                         "options": {}, ...}, ...], "measured": [...]}}}
+
+The file is found at an explicit path, else $GPULAB_TUNING_TABLE, else
+~/.cache/gpulab/bcast_tuning.json. Every rank reads the same file, so every
+rank makes the same choice; nothing here communicates except ``sweep``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+VERSION = 1
+ENV = "GPULAB_TUNING_TABLE"
+CHUNKS = (16 << 10, 64 << 10, 256 << 10, 1 << 20)
+RADICES = (3, 4, 8)
+MARGIN = 0.10  # an algorithm must beat MPI_Bcast by this much (twice) to be chosen over it
+
+
+def table_path(path=None) -> Path:
+    if path is not None:
+        return Path(path).expanduser()
+    if os.environ.get(ENV):
+        return Path(os.environ[ENV]).expanduser()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "gpulab" / "bcast_tuning.json"
+
+
+_cache: dict = {}
+
+
+def load(path=None) -> dict | None:
+    """The parsed file, or None when it does not exist; re-read only when it changes on disk."""
+    path = table_path(path)
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    key = (str(path), stat.st_mtime_ns, stat.st_size)
+    if key not in _cache:
+        data = json.loads(path.read_text())
+        if data.get("version") != VERSION:
+            raise ValueError(f"{path}: tuning file version {data.get('version')!r}, expected {VERSION}; "
+                             f"re-run `gpulab tune bcast`")
+        _cache.clear()
+        _cache[key] = data
+    return _cache[key]
+
+
+def save(data: dict, path=None) -> Path:
+    """Write atomically (temp file + rename), so a rank never reads half a file."""
+    path = table_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+        json.dump(data, f, indent=1)
+    os.replace(f.name, path)
+    return path
+
+
+def update(path=None, *, p: int, model: dict | None = None, table: dict | None = None,
+           metadata: dict | None = None) -> Path:
+    """Store the model and/or table for p ranks, keeping what the file holds for other p."""
+    data = load(path) or {"version": VERSION, "models": {}, "tables": {}}
+    data = {**data, "models": dict(data.get("models", {})), "tables": dict(data.get("tables", {}))}
+    if model is not None:
+        data["models"][str(p)] = model
+    if table is not None:
+        data["tables"][str(p)] = table
+    if metadata:
+        data.setdefault("metadata", {})[str(p)] = metadata
+    return save(data, path)
+
+
+def lookup(data: dict | None, nbytes: int, p: int) -> dict | None:
+    """The table range holding nbytes for exactly p ranks, or None."""
+    table = (data or {}).get("tables", {}).get(str(p))
+    for entry in (table or {}).get("ranges", []):
+        if entry["lo"] <= nbytes and (entry["hi"] is None or nbytes < entry["hi"]):
+            return entry
+    return None
+
+
+def candidates(nbytes: int, p: int, chunks=CHUNKS, radices=RADICES, extra_chunks=()) -> list[tuple[str, dict]]:
+    """What the sweep measures at one size: every algorithm, chunk sizes below the message, radices below p."""
+    out = [("mpi", {}), ("linear", {}), ("binomial", {}), ("scatter_allgather_rd", {}),
+           ("scatter_allgather_ring", {})]
+    out += [("knomial", {"radix": r}) for r in radices if r < p]
+    sizes = sorted({c for c in (*chunks, *extra_chunks) if c < nbytes}) or [nbytes]
+    out += [(a, {"chunk_bytes": int(c)}) for a in ("chain", "binary_tree", "split_binary_tree") for c in sizes]
+    return out
+
+
+def _key(name: str, options: dict) -> str:
+    return name + json.dumps(options, sort_keys=True)
+
+
+def choose_measured(rows: list[dict], margin: float = MARGIN) -> tuple[dict, str]:
+    """The row to use at one size, and why: native MPI unless something beats it by the margin."""
+    fastest = min(rows, key=lambda r: r["avg_us"])
+    native = next((r for r in rows if r["algorithm"] == "mpi"), None)
+    if native is None or fastest is native:
+        return fastest, "fastest measured"
+    if fastest["avg_us"] * (1 + margin) < native["avg_us"]:
+        return fastest, f"{native['avg_us'] / fastest['avg_us']:.2f}x faster than MPI_Bcast"
+    return native, (f"MPI_Bcast kept: {fastest['algorithm']} was only "
+                    f"{native['avg_us'] / fastest['avg_us']:.2f}x faster (margin {margin:.0%})")
+
+
+def build_table(rows: list[dict], p: int, margin: float = MARGIN) -> dict:
+    """Size ranges from a sweep's rows: each measured size owns the range up to the geometric mid-points."""
+    sizes = sorted({r["nbytes"] for r in rows})
+    picks = []
+    for size in sizes:
+        here = [r for r in rows if r["nbytes"] == size and r.get("valid", True)]
+        row, why = choose_measured(here, margin)
+        picks.append({"at": size, "algorithm": row["algorithm"], "options": row["options"], "us": row["avg_us"],
+                      "mpi_us": next((r["avg_us"] for r in here if r["algorithm"] == "mpi"), None), "why": why})
+    ranges = []
+    for i, pick in enumerate(picks):
+        lo = 0 if i == 0 else int(math.isqrt(sizes[i - 1] * sizes[i]))
+        hi = None if i == len(picks) - 1 else int(math.isqrt(sizes[i] * sizes[i + 1]))
+        if ranges and _key(ranges[-1]["algorithm"], ranges[-1]["options"]) == _key(pick["algorithm"], pick["options"]):
+            ranges[-1]["hi"] = hi  # same choice as the range before: extend it
+            ranges[-1]["measured_at"].append(pick["at"])
+            continue
+        ranges.append({"lo": lo, "hi": hi, "algorithm": pick["algorithm"], "options": pick["options"],
+                       "measured_at": [pick["at"]], "us": pick["us"], "mpi_us": pick["mpi_us"], "why": pick["why"]})
+    return {"p": p, "margin": margin, "ranges": ranges,
+            "measured": [{k: r[k] for k in ("algorithm", "options", "nbytes", "avg_us", "valid")} for r in rows]}
+
+
+def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_budget: float = 0.1,
+          margin: float = MARGIN, progress=None) -> list[dict]:
+    """Measure every candidate at every size on ``comm`` (collective); rows identical on every rank.
+
+    The model's optimal chunk (``best_chunk``) joins the chunk list when a
+    fitted machine is given. The best non-native candidate at each size is
+    measured a second time, interleaved with MPI_Bcast, and its slower time is
+    kept, so a lucky first run does not put it in the table.
+    """
+    from gpulab.bcast.model import PIPELINED, best_chunk
+    from gpulab.bench import measure_bcast
+
+    def measure(name, options, nbytes, **kw):
+        # warm-up and validation scale down with size: a 64 MiB point must not take seconds
+        warmup = 2 if nbytes >= (1 << 20) else None
+        return measure_bcast(comm, name, nbytes, warmup=warmup, time_budget=time_budget,
+                             validate=nbytes <= (4 << 20), **options, **kw)
+
+    rows = []
+    for nbytes in sizes:
+        extra = {best_chunk(a, nbytes, comm.size, machine) for a in PIPELINED} if machine and comm.size > 1 else ()
+        here = []
+        for name, options in candidates(nbytes, comm.size, chunks, radices, extra):
+            here.append(measure(name, options, nbytes))
+            if progress:
+                progress(here[-1])
+        fastest, _ = choose_measured(here, margin)
+        native = next(r for r in here if r["algorithm"] == "mpi")
+        if fastest is not native:  # confirm: run both again, keep each one's worse time
+            again = measure(fastest["algorithm"], fastest["options"], nbytes)
+            again_native = measure("mpi", {}, nbytes)
+            fastest["avg_us"] = max(fastest["avg_us"], again["avg_us"])
+            native["avg_us"] = max(native["avg_us"], again_native["avg_us"])
+            fastest["confirmed"] = True
+        rows += here
+    return rows
