@@ -7,6 +7,7 @@ there, never in the notebook kernel.
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import re
 import socket
@@ -57,11 +58,59 @@ def watched(fn, args, kwargs, timeout, what, dump_file):
             faulthandler.cancel_dump_traceback_later()
 
 
-def stuck_at(dump_file: Path, frames: int = 4) -> str:
-    """The innermost frames of the task from a faulthandler dump ("File ..., line N in f"), innermost first."""
+def stuck_at(dump_file, *, below: str = "in watched", cell: list[str] | None = None, frames: int = 3) -> str:
+    """Where a faulthandler dump says the task was: its innermost frames above the `below` frame.
+
+    Frames come innermost first, as "File ..., line N in f"; a frame in the
+    notebook cell itself is shown with that line of the cell's source.
+    """
     text = Path(dump_file).read_text() if Path(dump_file).exists() else ""
     blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", text)
-    task = [b for b in blocks if "in watched" in b]  # the thread running our task
+    task = [b for b in blocks if below in b]  # the thread running the task, not the kernel's helpers
     lines = [ln.strip() for ln in (task[0] if task else "").splitlines() if ln.strip().startswith("File")]
-    inner = lines[:next((i for i, ln in enumerate(lines) if ln.endswith("in watched")), len(lines))]
-    return " <- ".join(inner[:frames]) if inner else "no stack recorded"
+    inner = lines[:next((i for i, ln in enumerate(lines) if ln.endswith(below)), len(lines))]
+    if cell:
+        outer = re.match(r'File ".*", line (\d+) in <module>', inner[-1]) if inner else None
+        if outer and int(outer.group(1)) <= len(cell):
+            inner[-1] = f"cell line {outer.group(1)}: {cell[int(outer.group(1)) - 1].strip()}"
+    if len(inner) > frames:  # the blocking call, and the outermost frame: the code the user ran
+        inner = inner[:frames - 1] + ["..."] + inner[-1:]
+    return " <- ".join(inner) if inner else "no stack recorded"
+
+
+def arm_cell_watchdog(timeout: float, dump_dir: str) -> None:
+    """Bound every %%px cell on this engine: past timeout s, write the stack to dump_dir and exit.
+
+    %%px itself waits forever, so a cell stuck in a collective would hang the
+    notebook. Exiting makes mpiexec end the job, and the notebook's %%px then
+    fails at once with EngineError; ``explain_dead_engines`` adds the stacks.
+    Tasks sent by ``Engines.run`` are not cells and have their own bound.
+    """
+    from IPython import get_ipython
+    from mpi4py import MPI
+
+    shell = get_ipython()  # the engine's own shell: runs %%px cells, fires pre/post_run_cell
+    dump = open(Path(dump_dir, f"engine{MPI.COMM_WORLD.Get_rank()}-px.txt"), "w")  # noqa: SIM115 (fd used later)
+
+    def arm(info):
+        dump.seek(0)
+        dump.truncate()
+        dump.write(json.dumps({"timeout": timeout, "cell": info.raw_cell.splitlines()}) + "\n")
+        dump.flush()
+        faulthandler.dump_traceback_later(timeout, exit=True, file=dump)
+
+    shell.events.register("pre_run_cell", arm)
+    shell.events.register("post_run_cell", lambda result: faulthandler.cancel_dump_traceback_later())
+
+
+def explain_dead_engines(dump_dir) -> str:
+    """'engine 1: %%px cell stopped after 300 s, stuck at cell line 3: comm.barrier()' per stopped engine."""
+    lines = []
+    for dump in sorted(Path(dump_dir).glob("engine*-px.txt")):
+        text = dump.read_text()
+        if "Timeout (" in text:  # faulthandler's header: the watchdog fired
+            head = json.loads(text.splitlines()[0])
+            where = stuck_at(dump, below="in run_code", cell=head["cell"])
+            lines.append(f"{dump.stem.removesuffix('-px')}: %%px cell stopped by its watchdog after "
+                         f"{head['timeout']:g} s, stuck at {where}")
+    return "\n".join(lines)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import ipyparallel as ipp
 from IPython import get_ipython
 from traitlets.config import Config
 
-from gpulab.cluster.engine_side import pin_gpu, stuck_at, watched
+from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, pin_gpu, stuck_at, watched
 from gpulab.cluster.processes import alive, kill_trees, start_reaper, stop_stale_clusters
 from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_config
 from gpulab.launch import find_mpiexec
@@ -50,8 +51,9 @@ class Engines:
     ``placement[rank]`` says where each rank runs: host, pid, local_rank, local_size, gpu.
     """
 
-    def __init__(self, n: int, make_cluster, launcher: str):
+    def __init__(self, n: int, make_cluster, launcher: str, cell_timeout: float | None = 300):
         self.n, self._make_cluster, self.launcher = n, make_cluster, launcher
+        self.cell_timeout = cell_timeout
         self.cluster = self.client = self.view = self._reaper = None
         self.placement: list[dict] = []
         self._start()
@@ -68,9 +70,28 @@ class Engines:
             if get_ipython() is not None:
                 self.view.activate()  # %px and %%px now talk to these engines
             self.placement = self.run(pin_gpu, timeout=timeout, what="pin_gpu()")
+            if self.cell_timeout:
+                self.run(arm_cell_watchdog, self.cell_timeout, str(self.dump_dir))
+            if get_ipython() is not None:
+                get_ipython().set_custom_exc((ipp.error.CompositeError,), self._explain_px_error)
         except BaseException:
             self.stop()
             raise
+
+    @property
+    def dump_dir(self) -> Path:
+        """Where the engines' watchdogs write the stacks of stuck tasks and cells."""
+        path = Path(self.cluster.profile_dir, "log", f"gpulab-{self.cluster.cluster_id}")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def _explain_px_error(self, shell, etype, value, tb, tb_offset=None):
+        """IPython handler for a failed %%px: the usual traceback, then where watchdog-stopped engines hung."""
+        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+        note = explain_dead_engines(self.dump_dir) if self.cluster else ""
+        if note:
+            print(f"gpulab: {note}\nA collective probably waited for a rank that never joined. "
+                  "The engines are gone: call engines.restart().", file=sys.stderr)
 
     @property
     def ids(self) -> list[int]:
@@ -86,8 +107,7 @@ class Engines:
         if self.client is None:
             raise EngineProblem("the engines are stopped: start_engines() or engines.restart()")
         what = what or f"{getattr(fn, '__name__', fn)}()"
-        dumps = Path(self.cluster.profile_dir, "log", f"gpulab-{self.cluster.cluster_id}")
-        dumps.mkdir(parents=True, exist_ok=True)
+        dumps = self.dump_dir
         tasks = {rank: self.client[rank].apply_async(watched, fn, args, kwargs, timeout, what,
                                                      str(dumps / f"engine{rank}.txt"))
                  for rank in range(self.n)}
@@ -97,7 +117,7 @@ class Engines:
             if dead:
                 raise EngineDied(f"engine(s) {dead} died while running {what}; call engines.restart(){self._logs()}")
             if time.monotonic() > deadline:
-                stacks = "".join(f"\n  engine {rank} stuck at: {stuck_at(dumps / f'engine{rank}.txt')}"
+                stacks = "".join(f"\n  engine {rank} stuck at: {stuck_at(dumps / f'engine{rank}.txt', frames=4)}"
                                  for rank in pending)
                 raise EngineTimeout(
                     f"{what} did not finish within {timeout:g} s on engine(s) {pending} "
@@ -187,7 +207,7 @@ def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = 
 def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | None = None,
                   profile: str = PROFILE, partition: str = "", account: str = "", gpus_per_node: int = 4,
                   ranks_per_node: int | None = None, time: str = "00:30:00",
-                  slurm_template: str = SLURM_TEMPLATE) -> Engines:
+                  slurm_template: str = SLURM_TEMPLATE, cell_timeout: float | None = 300) -> Engines:
     """Start a controller and n MPI engines; return the connected ``Engines`` handle.
 
     launcher="local": ``mpiexec -n n`` on this machine (the mpiexec beside this
@@ -195,6 +215,8 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
     slurm_template with partition, account, gpus_per_node, ranks_per_node, time.
     The controller listens on 127.0.0.1 unless controller_ip asks for more
     ("*" = all interfaces, the default for Slurm, whose engines run elsewhere).
+    A %%px cell running longer than cell_timeout s ends the engines with its
+    stack shown in the notebook (None: no limit); ``Engines.run`` has its own timeout.
     """
     slurm = {} if launcher != "slurm" else dict(
         partition=partition, account=account, gpus_per_node=gpus_per_node,
@@ -210,4 +232,4 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
                            controller_ip=ip, controller_location=location, config=config,
                            log_level=30, load_profile=False)
 
-    return Engines(n, make_cluster, launcher)
+    return Engines(n, make_cluster, launcher, cell_timeout)

@@ -28,3 +28,14 @@ def test_hanging_px_cell_times_out_and_is_cleaned_up(ipython_dir):
     assert time.monotonic() - start < 90
     # the kernel, stuck in %%px, had to be killed; gpulab's reaper must still stop mpiexec and the engines
     assert stop_leftovers(ipython_dir) == []
+
+
+def test_px_cell_stuck_in_a_collective_fails_fast_with_the_stuck_line(ipython_dir):
+    # the engines' cell watchdog (cell_timeout=5) ends them; %%px then fails, and gpulab shows where
+    start = time.monotonic()
+    with pytest.raises(CellExecutionError) as failure:
+        execute(DATA / "watchdog_px.ipynb", ipython_dir=ipython_dir, cell_timeout=60)
+    assert time.monotonic() - start < 50
+    assert "engine0: %%px cell stopped by its watchdog after 5 s, stuck at cell line 3: " \
+           "MPI.COMM_WORLD.barrier()" in str(failure.value)
+    assert stop_leftovers(ipython_dir) == []
