@@ -9,6 +9,7 @@ from gpulab.widgets.explorer import BcastExplorer
 from gpulab.widgets.pattern import PatternView, patterns_figure, show_patterns
 from gpulab.widgets.plots import pattern_figure, size_label, sweep_figure
 from gpulab.widgets.runner import EngineRunner
+from gpulab.widgets.source import show_code, source_of
 
 __all__ = ["BcastExplorer", "EngineRunner", "PatternView", "pattern_figure", "patterns_figure",
-           "show_patterns", "size_label", "sweep_figure"]
+           "show_code", "show_patterns", "size_label", "source_of", "sweep_figure"]

@@ -109,3 +109,20 @@ def test_step_columns_order_phases_by_time():
 def test_sweep_figure_with_no_rows_is_empty():
     fig = sweep_figure([])
     assert len(fig.axes) == 2 and not fig.axes[0].lines
+
+
+def test_source_of_reads_functions_without_importing_them():
+    from gpulab.widgets import source_of
+
+    code = source_of("bcast/trees.py", "binomial", "knomial")
+    assert code.startswith("def binomial(") and "def knomial(" in code
+    with pytest.raises(KeyError, match="nope"):
+        source_of("bcast/trees.py", "nope")
+
+
+def test_widgets_do_not_initialise_mpi_in_the_kernel():
+    import subprocess
+    import sys
+
+    code = "import gpulab.widgets, gpulab.cluster, sys; print('mpi4py.MPI' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
