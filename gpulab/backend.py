@@ -4,6 +4,12 @@ Array code in gpulab calls ``array_module(x)`` instead of importing numpy or
 cupy directly, so the same function runs on host and device arrays. CuPy is
 imported lazily: importing gpulab must never initialise CUDA, because each
 MPI rank has to pick its GPU first (see ``gpulab.cluster``).
+
+Communication code that must move device memory itself (host staging in
+``gpulab.bcast.staging``) talks to a *device* object, ``device_of(x)``: CuPy's
+(``CupyDevice``) or the fake GPU of ``gpulab.fakedevice`` that CPU-only tests
+use. Both offer the same few calls: new streams and events, pinned host
+buffers, and asynchronous device<->host copies.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ def cupy_or_none():
 
 
 def is_device_array(x) -> bool:
-    """True for arrays that live in GPU memory (anything exposing the CUDA array interface)."""
-    return hasattr(x, "__cuda_array_interface__")
+    """True for arrays in GPU memory (the CUDA array interface) and for fake device arrays."""
+    return hasattr(x, "__cuda_array_interface__") or hasattr(x, "__gpulab_device__")
 
 
 def array_module(x):
     """numpy for host arrays, cupy for device arrays."""
+    if hasattr(x, "__gpulab_device__"):
+        raise TypeError("fake device arrays take no array math, only copies (gpulab.fakedevice)")
     if is_device_array(x):
         return sys.modules["cupy"]  # a device array implies cupy is imported
     return np
@@ -49,7 +57,89 @@ def synchronize(x=None) -> None:
     MPI reads device memory on its own streams: without this, a kernel still
     writing ``x`` could race with the send.
     """
-    if x is None or is_device_array(x):
+    if hasattr(x, "__gpulab_device__"):
+        x.__gpulab_device__.synchronize()
+    elif x is None or is_device_array(x):
         cp = sys.modules.get("cupy")
         if cp is not None:
             cp.cuda.get_current_stream().synchronize()
+
+
+# cudaMemcpyKind values (driver_types.h), stable since CUDA 1.0
+_HOST_TO_DEVICE, _DEVICE_TO_HOST = 1, 2
+_COPY_STREAMS: dict = {}  # device id -> the stream host staging copies on
+
+
+class CupyDevice:
+    """The device protocol on a real GPU, through CuPy (see ``gpulab.fakedevice.FakeDevice``)."""
+
+    kind = "cuda"
+
+    def __init__(self, cp):
+        self.cp = cp
+
+    def stream(self):
+        """This GPU's copy stream, made once: creating a stream per broadcast costs more than small copies."""
+        device = self.cp.cuda.Device().id
+        if device not in _COPY_STREAMS:
+            # non-blocking: copies on it need not wait for kernels on the legacy default stream
+            _COPY_STREAMS[device] = self.cp.cuda.Stream(non_blocking=True)
+        return _COPY_STREAMS[device]
+
+    def event(self, stream):
+        event = self.cp.cuda.Event(disable_timing=True)
+        event.record(stream)
+        return event
+
+    def host_buffer(self, nbytes: int) -> np.ndarray:
+        """Pinned (page-locked) host memory: asynchronous copies need it, and it comes from CuPy's pool."""
+        import cupyx
+
+        return cupyx.empty_pinned(nbytes, dtype=np.uint8)
+
+    def d2h(self, host: np.ndarray, dev, stream) -> None:
+        if host.nbytes:
+            self.cp.cuda.runtime.memcpyAsync(host.ctypes.data, dev.data.ptr, host.nbytes,
+                                             _DEVICE_TO_HOST, stream.ptr)
+
+    def h2d(self, dev, host: np.ndarray, stream) -> None:
+        if host.nbytes:
+            self.cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, host.nbytes,
+                                             _HOST_TO_DEVICE, stream.ptr)
+
+    def synchronize(self) -> None:
+        self.cp.cuda.get_current_stream().synchronize()
+
+
+def device_of(x):
+    """The device object that moves ``x``'s memory, or None for a host array."""
+    fake = getattr(x, "__gpulab_device__", None)
+    if fake is not None:
+        return fake
+    if hasattr(x, "__cuda_array_interface__"):
+        return CupyDevice(sys.modules["cupy"])
+    return None
+
+
+def empty_bytes(nbytes: int, device: str = "host"):
+    """``nbytes`` uninitialised bytes on ``device``: "host" (numpy), "cupy" or "fake"."""
+    if device == "host":
+        return np.empty(nbytes, dtype=np.uint8)
+    if device == "cupy":
+        cp = cupy_or_none()
+        if cp is None:
+            raise RuntimeError("device='cupy' needs CuPy and a CUDA driver (pip install gpulab[gpu])")
+        return cp.empty(nbytes, dtype=np.uint8)
+    if device == "fake":
+        from gpulab import fakedevice
+
+        return fakedevice.empty(nbytes)
+    raise ValueError(f"device must be 'host', 'cupy' or 'fake', got {device!r}")
+
+
+def copy_from_host(x, host) -> None:
+    """Overwrite ``x`` (host or device) with the host array ``host`` of the same size."""
+    if is_device_array(x):
+        x.set(np.ascontiguousarray(host))
+    else:
+        x[...] = host

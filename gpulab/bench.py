@@ -7,6 +7,12 @@ reported as the average, minimum and maximum over ranks; algbw = bytes/time
 and busbw = algbw for a broadcast (all data must leave the root).
 
     summary = measure_bcast(comm, "chain", 1 << 20, chunk_bytes=65536)   # on every rank
+    measure_bcast(comm, "chain", 1 << 20, device="cupy")   # GPU buffers; summary["path"] says how
+    measure_bcast(comm, "nccl", 1 << 20)                    # NCCL's broadcast, on GPU buffers
+
+``device`` is "host" (numpy), "cupy" or "fake" (``gpulab.fakedevice``, for
+CPU tests of the GPU code path). The summary's ``path`` says how the bytes
+reached MPI: "host", "cuda-aware", "staged" (see ``gpulab.bcast.gpu``) or "nccl".
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ import re
 import numpy as np
 from mpi4py import MPI
 
+from gpulab.backend import copy_from_host, empty_bytes, to_host
 from gpulab.bcast import ALGORITHMS, option_names
+from gpulab.bcast.gpu import DEVICE_OPTIONS, path_of
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
@@ -60,7 +68,7 @@ def osu_iterations(nbytes: int) -> tuple[int, int]:
 
 def applicable_options(algorithm: str, options: dict) -> dict:
     """The subset of ``options`` that ``algorithm`` takes, so one sweep can pass chunk/radix to all."""
-    accepted = option_names(algorithm)
+    accepted = () if algorithm == "nccl" else option_names(algorithm) + DEVICE_OPTIONS
     return {k: v for k, v in options.items() if k in accepted and v is not None}
 
 
@@ -70,28 +78,43 @@ def _pattern(nbytes: int, salt: int) -> np.ndarray:
 
 def _validated_run(comm, run, buf, root: int, salt: int) -> bool:
     expected = _pattern(buf.nbytes, salt)
-    buf[:] = expected if comm.rank == root else ~expected
+    copy_from_host(buf, expected if comm.rank == root else ~expected)
     run(buf)
-    return bool(np.array_equal(buf, expected))
+    return bool(np.array_equal(to_host(buf), expected))
+
+
+def _broadcast_function(algorithm: str, device: str, options: dict):
+    """(bcast_fn(buf, root, comm, **options), device): NCCL runs on CuPy buffers only."""
+    if algorithm == "nccl":
+        from gpulab.bcast.nccl import nccl_bcast
+
+        if options:
+            raise TypeError(f"the nccl baseline takes no options, got {sorted(options)}")
+        if device not in ("host", "cupy"):
+            raise ValueError("the nccl baseline runs on CuPy buffers (device='cupy')")
+        return nccl_bcast, "cupy"
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown broadcast algorithm {algorithm!r}; valid names: "
+                         f"{sorted(ALGORITHMS) + ['nccl']}")
+    return ALGORITHMS[algorithm], device
 
 
 def measure_bcast(comm, algorithm: str, nbytes: int, *, root: int = 0, iters: int | None = None,
                   warmup: int | None = None, validate: bool = True, time_budget: float | None = None,
-                  **options) -> dict:
+                  device: str = "host", **options) -> dict:
     """Time ``algorithm`` on ``comm`` (collective: call on every rank); same summary on every rank.
 
     ``time_budget`` (seconds) caps the timed iterations so that a sweep of
     large messages on a laptop finishes: the count is cut to what the warm-up
     rate predicts fits in the budget, never below 5. The count used is reported.
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown broadcast algorithm {algorithm!r}; valid names: {sorted(ALGORITHMS)}")
+    bcast_fn, device = _broadcast_function(algorithm, device, options)
     osu_timed, osu_warm = osu_iterations(nbytes)
     iters = osu_timed if iters is None else iters
     warmup = osu_warm if warmup is None else warmup
-    bcast_fn = ALGORITHMS[algorithm]
     run = lambda b: bcast_fn(b, root, comm, **options)  # noqa: E731
-    buf = np.empty(nbytes, dtype=np.uint8)
+    buf = empty_bytes(nbytes, device)
+    path = "nccl" if algorithm == "nccl" else path_of(buf, options.get("path", "auto"))
     valid = _validated_run(comm, run, buf, root, salt=1) if validate else True
 
     comm.Barrier()
@@ -122,6 +145,7 @@ def measure_bcast(comm, algorithm: str, nbytes: int, *, root: int = 0, iters: in
         "max_us": comm.allreduce(mean, op=MPI.MAX) * 1e6,
         "algbw_GBps": algbw, "busbw_GBps": algbw,  # broadcast: busbw = algbw (nccl-tests)
         "valid": bool(comm.allreduce(valid, op=MPI.LAND)),
+        "device": device, "path": "+".join(sorted(set(comm.allgather(path)))),  # ranks may differ
     }
 
 

@@ -1,6 +1,7 @@
 """``gpulab bench bcast``: measure broadcast algorithms against MPI_Bcast.
 
     gpulab bench bcast -n 4 --algorithms all --sizes 1K:64M --json out.json --plot out.png
+    gpulab bench bcast -n 4 --device cupy --algorithms chain,mpi,nccl   # GPU buffers vs NCCL
 
 Outside an MPI job it starts ``mpiexec -n N`` on itself; inside one (srun,
 mpiexec) it measures on the ranks it was given.
@@ -35,6 +36,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--chunk-bytes", type=str, default=None, help="segment size for pipelined algorithms")
     p.add_argument("--radix", type=int, default=None, help="k-nomial radix")
     p.add_argument("--ranks-per-node", type=int, default=None, help="emulated node size for 'hierarchical'")
+    p.add_argument("--device", choices=("host", "cupy", "fake"), default="host",
+                   help="where the buffers live: host (numpy), cupy (GPU) or fake (CPU stand-in for a GPU)")
+    p.add_argument("--path", choices=("auto", "cuda-aware", "staged"), default=None,
+                   help="device buffers: straight to a CUDA-aware MPI, or staged through host memory "
+                        "(default: ask the MPI library; GPULAB_CUDA_AWARE=0/1 overrides)")
+    p.add_argument("--staging-chunk-bytes", type=str, default=None, help="device buffers: D2H pipeline chunk")
     p.add_argument("--json", dest="json_path", help="write the records (and machine metadata) as JSON")
     p.add_argument("--csv", dest="csv_path", help="write the records as CSV")
     p.add_argument("--plot", dest="plot_path", help="save time and busbw against size (PNG/SVG/PDF)")
@@ -58,16 +65,21 @@ def _measure(args) -> int:
 
     comm = MPI.COMM_WORLD
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
-    unknown = [a for a in algorithms if a not in ALGORITHMS]
+    unknown = [a for a in algorithms if a not in ALGORITHMS and a != "nccl"]
     if unknown:
         if comm.rank == 0:
-            print(f"gpulab bench: unknown algorithm(s) {unknown}; valid: {sorted(ALGORITHMS)}", file=sys.stderr)
+            print(f"gpulab bench: unknown algorithm(s) {unknown}; valid: {sorted(ALGORITHMS) + ['nccl']}",
+                  file=sys.stderr)
         return 2
+    if args.device == "cupy" or "nccl" in algorithms:
+        _pin_gpu(comm)
     sizes = size_range(args.sizes)
     options = {"chunk_bytes": parse_size(args.chunk_bytes) if args.chunk_bytes else None,
-               "radix": args.radix, "ranks_per_node": args.ranks_per_node}
+               "radix": args.radix, "ranks_per_node": args.ranks_per_node, "path": args.path,
+               "staging_chunk_bytes": parse_size(args.staging_chunk_bytes) if args.staging_chunk_bytes else None}
     bar = _progress(len(algorithms) * len(sizes)) if comm.rank == 0 and not args.quiet else None
     records = sweep(comm, algorithms, sizes, options=options, root=args.root, iters=args.iters,
+                    device="cupy" if "nccl" in algorithms else args.device,
                     warmup=args.warmup, time_budget=args.time_budget or None,
                     progress=(lambda done, total, r: _advance(bar, r)) if bar else None)
     if comm.rank != 0:
@@ -77,6 +89,17 @@ def _measure(args) -> int:
     print(format_table(records))
     _write_outputs(args, records, comm.size)
     return 0 if all(r["valid"] for r in records) else 1
+
+
+def _pin_gpu(comm) -> None:
+    """One GPU per rank by node-local rank, before CuPy starts (gpulab.cluster's pinning)."""
+    try:
+        from gpulab.cluster.engine_side import pin_gpu
+    except ImportError as error:  # the notebook extras (ipyparallel) are not installed
+        print(f"gpulab bench: GPUs not pinned per rank ({error}); relying on CUDA_VISIBLE_DEVICES",
+              file=sys.stderr)
+        return
+    pin_gpu(comm)
 
 
 def _progress(total: int):

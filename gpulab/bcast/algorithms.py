@@ -8,6 +8,11 @@ and broadcasts ``buf`` in place from ``root``. It works on the buffer's raw
 bytes, so any dtype and any C-contiguous shape is moved bit for bit. Each call
 validates its input first and raises ``ValueError``/``TypeError`` before any
 message is sent.
+
+Device arrays (CuPy) are accepted by every algorithm: ``gpulab.bcast.gpu``
+hands them to a CUDA-aware MPI or stages them through pinned host memory.
+Two options apply to every algorithm for that: ``path`` ("auto",
+"cuda-aware", "staged") and ``staging_chunk_bytes``; host buffers ignore them.
 """
 
 from __future__ import annotations
@@ -19,8 +24,8 @@ import numpy as np
 from mpi4py import MPI
 
 from gpulab.backend import is_device_array
-from gpulab.bcast import pipelined, scatter_allgather, trees
-from gpulab.bcast.group import Group
+from gpulab.bcast import gpu, pipelined, scatter_allgather, trees
+from gpulab.bcast.group import Group, mpi_buffer
 from gpulab.bcast.hierarchical import hierarchical
 
 
@@ -28,7 +33,11 @@ def _native(g: Group, data, root: int) -> None:
     """MPI's own MPI_Bcast: the baseline every algorithm is compared with."""
     if g.native is None:
         raise ValueError("the 'mpi' algorithm needs a communicator of exactly the group's ranks")
-    g.native.Bcast([data, MPI.BYTE], root)
+    if g.stager is not None:  # staged device buffer: one message, so the copies cannot overlap it
+        g.stager.before_send(data)
+    g.native.Bcast(mpi_buffer(data), root)
+    if g.stager is not None and g.me != root:
+        g.stager.after_recv(data)
 
 
 # name -> implementation on a Group: core(group, byte_view, root_index, **options)
@@ -108,8 +117,14 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
         raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
         raise ValueError(f"root must be a rank in [0, {comm.size}), got {root!r}")
+    device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options}
+    gpu.check_device_options(**device_options)
     data = byte_view(buf)
-    _run(name, Group(comm, range(comm.size), comm.rank, name, comm), data, int(root), options)
+    if is_device_array(data):
+        _check_options(name, options)  # before the path is chosen, as on the host
+        gpu.run_on_device(_run, name, data, int(root), comm, options, **device_options)
+    else:
+        _run(name, Group(comm, range(comm.size), comm.rank, name, comm), data, int(root), options)
     return buf
 
 

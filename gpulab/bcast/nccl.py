@@ -1,0 +1,83 @@
+"""The NCCL baseline: ``ncclBroadcast`` through CuPy's bindings, for side-by-side comparison.
+
+The seed paper compares MPI-side broadcasts with NCCL's. This module gives
+the harness the NCCL side with the same signature as the MPI algorithms:
+
+    nccl_bcast(cupy_array, root, comm)        # in place, returns the array
+    measure_bcast(comm, "nccl", nbytes)       # in gpulab.bench, on CuPy buffers
+
+One NCCL communicator per MPI communicator, created on first use (rank 0
+makes the unique id, MPI broadcasts it) and cached on the MPI communicator.
+NCCL needs one GPU per rank: several ranks on one device make
+``ncclCommInitRank`` fail ("duplicate GPU"), so on a one-GPU machine the
+baseline runs with p = 1 only. On a machine without CuPy or NCCL,
+``nccl_bcast`` raises ``NcclUnavailable`` with the reason.
+"""
+
+from __future__ import annotations
+
+from mpi4py import MPI
+
+from gpulab.backend import cupy_or_none, is_device_array
+
+_COMM_KEY = MPI.Comm.Create_keyval()
+
+
+class NcclUnavailable(RuntimeError):
+    """CuPy, a GPU or CuPy's NCCL bindings are missing here."""
+
+
+def nccl_module():
+    """``cupy.cuda.nccl`` if usable here, else raise NcclUnavailable saying why."""
+    cp = cupy_or_none()
+    if cp is None:
+        raise NcclUnavailable("the NCCL baseline needs CuPy (pip install gpulab[gpu]) and a CUDA driver")
+    try:
+        from cupy.cuda import nccl
+    except ImportError as error:
+        raise NcclUnavailable(f"CuPy has no NCCL bindings here: {error}") from None
+    if not getattr(nccl, "available", True):
+        raise NcclUnavailable("CuPy was built without NCCL (cupy.cuda.nccl.available is False)")
+    return nccl
+
+
+def available() -> bool:
+    try:
+        nccl_module()
+        return cupy_or_none().cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no driver, no device, no NCCL
+        return False
+
+
+def communicator(comm: MPI.Comm):
+    """The NCCL communicator over the same ranks as ``comm`` (collective on first use)."""
+    nc = comm.Get_attr(_COMM_KEY)
+    if nc is None:
+        nccl = nccl_module()
+        uid = nccl.get_unique_id() if comm.rank == 0 else None
+        nc = nccl.NcclCommunicator(comm.size, comm.bcast(uid, root=0), comm.rank)
+        comm.Set_attr(_COMM_KEY, nc)
+    return nc
+
+
+def nccl_bcast(buf, root: int = 0, comm: MPI.Comm | None = None):
+    """Broadcast the CuPy array ``buf`` in place from ``root`` with ``ncclBroadcast``; return ``buf``.
+
+    Returns when the data is on every GPU (the stream is synchronized), the
+    same contract as the MPI algorithms, so the harness times the same thing.
+    """
+    from gpulab.bcast.algorithms import byte_view  # late: algorithms imports half the package
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    nccl = nccl_module()
+    if not is_device_array(buf) or hasattr(buf, "__gpulab_device__"):
+        raise TypeError("the NCCL baseline broadcasts CuPy (device) arrays only")
+    if not 0 <= root < comm.size:
+        raise ValueError(f"root must be a rank in [0, {comm.size}), got {root!r}")
+    data = byte_view(buf)
+    stream = cupy_or_none().cuda.get_current_stream()
+    nc = communicator(comm)
+    if data.nbytes:
+        nc.bcast(data.data.ptr, data.nbytes, nccl.NCCL_UINT8, root, stream.ptr)
+    stream.synchronize()
+    return buf

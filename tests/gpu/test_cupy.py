@@ -1,0 +1,50 @@
+"""Broadcasts of real CuPy buffers: staged, CUDA-aware where the MPI is, and the NCCL baseline.
+
+Skipped without CuPy or without a CUDA device. On a one-GPU machine every
+rank shares the GPU: that exercises the staging path (the copies, streams and
+events are real) but not GPU-to-GPU links; NCCL refuses two ranks on one
+device, so its test runs on as many ranks as there are GPUs.
+"""
+
+import pytest
+
+from gpulab.bcast import ALGORITHMS
+from tests.mpi_harness import run_mpi
+
+cp = pytest.importorskip("cupy")
+try:
+    GPUS = cp.cuda.runtime.getDeviceCount()
+except Exception:  # CuPy installed, but no driver or no device
+    GPUS = 0
+pytestmark = pytest.mark.skipif(GPUS == 0, reason="no CUDA device")
+
+
+@pytest.mark.parametrize("n", [2, 4])
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_staged_cupy_broadcast_is_bit_identical(algorithm, n):
+    checked = run_mpi(n, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, device="cupy",
+                      env={"GPULAB_CUDA_AWARE": "0"}, timeout=180)
+    assert min(checked) > 0
+
+
+@pytest.mark.parametrize("algorithm", ["binomial", "chain", "scatter_allgather_ring", "mpi"])
+def test_cuda_aware_cupy_broadcast(algorithm):
+    from gpulab.bcast.gpu import mpi_cuda_support
+
+    aware, why = mpi_cuda_support()
+    if not aware:
+        pytest.skip(f"this MPI is not CUDA-aware ({why})")
+    checked = run_mpi(2, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, device="cupy",
+                      expect_path="cuda-aware", env={"GPULAB_CUDA_AWARE": ""}, timeout=180)
+    assert min(checked) > 0
+
+
+def test_nccl_baseline():
+    n = min(GPUS, 4)  # NCCL needs one GPU per rank: p = 1 on a one-GPU machine
+    assert min(run_mpi(n, "tests.gpu.cases:check_nccl", timeout=180)) > 0
+
+
+def test_measurements_on_cupy_report_the_path():
+    records = run_mpi(2, "tests.gpu.cases:measure_sweep", algorithms=["chain", "mpi"], sizes=[1 << 20],
+                      env={"GPULAB_CUDA_AWARE": "0"}, timeout=180)[0]
+    assert all(r["valid"] and r["device"] == "cupy" and r["path"] == "staged" for r in records)

@@ -1,0 +1,78 @@
+"""Every algorithm on (fake) device buffers, staged through host memory or handed to a (simulated)
+CUDA-aware MPI, bit-identical to MPI_Bcast; and planted staging bugs are caught.
+
+These run on any CPU: ``gpulab.fakedevice`` stands in for the GPU.
+"""
+
+import numpy as np
+import pytest
+from mpi4py import MPI
+
+from gpulab.bcast import ALGORITHMS
+from tests.mpi_harness import MPIJobFailed, run_mpi
+
+STAGED = {"GPULAB_FAKE_MPI_CUDA_AWARE": "0", "GPULAB_CUDA_AWARE": ""}
+AWARE = {"GPULAB_FAKE_MPI_CUDA_AWARE": "1", "GPULAB_CUDA_AWARE": ""}
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_staged_broadcast_is_bit_identical_to_mpi_bcast(algorithm, n):
+    checked = run_mpi(n, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, env=STAGED,
+                      timeout=120)
+    assert min(checked) > 0, checked
+
+
+@pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
+def test_cuda_aware_path_hands_device_memory_to_mpi(algorithm):
+    # the door into fake device memory opens only for a CUDA-aware MPI and a synchronized stream
+    checked = run_mpi(3, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, env=AWARE,
+                      expect_path="cuda-aware", staging=[{}], timeout=120)
+    assert min(checked) > 0, checked
+
+
+def test_forcing_cuda_aware_on_an_mpi_that_is_not_fails_loudly():
+    with pytest.raises(MPIJobFailed, match="not CUDA-aware"):
+        run_mpi(2, "tests.gpu.cases:check_device_algorithm", algorithm="binomial",
+                env={**STAGED, "GPULAB_CUDA_AWARE": "1"}, expect_path="cuda-aware", timeout=60)
+
+
+@pytest.mark.parametrize("bug", ["no_sync_before_mpi", "send_before_copy_out", "no_copy_in",
+                                 "return_before_copy_in", "copy_in_wrong_chunk", "copy_out_misses_last_chunk"])
+def test_a_planted_staging_bug_corrupts_the_result(bug):
+    # the proof that the tests above can fail: each bug must change some rank's bytes
+    wrong = run_mpi(3, "tests.gpu.cases:staged_with_bug", bug=bug, env=STAGED, timeout=60)
+    assert any(wrong), f"{bug} went unnoticed: {wrong}"
+
+
+def test_trace_events_say_the_path():
+    events = run_mpi(3, "tests.gpu.cases:trace_device", algorithm="chain", nbytes=1000,
+                     options={"chunk_bytes": 300}, env=STAGED, timeout=60)[0]
+    assert {e["path"] for e in events} == {"staged"}
+    assert sorted(e["nbytes"] for e in events if e["src"] == 1) == [100, 300, 300, 300]  # same messages as on host
+    host = run_mpi(2, "tests.bcast.cases:trace_pattern", algorithm="binomial", nbytes=8, options={}, timeout=60)[0]
+    assert {e["path"] for e in host} == {"host"}
+
+
+@pytest.mark.parametrize("env,device,path", [(STAGED, "fake", "staged"), (AWARE, "fake", "cuda-aware"),
+                                             (STAGED, "host", "host")])
+def test_measurements_report_device_and_path(env, device, path):
+    summaries = run_mpi(2, "tests.gpu.cases:measure_device", algorithm="chain", nbytes=5000, device=device,
+                        chunk_bytes=1024, staging_chunk_bytes=2048, env=env, timeout=60)
+    s = summaries[0]
+    assert s["valid"] and s["device"] == device and s["path"] == path
+    assert s["options"] == {"chunk_bytes": 1024, "staging_chunk_bytes": 2048}
+
+
+def test_nccl_baseline_refuses_clearly_without_a_gpu():
+    from gpulab.bcast import nccl
+    from gpulab.bench import measure_bcast
+
+    if nccl.available():
+        pytest.skip("NCCL is available here: tests/gpu/test_cupy.py covers it")
+    with pytest.raises(nccl.NcclUnavailable, match="needs CuPy|NCCL"):
+        nccl.nccl_bcast(np.zeros(3), 0, MPI.COMM_SELF)
+    with pytest.raises(RuntimeError, match="needs CuPy"):
+        measure_bcast(MPI.COMM_SELF, "nccl", 8)
+    with pytest.raises(ValueError, match="runs on CuPy buffers"):
+        measure_bcast(MPI.COMM_SELF, "nccl", 8, device="fake")
