@@ -13,12 +13,11 @@ and redraws; earlier runs stay on the plot so runs can be compared.
 from __future__ import annotations
 
 import html
-import io
 
 import ipywidgets as W
-from IPython.display import Image, display
+from IPython.display import display
 
-from gpulab.widgets.plots import series_of, size_label, sweep_figure
+from gpulab.widgets.plots import as_image, series_of, size_label, sweep_figure
 
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
@@ -105,11 +104,9 @@ class BcastExplorer(W.VBox):
     def redraw(self):
         sweep_figure(self.results, self.figure)
         self.table.value = results_html(self.results)
-        png = io.BytesIO()
-        self.figure.savefig(png, format="png", dpi=80)
         with self.plot:
             self.plot.clear_output(wait=True)
-            display(Image(png.getvalue()))
+            display(as_image(self.figure))
 
 
 def results_html(rows: list[dict], last: int = 12) -> str:

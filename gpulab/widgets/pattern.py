@@ -11,13 +11,11 @@ scatter-allgather's two phases can be seen, not just timed.
 
 from __future__ import annotations
 
-import io
-
 import ipywidgets as W
-from IPython.display import Image, display
+from IPython.display import display
 from matplotlib.figure import Figure
 
-from gpulab.widgets.plots import pattern_figure, size_label
+from gpulab.widgets.plots import as_image, pattern_figure, size_label
 
 CHUNKS = [1 << k for k in range(8, 17)]  # small: a few chunks make the pipeline visible
 
@@ -40,14 +38,8 @@ def patterns_figure(runner, algorithms, p: int, *, nbytes: int = 4096, root: int
 def show_patterns(runner, algorithms, p: int, **kwargs) -> Figure:
     """Draw patterns_figure in the notebook and return it."""
     fig = patterns_figure(runner, algorithms, p, **kwargs)
-    display(_png(fig))
+    display(as_image(fig))
     return fig
-
-
-def _png(fig) -> Image:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80)
-    return Image(buf.getvalue())
 
 
 class PatternView(W.VBox):
@@ -87,5 +79,5 @@ class PatternView(W.VBox):
         self.status.value = f"{len(self.events)} messages"
         with self.plot:
             self.plot.clear_output(wait=True)
-            display(_png(self.figure))
+            display(as_image(self.figure))
         return self.figure

@@ -3,15 +3,29 @@
 Both draw into a ``matplotlib.figure.Figure`` they are given or create, without
 pyplot, so they work the same in a notebook, a test and a script:
 
-    fig = sweep_figure(rows)                   # rows: measure_bcast summaries (+ "series")
+    fig = sweep_figure(rows)                   # rows: measure_bcast summaries (+ "run")
     fig = pattern_figure(events, p, title="chain")
+    display(as_image(fig))                     # in a notebook
+
+size_label duplicates gpulab.bench.format_size on purpose: gpulab.bench imports
+mpi4py.MPI, which would initialise MPI in the notebook kernel.
 """
 
 from __future__ import annotations
 
+import io
 from collections import defaultdict
 
 from matplotlib.figure import Figure
+
+
+def as_image(fig: Figure, dpi: int = 80):
+    """The figure as a PNG image for display(): shown the same whatever matplotlib backend is active."""
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return Image(buf.getvalue())
 
 
 def size_label(nbytes: int) -> str:

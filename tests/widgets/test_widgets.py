@@ -126,3 +126,12 @@ def test_widgets_do_not_initialise_mpi_in_the_kernel():
 
     code = "import gpulab.widgets, gpulab.cluster, sys; print('mpi4py.MPI' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+def test_table_renders_html_and_text():
+    from gpulab.widgets import Table
+
+    table = Table([{"a": 1, "b": 0.12345}, {"a": 22, "c": "<x>"}])
+    assert table.columns == ["a", "b", "c"]
+    assert "<td>0.123</td>" in table._repr_html_() and "&lt;x&gt;" in table._repr_html_()
+    assert repr(table).splitlines()[0].split() == ["a", "b", "c"]

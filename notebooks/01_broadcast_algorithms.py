@@ -1,0 +1,142 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Broadcast algorithms: code, pattern, cost
+#
+# A broadcast copies `n` bytes from a root rank to the other `p - 1` ranks.
+# MPI libraries ship several algorithms and switch between them by message
+# size and process count. Each section below shows one family: its **code**
+# (the real implementation in `gpulab/bcast/`, built from point-to-point
+# sends), its **communication pattern** (traced live on the engines: one arrow
+# per message, one column per logical step) and its **cost** in the Hockney
+# model, where a message of `m` bytes costs `a + m·b` (`a`: latency,
+# `b`: seconds per byte). At the end, all of them are measured.
+
+# %% tags=["parameters"]
+N_ENGINES = 4                  # MPI ranks (and the process count of the patterns)
+TRACE_BYTES = 4096             # message size for the patterns
+TRACE_CHUNK = 1024             # chunk size for the pipelined patterns: 4 chunks
+SIZES = [1 << 10, 1 << 16, 1 << 20]   # message sizes for the measurement at the end
+ITERS = 20                     # timed iterations per measurement
+
+# %%
+from gpulab.cluster import start_engines
+from gpulab.widgets import EngineRunner, Table, as_image, show_code, show_patterns, sweep_figure
+
+engines = start_engines(N_ENGINES)
+runner = EngineRunner(engines, iters=ITERS, warmup=3)
+TRACE = dict(nbytes=TRACE_BYTES, options={"chunk_bytes": TRACE_CHUNK, "radix": 4, "ranks_per_node": 2})
+engines
+
+# %% [markdown]
+# ## 1 · Trees that move the whole message
+# **linear**: the root sends the whole message to each rank in turn:
+# `(p-1)(a + n·b)`. Fine for 2-3 ranks, hopeless beyond.
+#
+# **binomial**: every rank that has the data sends it on, so the number of
+# holders doubles each round: `ceil(log2 p)(a + n·b)`. MPICH uses it below
+# 12 KiB. Ranks are renumbered relative to the root (`vr = (me - root) % p`),
+# so any root works the same way.
+#
+# **k-nomial** (radix k): each round multiplies the holders by k; fewer rounds,
+# more sends per round: about `(k-1)·ceil(log_k p)(a + n·b)`. Open MPI's default
+# for many sizes uses k = 4.
+
+# %%
+show_code("bcast/trees.py", "linear", "binomial", "knomial");
+
+# %%
+show_patterns(runner, ["linear", "binomial", "knomial"], N_ENGINES, **TRACE);
+
+# %% [markdown]
+# ## 2 · Pipelines: cut the message into chunks
+# A tree sends the *whole* message down each edge before the next hop can
+# start. Cutting it into `k` chunks lets every link work at once: a rank
+# forwards chunk `c` while chunk `c+1` is still arriving.
+#
+# **chain** (the pipelined ring of the paper): rank `vr` receives from `vr-1`
+# and sends to `vr+1`: `(p + k - 2)(a + (n/k)·b)`. For large `n` that tends to
+# `n·b`, independent of `p`: the reason it wins for big messages.
+# The best chunk count is about `sqrt((p-2)·n·b / a)`.
+#
+# **binary tree** and **split binary tree**: the same pipelining down a binary
+# tree (height `h`): about `2(h + k - 1)(a + (n/k)·b)`; the split variant sends
+# each half of the message down one subtree, then pairs swap halves.
+
+# %%
+show_code("bcast/pipelined.py", "forward_chunks", "chain");
+
+# %%
+show_patterns(runner, ["chain", "binary_tree", "split_binary_tree"], N_ENGINES, **TRACE);
+
+# %% [markdown]
+# ## 3 · Scatter, then allgather (van de Geijn)
+# Cut the message into `p` blocks; scatter them with a binomial tree (each rank
+# ends up with one block), then allgather so everyone has all blocks. Each rank
+# moves about `2·n·(p-1)/p` bytes in total instead of `n` per tree level:
+#
+# * recursive-doubling allgather: `2·log2(p)·a + 2((p-1)/p)·n·b` (p a power of 2)
+# * ring allgather: `(log2 p + p - 1)·a + 2((p-1)/p)·n·b`, any p
+#
+# MPICH switches to these above 12 KiB (recursive doubling) and 512 KiB (ring).
+
+# %%
+show_code("bcast/scatter_allgather.py", "binomial_scatter", "scatter_allgather_ring");
+
+# %%
+show_patterns(runner, ["scatter_allgather_rd", "scatter_allgather_ring"], N_ENGINES, **TRACE);
+
+# %% [markdown]
+# ## 4 · Hierarchical: cross the slow network once per node
+# On dense GPU nodes, links inside a node are much faster than between nodes.
+# The root first sends to one *leader* per node, then each leader broadcasts
+# inside its node: `T_inter(nodes) + T_intra(ranks per node)`. Here the nodes
+# are emulated: `ranks_per_node=2` makes ranks {0,1} one "node" and {2,3}
+# another.
+
+# %%
+show_code("bcast/hierarchical.py", "hierarchical");
+
+# %%
+show_patterns(runner, ["hierarchical", "binomial"], N_ENGINES, **TRACE);
+
+# %% [markdown]
+# ## 5 · Measure them all
+# Every algorithm at a few sizes, with MPI's own `MPI_Bcast` (`mpi`) as the
+# reference. Every measurement is validated: each rank checks it received the
+# root's bytes.
+
+# %%
+rows = []
+for algorithm in runner.algorithms:
+    options = {k: v for k, v in {"chunk_bytes": 1 << 14, "ranks_per_node": 2}.items()
+               if k in runner.algorithms[algorithm]}
+    rows += [runner.measure(algorithm, nbytes, 0, options) for nbytes in SIZES]
+Table(rows, ["algorithm", "nbytes", "avg_us", "min_us", "max_us", "busbw_GBps", "valid"])
+
+# %%
+as_image(sweep_figure(rows))
+
+# %%
+assert len(rows) == len(runner.algorithms) * len(SIZES)
+assert all(row["valid"] for row in rows), [r["algorithm"] for r in rows if not r["valid"]]
+
+# %% [markdown]
+# On one laptop every "link" is shared memory and the ranks share a few cores,
+# so the pipelined algorithms cannot show their full advantage; the patterns
+# above show *why* they would on a real network. Notebook 02 lets you sweep
+# sizes and options interactively.
+
+# %%
+engines.stop()

@@ -1,0 +1,109 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · The broadcast explorer
+#
+# Pick a range of message sizes, one or more algorithms and their options, and
+# press **Run**: every point is measured live on the engines (validated, OSU
+# style) and plotted as time and bus bandwidth against size, with MPI's own
+# `MPI_Bcast` alongside. Runs accumulate, so you can change one option (the
+# chunk size, say) and compare the curves; **Clear** starts over.
+#
+# The second widget draws the communication pattern of one algorithm on up to
+# `N_ENGINES` ranks: who sends to whom in which step.
+
+# %% tags=["parameters"]
+N_ENGINES = 4
+SIZES = (1 << 10, 1 << 20)          # first run: 1 KiB .. 1 MiB, every power of two
+ALGORITHMS = ("binomial", "chain")  # first run: the two the questions below compare
+CHUNK = 1 << 16                     # chain / binary tree chunk size
+ITERS = 10                          # timed iterations per point (OSU: 100-1000; more = smoother, slower)
+
+# %%
+from gpulab.cluster import start_engines
+from gpulab.widgets import BcastExplorer, EngineRunner, PatternView, size_label
+
+engines = start_engines(N_ENGINES)
+runner = EngineRunner(engines, iters=ITERS, warmup=2, time_budget=0.2)
+
+# %% [markdown]
+# ## The explorer
+# The cell after it presses Run once from code, so the plot is filled when the
+# notebook runs top to bottom; then it is yours to play with.
+
+# %%
+explorer = BcastExplorer(runner, sizes=SIZES, algorithms=ALGORITHMS)
+explorer.chunk.value = CHUNK
+explorer
+
+# %%
+first = explorer.run()
+assert first and all(row["valid"] for row in first), "every rank must receive the root's data"
+assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
+
+# %% [markdown]
+# ## Where does the chain overtake binomial?
+# From the rows of the first run: the smallest size from which the chain is
+# faster at every larger size measured.
+
+# %%
+def crossover(rows, fast, slow):
+    """Smallest size from which `fast` beats `slow` at every larger size (None if never)."""
+    time = {(r["algorithm"], r["nbytes"]): r["avg_us"] for r in rows}
+    sizes = sorted({n for a, n in time if a == fast and (slow, n) in time})
+    wins = [time[fast, n] < time[slow, n] for n in sizes]
+    return next((n for i, n in enumerate(sizes) if all(wins[i:])), None)
+
+
+chain_wins_from = crossover(first, "chain", "binomial")
+if chain_wins_from:
+    print(f"on {N_ENGINES} ranks the chain beats binomial from {size_label(chain_wins_from)}B up")
+else:
+    print(f"on {N_ENGINES} ranks the chain did not stay ahead of binomial in this run")
+
+# %% [markdown]
+# ## The pattern view
+# Choose an algorithm and a process count, press **Draw**.
+
+# %%
+patterns = PatternView(runner, algorithm="chain")
+patterns.draw()
+patterns
+
+# %%
+assert patterns.events, "the traced broadcast sent no messages"
+
+# %% [markdown]
+# ## Questions to answer from the plots
+# 1. **Where does the chain overtake binomial, and why?** Binomial costs
+#    `log2(p)·(a + n·b)`: every level waits for the whole message. The chain
+#    costs `(p + k - 2)·(a + (n/k)·b)`: it pays `p + k - 2` latencies but moves
+#    only `n/k` bytes per step. Compare the two formulas for small and large `n`.
+#    Does the crossover you measured move when you change the chunk size?
+# 2. With `p = 4`, `log2 p = 2`: how much can pipelining win at most? What
+#    changes with 16 ranks per node, as on the paper's KESCH nodes?
+# 3. Sweep the **chunk size** for the chain at 1 MiB (three runs, three chunk
+#    sizes). Is there an optimum? The model says `k ≈ sqrt((p-2)·n·b/a)` chunks.
+# 4. Run **scatter_allgather_ring** and **scatter_allgather_rd**: from what size
+#    do they beat binomial? MPICH switches at 12 KiB and 512 KiB.
+# 5. Run **hierarchical** with ranks/node = 2. On one machine every link is
+#    equally fast: what would have to differ for it to win?
+# 6. Where is `MPI_Bcast` (dashed) relative to the best of the others? Which
+#    algorithm do you think MPICH picked at each size?
+#
+# On a laptop the ranks share a few cores and memory is the network, so the
+# curves are noisy and the gaps small; on GPUs across InfiniBand they are not.
+
+# %%
+engines.stop()

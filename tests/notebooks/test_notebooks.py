@@ -1,0 +1,39 @@
+"""Every notebook in notebooks/ runs top to bottom for real, strictly, with shrunken parameters.
+
+    pytest tests/notebooks              # all of them (about 2 minutes on 2 cores)
+    pytest tests/notebooks -k 00_start  # one
+
+Each notebook starts its own MPI engines and asserts on its results (for
+example that every rank validated its broadcast); a failed %%px cell, any
+error, or a cell running past CELL_TIMEOUT fails the test (see nbrun.py), and
+afterwards no engine or mpiexec of the notebook may remain (tests/conftest.py).
+"""
+
+import time
+
+import pytest
+
+from tests.notebooks.nbrun import NOTEBOOKS, execute
+
+CELL_TIMEOUT = 120
+# smaller than the defaults, same code paths: 4 ranks so trees and chains differ
+PARAMETERS = {
+    "00_start_here": {"NBYTES": 1 << 16, "ITERS": 5},
+    "01_broadcast_algorithms": {"SIZES": [1 << 10, 1 << 16], "ITERS": 5},
+    "02_broadcast_explorer": {"SIZES": (1 << 10, 1 << 14), "ITERS": 5},
+}
+
+
+def test_every_notebook_has_test_parameters():
+    assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == sorted(PARAMETERS)
+
+
+@pytest.mark.parametrize("name", sorted(PARAMETERS))
+def test_notebook_runs(name, ipython_dir):
+    start = time.monotonic()
+    nb = execute(NOTEBOOKS / f"{name}.ipynb", PARAMETERS[name], ipython_dir=ipython_dir, cell_timeout=CELL_TIMEOUT)
+    assert time.monotonic() - start < 120, "a notebook must run in under 2 minutes"
+    outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    if name == "01_broadcast_algorithms":  # four pattern panels and the sweep plot
+        assert sum("image/png" in o.get("data", {}) for o in outputs) == 5

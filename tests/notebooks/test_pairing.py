@@ -1,0 +1,55 @@
+"""Each notebook is a jupytext pair: notebooks/NN_name.py (percent format, what you edit and review)
+and NN_name.ipynb (what Jupyter opens, committed without outputs). Drift between them fails here.
+
+Fix a drift with:  jupytext --sync notebooks/*.ipynb   (or --to ipynb from the .py you edited)
+"""
+
+import jupytext
+import nbformat
+import pytest
+
+from tests.notebooks.nbrun import NOTEBOOKS
+
+PAIRS = sorted(p.stem for p in NOTEBOOKS.glob("*.py"))
+
+
+def cells(nb):
+    return [(c.cell_type, c.source, sorted(c.metadata.get("tags", []))) for c in nb.cells]
+
+
+def test_notebooks_are_numbered_pairs():
+    assert PAIRS == sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb"))
+    assert PAIRS and all(name[:2].isdigit() and name[2] == "_" for name in PAIRS)
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_py_and_ipynb_have_the_same_cells(name):
+    script = jupytext.read(NOTEBOOKS / f"{name}.py")
+    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    assert cells(script) == cells(notebook), f"{name}.py and {name}.ipynb differ: run jupytext --sync"
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_ipynb_is_clean_and_runnable(name):
+    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    assert notebook.metadata.kernelspec.name == "python3"  # or JupyterLab asks for a kernel
+    assert notebook.metadata.jupytext.formats == "ipynb,py:percent"  # paired in JupyterLab
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert all(not c.outputs and c.execution_count is None for c in code), "commit notebooks without outputs"
+    assert sum("parameters" in c.metadata.get("tags", []) for c in code) == 1
+
+
+@pytest.mark.parametrize("name", PAIRS)
+def test_px_magic_is_on_the_first_line(name):
+    # "# comment\n%%px" is a UsageError at run time; catch it before running
+    for cell in jupytext.read(NOTEBOOKS / f"{name}.py").cells:
+        if cell.cell_type == "code" and "%%px" in cell.source:
+            assert cell.source.startswith("%%px"), cell.source[:80]
+
+
+def test_drift_is_detected(tmp_path):
+    script = jupytext.read(NOTEBOOKS / f"{PAIRS[0]}.py")
+    notebook = nbformat.read(NOTEBOOKS / f"{PAIRS[0]}.ipynb", as_version=4)
+    notebook.cells[-1].source += "\nprint('edited only in the ipynb')"
+    assert cells(script) != cells(notebook)
