@@ -15,16 +15,26 @@ on a contiguous array.
 ``with trace() as calls:`` records every call that reaches MPI as a dict
 (op, group name, group size, nbytes = the size of the full buffer: the summed
 array, the gathered result, the array to be scattered), which is how the
-tests check ``gpulab.engine.volume``'s byte counts against real runs.
+tests check ``gpulab.engine.volume``'s byte counts against real runs. Inside
+``gpulab.engine.timeline.record()`` every call also becomes a timed event.
+
+Progress: MPICH moves a non-blocking collective forward only while the rank
+is inside some MPI call. ``with polling():`` makes every compute kernel
+(``timeline.kernel``) end with ``progress()``, an MPI_Test of each collective
+in flight, so collectives advance between kernels instead of all at the final
+``wait()`` (see docs/engine_overlap.md for why this, not MPICH's progress thread).
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from time import perf_counter
 
 from gpulab.backend import array_module, synchronize
+from gpulab.engine import timeline
 
 _records: list | None = None
+_in_flight: list["Handle"] = []  # non-blocking collectives not yet seen complete
 
 
 @contextmanager
@@ -55,17 +65,90 @@ def _op(name: str):
     return {"sum": MPI.SUM, "max": MPI.MAX}[name]
 
 
+def _blocking(op, comm, nbytes, call) -> None:
+    start = perf_counter()
+    call()
+    tl = timeline.current()
+    if tl is not None:
+        end = perf_counter()
+        tl.add("comm", start, end, op=op, group=comm.Get_name(), size=comm.Get_size(),
+               nbytes=int(nbytes), blocked=[[start, end]], **{"async": False})
+
+
 class Handle:
     """A collective in flight; ``wait()`` completes it and returns the result."""
 
-    def __init__(self, result, request=None):
-        self._result, self._request = result, request
+    def __init__(self, result, request=None, event: dict | None = None, tl=None):
+        self._result, self._request, self._event, self._timeline = result, request, event, tl
+        if request is not None:
+            _in_flight.append(self)
+
+    def _done(self, blocked_from: float | None) -> None:
+        end = perf_counter()
+        self._request = None
+        _in_flight.remove(self)
+        if self._event is not None:  # recorded now: the event ends when completion was seen
+            self._event["end"] = end
+            if blocked_from is not None:
+                self._event["blocked"].append([blocked_from, end])
+            self._timeline.events.append(self._event)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the result buffer (valid or not yet)."""
+        return int(self._result.nbytes)
+
+    def test(self) -> bool:
+        """Let MPI progress; True once the collective is complete (then ``wait()`` is free)."""
+        if self._request is not None and self._request.Test():
+            self._done(None)
+        return self._request is None
 
     def wait(self):
         if self._request is not None:
+            start = perf_counter()
             self._request.Wait()
-            self._request = None
+            self._done(start)
         return self._result
+
+
+def _start(op, comm, nbytes, result, call) -> Handle:
+    """Issue a non-blocking collective: ``call()`` returns its MPI request."""
+    start = perf_counter()
+    request = call()
+    tl = timeline.current()
+    event = None if tl is None else {
+        "kind": "comm", "start": start, "end": None, "op": op, "group": comm.Get_name(),
+        "size": comm.Get_size(), "nbytes": int(nbytes), "async": True,
+        "blocked": [[start, perf_counter()]]}  # the call itself; the wait is added at the end
+    return Handle(result, request, event, tl)
+
+
+def progress() -> None:
+    """Test every collective in flight once (each MPI_Test also drives MPICH's progress engine)."""
+    if not _in_flight:
+        return
+    start = perf_counter()
+    for handle in list(_in_flight):
+        handle.test()
+    tl = timeline.current()
+    if tl is not None:
+        tl.add("poll", start, perf_counter())
+
+
+@contextmanager
+def polling(enabled: bool = True):
+    """Inside the block, every ``timeline.kernel`` ends with ``progress()``."""
+    outer = timeline.set_after_kernel(progress if enabled else None)
+    try:
+        yield
+    finally:
+        timeline.set_after_kernel(outer)
+
+
+def in_flight() -> int:
+    """How many non-blocking collectives this process has not yet seen complete."""
+    return len(_in_flight)
 
 
 def all_reduce(x, comm, op: str = "sum"):
@@ -75,7 +158,7 @@ def all_reduce(x, comm, op: str = "sum"):
     x = array_module(x).ascontiguousarray(x)
     _note("all_reduce", comm, x.nbytes)
     synchronize(x)
-    comm.Allreduce(_mpi().IN_PLACE, x, op=_op(op))
+    _blocking("all_reduce", comm, x.nbytes, lambda: comm.Allreduce(_mpi().IN_PLACE, x, op=_op(op)))
     return x
 
 
@@ -85,7 +168,7 @@ def iall_reduce(x, comm, op: str = "sum") -> Handle:
     x = array_module(x).ascontiguousarray(x)
     _note("all_reduce", comm, x.nbytes)
     synchronize(x)
-    return Handle(x, comm.Iallreduce(_mpi().IN_PLACE, x, op=_op(op)))
+    return _start("all_reduce", comm, x.nbytes, x, lambda: comm.Iallreduce(_mpi().IN_PLACE, x, op=_op(op)))
 
 
 def _gather_setup(shard, comm):
@@ -102,7 +185,7 @@ def all_gather(shard, comm):
     if comm.Get_size() == 1:
         return shard.reshape(-1)
     shard, out = _gather_setup(shard, comm)
-    comm.Allgather(shard, out)
+    _blocking("all_gather", comm, out.nbytes, lambda: comm.Allgather(shard, out))
     return out
 
 
@@ -110,7 +193,7 @@ def iall_gather(shard, comm) -> Handle:
     if comm.Get_size() == 1:
         return Handle(shard.reshape(-1))
     shard, out = _gather_setup(shard, comm)
-    return Handle(out, comm.Iallgather(shard, out))
+    return _start("all_gather", comm, out.nbytes, out, lambda: comm.Iallgather(shard, out))
 
 
 def _scatter_setup(flat, comm):
@@ -131,7 +214,7 @@ def reduce_scatter(flat, comm):
     if comm.Get_size() == 1:
         return flat.reshape(-1)
     flat, out = _scatter_setup(flat, comm)
-    comm.Reduce_scatter_block(flat, out, op=_op("sum"))
+    _blocking("reduce_scatter", comm, flat.nbytes, lambda: comm.Reduce_scatter_block(flat, out, op=_op("sum")))
     return out
 
 
@@ -139,4 +222,5 @@ def ireduce_scatter(flat, comm) -> Handle:
     if comm.Get_size() == 1:
         return Handle(flat.reshape(-1))
     flat, out = _scatter_setup(flat, comm)
-    return Handle(out, comm.Ireduce_scatter_block(flat, out, op=_op("sum")))
+    return _start("reduce_scatter", comm, flat.nbytes, out,
+                  lambda: comm.Ireduce_scatter_block(flat, out, op=_op("sum")))

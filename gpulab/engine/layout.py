@@ -88,6 +88,16 @@ def shard_numel(n: int, k: int, shape, transposed: bool = False) -> int:
     return -(-block // shape[2])  # ceil(block / D): the last shard is zero-padded
 
 
+def piece_numel(spec: ParamSpec, shape) -> int:
+    """Values one rank stores of the parameter (a weight's 1-D shard includes its padding)."""
+    R, C = shape[0], shape[1]
+    if spec.kind == "weight":
+        return shard_numel(*spec.shape, shape, spec.transposed)
+    if spec.kind == "bias":
+        return spec.shape[0] // (C if spec.transposed else R)
+    return int(np.prod(spec.shape)) // C  # LayerNorm vectors and wpe: split over col
+
+
 def _permuted(spec: ParamSpec, full, shape):
     if spec.permute and shape[0] > 1:
         perm = qkv_permutation(spec.shape[0] // 3, shape[0])
@@ -113,7 +123,7 @@ def local_piece(spec: ParamSpec, full, shape, coords):
         w = spec.shape[0] // parts
         return full[i * w:(i + 1) * w].copy()
     w = spec.shape[-1] // shape[1]  # colvec and wpe: features split over col
-    return xp.ascontiguousarray(full[..., c * w:(c + 1) * w])
+    return full[..., c * w:(c + 1) * w].copy()  # a copy even at col=1: training must not write to `full`
 
 
 def owns(spec: ParamSpec, coords) -> bool:

@@ -11,9 +11,14 @@ residual stream x (b, T, C/col), copied over row; QKV and FC1 are plain 3D
 layers (out split over row), attention-out and FC2 transposed ones (back to
 C/col); attention runs on the row's n_head/row heads; the tied wte is a plain
 layer [V/row, C/col] used twice (vocab-parallel lookup, LM head). Backward
-mirrors forward call by call. After it, ``reduce_grads`` sums weight shards
-over data and every copied parameter (biases, LayerNorm, wpe) over
-depth x data, each group in one flat all-reduce.
+mirrors forward call by call. Gradients go to a ``GradSync``
+(``overlap_grads``), which sums weight shards over data and every copied
+parameter (biases, LayerNorm, wpe) over depth x data: after backward, or in
+buckets during it. ``overlap`` (``gpulab.engine.overlap.Overlap``) switches
+each kind of communication/computation overlap on or off; the numbers are the
+same either way. Weights reach each layer through a ``WeightFetcher``
+(``overlap_weights``: prefetch, cache). Every matmul, attention and GELU is a
+``timeline.kernel``, so ``gpulab.engine.timeline.record()`` sees the compute.
 """
 
 from __future__ import annotations
@@ -24,8 +29,13 @@ from gpulab.backend import array_module, to_host
 from gpulab.engine import collectives as coll
 from gpulab.engine import layers as L
 from gpulab.engine import tp_layers as TP
-from gpulab.engine.layout import assemble, grad_group, local_piece, owns, param_specs
+from gpulab.engine.layout import assemble, local_piece, owns, param_specs
+from gpulab.engine.memory import tree_nbytes
 from gpulab.engine.model import WPE, WTE
+from gpulab.engine.overlap import Overlap
+from gpulab.engine.overlap_grads import GradSync
+from gpulab.engine.overlap_weights import WeightFetcher, backward_uses, forward_uses
+from gpulab.engine.timeline import kernel, phase
 from gpulab.engine.tp3d import Linear3D
 
 
@@ -50,21 +60,22 @@ def check_divisibility(config, shape, batch_size: int | None = None) -> None:
 
 
 class ParallelGPT:
-    def __init__(self, config, mesh):
+    def __init__(self, config, mesh, overlap: Overlap | None = None):
         check_divisibility(config, mesh.shape)
         self.config, self.mesh = config, mesh
+        self.overlap = overlap or Overlap()
         self.specs = param_specs(config)
         C, V = config.n_embd, config.vocab_size
-        self.linears = {WTE: Linear3D(V, C, mesh)}  # tied: LM head [V, C], plain
+        self.linears = {WTE: Linear3D(V, C, mesh, name="lm_head")}  # tied: LM head [V, C], plain
         for i in range(config.n_layer):
-            p = f"transformer.h.{i}."
-            self.linears[p + "attn.c_attn.weight"] = Linear3D(3 * C, C, mesh)
-            self.linears[p + "attn.c_proj.weight"] = Linear3D(C, C, mesh, transposed=True)
-            self.linears[p + "mlp.c_fc.weight"] = Linear3D(4 * C, C, mesh)
-            self.linears[p + "mlp.c_proj.weight"] = Linear3D(C, 4 * C, mesh, transposed=True)
+            for part, n, k, transposed in (("attn.c_attn", 3 * C, C, False), ("attn.c_proj", C, C, True),
+                                           ("mlp.c_fc", 4 * C, C, False), ("mlp.c_proj", C, 4 * C, True)):
+                self.linears[f"transformer.h.{i}.{part}.weight"] = Linear3D(
+                    n, k, mesh, transposed=transposed, name=f"h.{i}.{part}")
         self.vocab_lo = mesh.r * (V // mesh.shape[0])  # first token id of this row's vocab slice
         self.params: dict = {}
         self.grads: dict = {}
+        self.memory: dict = {}  # bytes measured in the last forward_backward (``memory_report``)
 
     @property
     def coords(self):
@@ -123,33 +134,43 @@ class ParallelGPT:
         s = slice(self.mesh.batch_shard * b, (self.mesh.batch_shard + 1) * b)
         return idx[s], (None if targets is None else xp.asarray(targets)[s])
 
-    def _forward(self, idx):
+    def _fetcher(self, uses) -> WeightFetcher:
+        ov = self.overlap
+        fetch = WeightFetcher(self.linears, self.params, prefetch=ov.prefetch, cache=ov.cache,
+                              depth=self.mesh.shape[2])
+        fetch.start(uses)
+        return fetch
+
+    def _forward(self, idx, fetch: WeightFetcher | None = None):
+        fetch = fetch or self._fetcher(forward_uses(self.config))
         P, m, lin = self.params, self.mesh, self.linears
         C, T = self.config.n_embd, idx.shape[1]
-        W = lin[WTE].gather(P[WTE])  # [V/R, C/c]
-        x, c_tok = TP.embedding_forward(idx, W, self.vocab_lo, m.row)  # (b, T, C/c)
+
+        def linear(name, x):
+            return lin[name + ".weight"].forward(x, P[name + ".weight"], P[name + ".bias"],
+                                                 W=fetch.get(name + ".weight"))
+
+        x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row)  # (b, T, C/c)
         x = x + P[WPE][:T]  # wpe is split over col like x
         blocks = []
         for i in range(self.config.n_layer):
             p = f"transformer.h.{i}."
             h, c1 = TP.layernorm_forward(x, P[p + "ln_1.weight"], P[p + "ln_1.bias"], m.col, C)
-            qkv, c2 = lin[p + "attn.c_attn.weight"].forward(
-                h, P[p + "attn.c_attn.weight"], P[p + "attn.c_attn.bias"])  # (b, T, 3C/R)
-            a, c3 = L.attention_forward(qkv, self.config.n_head // m.shape[0])  # (b, T, C/R)
-            y, c4 = lin[p + "attn.c_proj.weight"].forward(
-                a, P[p + "attn.c_proj.weight"], P[p + "attn.c_proj.bias"])  # (b, T, C/c)
+            qkv, c2 = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
+            with kernel(f"h.{i}.attn fwd"):
+                a, c3 = L.attention_forward(qkv, self.config.n_head // m.shape[0])  # (b, T, C/R)
+            y, c4 = linear(p + "attn.c_proj", a)  # (b, T, C/c)
             x = x + y
             h, c5 = TP.layernorm_forward(x, P[p + "ln_2.weight"], P[p + "ln_2.bias"], m.col, C)
-            f, c6 = lin[p + "mlp.c_fc.weight"].forward(
-                h, P[p + "mlp.c_fc.weight"], P[p + "mlp.c_fc.bias"])  # (b, T, 4C/R)
-            g, c7 = L.gelu_forward(f)
-            y, c8 = lin[p + "mlp.c_proj.weight"].forward(
-                g, P[p + "mlp.c_proj.weight"], P[p + "mlp.c_proj.bias"])  # (b, T, C/c)
+            f, c6 = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
+            with kernel(f"h.{i}.gelu fwd"):
+                g, c7 = L.gelu_forward(f)
+            y, c8 = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
             x = x + y
             blocks.append((c1, c2, c3, c4, c5, c6, c7, c8))
         xf, c_lnf = TP.layernorm_forward(
             x, P["transformer.ln_f.weight"], P["transformer.ln_f.bias"], m.col, C)
-        logits, c_head = lin[WTE].forward(xf, P[WTE])  # (b, T, V/R)
+        logits, c_head = lin[WTE].forward(xf, P[WTE], W=fetch.get(WTE))  # (b, T, V/R)
         return logits, (c_tok, blocks, c_lnf, c_head)
 
     def _global_loss(self, loss_sum, n_tokens):
@@ -160,7 +181,10 @@ class ParallelGPT:
     def loss(self, idx, targets) -> float:
         """Mean cross-entropy of the global batch, forward only."""
         idx_l, tgt_l = self._local_batch(idx, targets)
-        logits, _ = self._forward(idx_l)
+        fetch = self._fetcher(forward_uses(self.config))
+        with coll.polling(self.overlap.polls):
+            logits, _ = self._forward(idx_l, fetch)
+        fetch.end()
         loss_sum, _ = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
         return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
 
@@ -168,58 +192,67 @@ class ParallelGPT:
         """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``."""
         idx_l, tgt_l = self._local_batch(idx, targets)
         n_tokens = idx.shape[0] * idx.shape[1]
-        logits, (c_tok, blocks, c_lnf, c_head) = self._forward(idx_l)
-        loss_sum, c_ce = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
+        fetch = self._fetcher(forward_uses(self.config) + backward_uses(self.config))
+        sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
+        with coll.polling(self.overlap.polls):
+            with phase("forward"):
+                logits, caches = self._forward(idx_l, fetch)
+                loss_sum, c_ce = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
+            self.memory["activations"] = tree_nbytes(caches, skip=self.params.values())
+            with phase("backward"):
+                self._backward(idx_l.shape[1], n_tokens, caches, c_ce, fetch, sync)
+            fetch.end()
+            self.memory["weight_cache"] = fetch.peak_bytes
+            with phase("grad-sync"):
+                self.grads = sync.finish()
+                loss = self._global_loss(loss_sum, n_tokens)
+        return loss
 
-        lin, grads = self.linears, {}
+    def _backward(self, T, n_tokens, caches, c_ce, fetch, sync) -> None:
+        """Backward in exact reverse order of ``_forward``; gradients go to ``sync`` as they appear."""
+        c_tok, blocks, c_lnf, c_head = caches
+        lin, async_grads = self.linears, self.overlap.async_grads
+
+        def linear(name, dy, cache):
+            dx, d = lin[name + ".weight"].backward(dy, cache, W=fetch.get(name + ".weight"),
+                                                   async_grads=async_grads)
+            put(name, d)
+            return dx
+
+        def put(prefix, dparams):
+            for key, value in dparams.items():
+                sync.add(f"{prefix}.{key}", value)
+
         dlogits, _ = TP.cross_entropy_backward(1.0 / n_tokens, c_ce)
-        dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False)  # keep the block: tied
+        dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False, W=fetch.get(WTE),
+                                   async_grads=async_grads)  # keep the block: wte is tied
         dW_head = d["weight"]
         dx, d = TP.layernorm_backward(dxf, c_lnf)
-        _put(grads, "transformer.ln_f", d)
+        put("transformer.ln_f", d)
         for i in reversed(range(self.config.n_layer)):
             p = f"transformer.h.{i}."
             c1, c2, c3, c4, c5, c6, c7, c8 = blocks[i]
-            dg, d = lin[p + "mlp.c_proj.weight"].backward(dx, c8)
-            _put(grads, p + "mlp.c_proj", d)
-            df, _ = L.gelu_backward(dg, c7)
-            dh, d = lin[p + "mlp.c_fc.weight"].backward(df, c6)
-            _put(grads, p + "mlp.c_fc", d)
+            dg = linear(p + "mlp.c_proj", dx, c8)
+            with kernel(f"h.{i}.gelu bwd"):
+                df, _ = L.gelu_backward(dg, c7)
+            dh = linear(p + "mlp.c_fc", df, c6)
             dh, d = TP.layernorm_backward(dh, c5)
-            _put(grads, p + "ln_2", d)
+            put(p + "ln_2", d)
             dx = dx + dh
-            da, d = lin[p + "attn.c_proj.weight"].backward(dx, c4)
-            _put(grads, p + "attn.c_proj", d)
-            dqkv, _ = L.attention_backward(da, c3)
-            dh, d = lin[p + "attn.c_attn.weight"].backward(dqkv, c2)
-            _put(grads, p + "attn.c_attn", d)
+            da = linear(p + "attn.c_proj", dx, c4)
+            with kernel(f"h.{i}.attn bwd"):
+                dqkv, _ = L.attention_backward(da, c3)
+            dh = linear(p + "attn.c_attn", dqkv, c2)
             dh, d = TP.layernorm_backward(dh, c1)
-            _put(grads, p + "ln_1", d)
+            put(p + "ln_1", d)
             dx = dx + dh
         xp = array_module(dx)
         dwpe = xp.zeros_like(self.params[WPE])
-        dwpe[:idx_l.shape[1]] = dx.sum(axis=0)  # (T, C/c)
-        grads[WPE] = dwpe
+        dwpe[:T] = dx.sum(axis=0)  # (T, C/c)
+        sync.add(WPE, dwpe)
         _, d = TP.embedding_backward(dx, c_tok)
-        grads[WTE] = lin[WTE].scatter_grad(dW_head + d["weight"])  # one reduce-scatter, both uses
-        self.grads = {n: grads[n] for n in self.specs}
-        self.reduce_grads()
-        return self._global_loss(loss_sum, n_tokens)
-
-    def reduce_grads(self) -> None:
-        """Sum gradients over the ranks that saw other sequences: one flat buffer per group."""
-        for group in ("data", "batch"):
-            comm = getattr(self.mesh, group)
-            if comm.Get_size() == 1:
-                continue
-            names = [n for n, s in self.specs.items() if grad_group(s) == group]
-            xp = array_module(self.grads[names[0]])
-            flat = coll.all_reduce(xp.concatenate([self.grads[n].reshape(-1) for n in names]), comm)
-            offset = 0
-            for n in names:
-                g = self.grads[n]
-                self.grads[n] = flat[offset:offset + g.size].reshape(g.shape)
-                offset += g.size
+        # one reduce-scatter for both uses of the tied weight
+        sync.add(WTE, lin[WTE].scatter_grad(dW_head + d["weight"], wait=not async_grads))
 
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""
@@ -228,8 +261,3 @@ class ParallelGPT:
                  for n, s in self.specs.items() if owns(s, self.coords))
         total = coll.all_reduce(xp.asarray([sq], dtype="float64"), self.mesh.tensor)
         return math.sqrt(float(total[0]))
-
-
-def _put(grads, prefix, dparams):
-    for key, value in dparams.items():
-        grads[f"{prefix}.{key}"] = value

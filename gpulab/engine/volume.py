@@ -10,6 +10,12 @@ array to reduce-scatter) and ``wire_bytes``, what each rank sends with a ring
 algorithm: 2(p-1)/p * n for all-reduce, (p-1)/p * n for all-gather and
 reduce-scatter. Groups of one member cost nothing and are left out.
 ``grad_norm=True`` adds the optimizer's norm all-reduce (``ParallelGPT.grad_norm``).
+
+``overlap`` (``gpulab.engine.overlap.Overlap``) changes what is sent, not only
+when: ``cache`` drops every backward all-gather and the LM head's forward one,
+``buckets`` turns each gradient group's one all-reduce into one per bucket.
+Rows stay in the order of the computation they belong to; with overlap the
+engine issues some of them earlier (prefetch, buckets), so compare as multisets.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from gpulab.engine.layout import param_specs, shard_numel
+from gpulab.engine.layout import param_specs, piece_numel, shard_numel
+from gpulab.engine.overlap_grads import group_plans
 
 
 def _wire(op: str, p: int, nbytes: int) -> float:
@@ -26,7 +33,9 @@ def _wire(op: str, p: int, nbytes: int) -> float:
 
 
 def collective_calls(config, shape, batch_size: int, seq_len: int | None = None,
-                     grad_norm: bool = False) -> list[dict]:
+                     grad_norm: bool = False, overlap=None) -> list[dict]:
+    cache = overlap is not None and overlap.cache
+    buckets = overlap.bucket_bytes if overlap is not None and overlap.buckets else None
     R, Cc, D, P = shape
     T = seq_len or config.block_size
     C, V, L = config.n_embd, config.vocab_size, config.n_layer
@@ -46,12 +55,14 @@ def collective_calls(config, shape, batch_size: int, seq_len: int | None = None,
         return D * shard_numel(n, k, shape, transposed)
 
     def linear_fwd(layer, n, k, transposed):
-        add(layer, "forward", "all_gather", "depth", gathered(n, k, transposed))
+        if not (cache and layer == "lm_head"):  # the cache still holds wte from the embedding
+            add(layer, "forward", "all_gather", "depth", gathered(n, k, transposed))
         n_local = n // (Cc if transposed else R)
         add(layer, "forward", "all_reduce", "row" if transposed else "col", m * n_local)
 
     def linear_bwd(layer, n, k, transposed, scatter=True):
-        add(layer, "backward", "all_gather", "depth", gathered(n, k, transposed))
+        if not cache:
+            add(layer, "backward", "all_gather", "depth", gathered(n, k, transposed))
         k_local = k // (R if transposed else Cc)
         add(layer, "backward", "all_reduce", "col" if transposed else "row", m * k_local)
         if scatter:
@@ -88,21 +99,13 @@ def collective_calls(config, shape, batch_size: int, seq_len: int | None = None,
     add("wte", "backward", "reduce_scatter", "depth", gathered(V, C))  # LM head + embedding
 
     specs = param_specs(config)
-    weights = sum(shard_numel(*s.shape, shape, s.transposed) for s in specs.values() if s.kind == "weight")
-    copied = sum(_piece_numel(s, shape) for s in specs.values() if s.kind != "weight")
-    add("grads", "grad-sync", "all_reduce", "data", weights)
-    add("grads", "grad-sync", "all_reduce", "batch", copied)
+    for group, plan in group_plans(config, shape, buckets, specs).items():  # data, then batch
+        for bucket in plan:
+            add("grads", "grad-sync", "all_reduce", group, sum(piece_numel(specs[n], shape) for n in bucket))
     add("loss", "grad-sync", "all_reduce", "batch", 1)  # the reported mean loss
     if grad_norm:
         add("grad_norm", "optimizer", "all_reduce", "tensor", 1, itemsize=8)
     return rows
-
-
-def _piece_numel(spec, shape) -> int:
-    R, Cc = shape[0], shape[1]
-    if spec.kind == "bias":
-        return spec.shape[0] // (Cc if spec.transposed else R)
-    return int(np.prod(spec.shape)) // Cc  # LayerNorm vectors and wpe: split over col
 
 
 def totals(rows: list[dict], by: str = "layer", value: str = "wire_bytes") -> dict:

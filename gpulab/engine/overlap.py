@@ -1,0 +1,97 @@
+"""Overlap: which communication ``ParallelGPT`` hides behind computation, each switch on its own.
+
+    gpt = ParallelGPT(cfg, mesh, overlap=Overlap(async_grads=True, prefetch=True))
+    Overlap.parse("async_grads,buckets")            # what `gpulab train --overlap` takes
+    Overlap.everything()                            # all four on, test-polling progress
+
+The switches (numbers do not change with any of them; tests/engine check it):
+
+- ``async_grads`` (AxoNN): in a Linear3D backward, the all-reduce of dX over the
+  row group and the reduce-scatter of dW over depth are non-blocking; dX is
+  waited for after the dW matmul, the dW shard only when the optimizer (or a
+  data-parallel bucket) needs it. Where dX needs no all-reduce (row of 1), dW
+  is computed first so that its reduce-scatter hides behind the dX matmul.
+- ``prefetch`` (AxoNN): the depth all-gather of the next weight in the pass is
+  issued when the current one is handed out: one layer ahead.
+- ``cache`` (AxoNN): gathered weights are kept from forward for backward (and
+  for the tied LM head): no all-gather in backward, at the price of holding
+  every gathered block, reported as ``weight_cache_bytes``.
+- ``buckets`` (gpulab, not AxoNN): the data-parallel gradient all-reduce is
+  issued during backward in buckets of ``bucket_bytes`` as gradients appear,
+  instead of once after backward.
+
+``progress`` says who moves the non-blocking collectives forward: "poll"
+(MPI_Test on every collective in flight after each compute kernel, the
+portable choice), "thread" (MPICH's own progress thread: the job must be
+started with MPIR_CVAR_ASYNC_PROGRESS=1; the engine then does not poll), or
+"none" (MPI moves them only inside other MPI calls and the final wait: the
+control experiment that shows progress matters). docs/engine_overlap.md has
+the measurements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+SWITCHES = ("async_grads", "prefetch", "cache", "buckets")
+PROGRESS = ("poll", "thread", "none")
+
+
+@dataclass(frozen=True)
+class Overlap:
+    async_grads: bool = False
+    prefetch: bool = False
+    cache: bool = False
+    buckets: bool = False
+    bucket_bytes: int = 1 << 20
+    progress: str = "poll"
+
+    def __post_init__(self):
+        for name in SWITCHES:
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"Overlap.{name} must be True or False, got {getattr(self, name)!r}")
+        if isinstance(self.bucket_bytes, bool) or not isinstance(self.bucket_bytes, int) \
+                or self.bucket_bytes < 1:
+            raise ValueError(f"Overlap.bucket_bytes must be a positive int, got {self.bucket_bytes!r}")
+        if self.progress not in PROGRESS:
+            raise ValueError(f"Overlap.progress must be one of {PROGRESS}, got {self.progress!r}")
+
+    @classmethod
+    def everything(cls, **changes) -> "Overlap":
+        return cls(**{**{name: True for name in SWITCHES}, **changes})
+
+    @classmethod
+    def parse(cls, text: str, **changes) -> "Overlap":
+        """'none', 'all', or a comma-separated list of switch names."""
+        text = text.strip()
+        if text in ("", "none", "off"):
+            return cls(**changes)
+        if text in ("all", "on"):
+            return cls.everything(**changes)
+        names = [t.strip() for t in text.split(",") if t.strip()]
+        unknown = [n for n in names if n not in SWITCHES]
+        if unknown:
+            raise ValueError(f"unknown overlap switch(es) {unknown}; choose from {list(SWITCHES)}, "
+                             "'all' or 'none'")
+        return cls(**{n: True for n in names}, **changes)
+
+    @property
+    def any(self) -> bool:
+        return any(getattr(self, name) for name in SWITCHES)
+
+    @property
+    def polls(self) -> bool:
+        """Does the engine call MPI_Test between kernels?"""
+        return self.any and self.progress == "poll"
+
+    def label(self) -> str:
+        on = [name for name in SWITCHES if getattr(self, name)]
+        return "+".join(on) if on else "none"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Overlap":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
