@@ -1,0 +1,208 @@
+"""The GPU check: one command, under 8 minutes on a one-GPU machine, results in docs/gpu_check.json.
+
+    python scripts/gpu_check.py                      # from the repository root; no network needed
+    python scripts/gpu_check.py --budget 300 --out /tmp/check.json
+
+What it runs (each part through tests.mpi_harness.run_mpi, so a crash or hang
+in one part is contained, recorded with its error, and the next part runs):
+
+1. environment: GPU, CUDA, CuPy, NCCL, MPI, and whether the MPI is CUDA-aware
+2. the broadcast tests on CuPy buffers (tests/gpu/cases.py): every algorithm,
+   2 and 4 ranks sharing the GPU, staged through host memory; the CUDA-aware
+   path too when the MPI is; NCCL's broadcast with p = 1 (NCCL refuses two
+   ranks on one device)
+3. broadcast timings on CuPy buffers (staged, and NCCL at p = 1), plus the
+   pipelining experiment: one unsegmented staged chain against a pipelined one
+4. the dense matmul peak (float32, TF32, float16; bfloat16 through PyTorch)
+5. the engine on CuPy: equivalence with the serial numpy model, then
+   tokens/s and MFU against the measured peak (recorded as errors if the
+   engine cannot run on CuPy yet)
+
+Needs: numpy, mpi4py with an MPI and its mpiexec (GPULAB_MPIEXEC to point at
+one), CuPy; PyTorch optional. The JSON is rewritten after every part, so a
+run that is killed still leaves what it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpulab.launch import find_mpiexec  # noqa: E402
+from tests.mpi_harness import run_mpi  # noqa: E402
+
+STAGED = {"GPULAB_CUDA_AWARE": "0"}
+
+
+def left(until: float) -> float:
+    """Seconds a run_mpi call may take so that its part ends by ``until`` (monotonic clock)."""
+    return max(5.0, until - time.monotonic())
+TIMED = ["binomial", "chain", "scatter_allgather_ring", "mpi"]
+
+
+def mpi_setup() -> dict:
+    """Launcher facts, and the flags Open MPI needs to run as root on an oversubscribed node."""
+    launcher = find_mpiexec()
+    version = subprocess.run([launcher, "--version"], capture_output=True, text=True, timeout=30)
+    text = (version.stdout + version.stderr).strip()
+    if "Open MPI" in text or "OpenRTE" in text:
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        os.environ.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        os.environ.setdefault("GPULAB_MPIEXEC_ARGS", "--oversubscribe")
+    lines = text.splitlines() or ["?"]
+    return {"mpiexec": launcher, "version": next((ln.strip() for ln in lines if "ersion" in ln), lines[0]),
+            "extra_args": os.environ.get("GPULAB_MPIEXEC_ARGS", "")}
+
+
+def part_environment(until, state):
+    env = run_mpi(1, "tests.gpu.check_cases:environment", timeout=left(until))[0]
+    state["aware"] = env["mpi_cuda_aware"]
+    return env
+
+
+def part_bcast_staged(n):
+    def run(until, state):
+        counts = run_mpi(n, "tests.gpu.cases:check_all_algorithms", device=state["device"], expect_path="staged",
+                         env=STAGED, timeout=left(until))
+        return {"ranks": n, "cases_checked_per_algorithm": counts[0]}
+    return run
+
+
+def part_bcast_cuda_aware(until, state):
+    if "aware" not in state:
+        raise RuntimeError("the environment probe failed, so CUDA-awareness is unknown")
+    if not state["aware"]:
+        return {"skipped": "the MPI library is not CUDA-aware (see environment.mpi_cuda_aware_reason)"}
+    counts = run_mpi(2, "tests.gpu.cases:check_all_algorithms", device="cupy", expect_path="cuda-aware",
+                     env={"GPULAB_CUDA_AWARE": "1"}, timeout=left(until))
+    return {"ranks": 2, "cases_checked_per_algorithm": counts[0]}
+
+
+def part_nccl(until, state):
+    return {"ranks": 1, "cases_checked": run_mpi(1, "tests.gpu.cases:check_nccl", timeout=left(until))[0]}
+
+
+def part_timings(until, state):
+    """Staged MPI-side algorithms at p = 2 and 4, NCCL at p = 1, and staging pipelined or not."""
+    records = []
+    for n in (2, 4):
+        records += run_mpi(n, "tests.gpu.cases:measure_sweep", algorithms=TIMED, sizes=state["sizes"],
+                           chunk_bytes=1 << 20, device=state["device"], env=STAGED, timeout=left(until))[0]
+    if state["device"] == "cupy":
+        records += run_mpi(1, "tests.gpu.cases:measure_sweep", algorithms=["nccl"], sizes=state["sizes"],
+                           timeout=left(until))[0]
+    big = state["sizes"][-1]
+    for label, chunk, staging in (("unpipelined", big, big), ("pipelined 1M", 1 << 20, 1 << 20),
+                                  ("pipelined 4M", 4 << 20, 4 << 20)):
+        for r in run_mpi(2, "tests.gpu.cases:measure_sweep", algorithms=["chain"], sizes=[big], chunk_bytes=chunk,
+                         staging_chunk_bytes=staging, device=state["device"], env=STAGED, timeout=left(until))[0]:
+            records.append({**r, "series": f"chain {label}"})
+    keep = ("series", "algorithm", "p", "nbytes", "path", "options", "avg_us", "min_us", "max_us",
+            "busbw_GBps", "iters", "valid")
+    return [{k: r[k] for k in keep if k in r} for r in records]
+
+
+def part_matmul(until, state):
+    peak = run_mpi(1, "tests.gpu.check_cases:matmul_peak", timeout=left(until))[0]
+    tf32 = run_mpi(1, "tests.gpu.check_cases:matmul_peak", sizes={"float32": 8192}, env={"CUPY_TF32": "1"},
+                   timeout=left(until))[0]
+    peak["cupy_float32_tf32"] = tf32["cupy_float32"]
+    state["peak"] = peak
+    return peak
+
+
+def part_engine_equivalence(until, state):
+    out = [run_mpi(1, "tests.gpu.check_cases:engine_equivalence", shape=[1, 1, 1, 1], timeout=left(until))[0]]
+    # 2 ranks: the engine's collectives on device buffers (needs a CUDA-aware MPI or staging in the engine)
+    try:
+        out.append(run_mpi(2, "tests.gpu.check_cases:engine_equivalence", shape=[1, 2, 1, 1], timeout=left(until))[0])
+    except Exception as error:  # noqa: BLE001 - recorded, the serial result above still counts
+        out.append({"shape": [1, 2, 1, 1], "error": f"{type(error).__name__}: {str(error)[-1500:]}"})
+    return out
+
+
+def part_engine_mfu(until, state):
+    peak = {k: v for k, v in state.get("peak", {}).items() if k in ("cupy_float32", "cupy_float32_tf32")}
+    if not peak:
+        raise RuntimeError("no measured matmul peak to compute MFU against")
+    return run_mpi(1, "tests.gpu.check_cases:engine_mfu", peak_tflops=peak, timeout=left(until))[0]
+
+
+# (name, function, seconds it may take at most); the sum fits the default budget
+PARTS = [("environment", part_environment, 60), ("bcast_staged_p2", part_bcast_staged(2), 90),
+         ("bcast_staged_p4", part_bcast_staged(4), 120), ("bcast_cuda_aware_p2", part_bcast_cuda_aware, 90),
+         ("nccl_p1", part_nccl, 60), ("bcast_timings", part_timings, 150), ("matmul_peak", part_matmul, 60),
+         ("engine_equivalence", part_engine_equivalence, 90), ("engine_mfu", part_engine_mfu, 60)]
+
+
+def summary_lines(report: dict) -> list[str]:
+    lines = []
+    for name, part in report["parts"].items():
+        state = "ok" if part["ok"] else "FAILED"
+        # the failing rank's exception: the last line before the job's output tail
+        last = (part.get("error", "").split("output tail:")[0].strip().splitlines() or [""])[-1]
+        detail = "" if part["ok"] else " - " + last[:160]
+        lines.append(f"{name:22s} {state:6s} {part['seconds']:6.1f} s{detail}")
+    peak = report["parts"].get("matmul_peak", {}).get("result") or {}
+    lines += [f"  matmul {k}: {v['tflops']:.1f} TFLOP/s" for k, v in peak.items()]
+    mfu = report["parts"].get("engine_mfu", {}).get("result") or {}
+    if "tokens_per_s" in mfu:
+        lines.append(f"  engine: {mfu['tokens_per_s']:.0f} tokens/s, MFU {mfu['mfu']}")
+    return lines
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--budget", type=float, default=420, help="seconds for everything (default 420)")
+    parser.add_argument("--out", default=str(ROOT / "docs" / "gpu_check.json"))
+    parser.add_argument("--only", default="", help="comma-separated part names (default: all)")
+    parser.add_argument("--device", choices=("cupy", "fake"), default="cupy",
+                        help="fake: a CPU dry run of the broadcast parts (gpulab.fakedevice)")
+    parser.add_argument("--sizes", default="4K,256K,4M,64M", help="broadcast timing sizes (default 4K,256K,4M,64M)")
+    args = parser.parse_args(argv)
+    deadline = time.monotonic() + args.budget
+    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget_s": args.budget, "parts": {}}
+    from gpulab.bench import size_range
+
+    state: dict = {"device": args.device, "sizes": size_range(args.sizes)}
+    report["device"] = args.device
+    try:
+        report["mpi"] = mpi_setup()
+    except Exception as error:  # noqa: BLE001 - every part will say the same; keep going
+        report["mpi"] = {"error": f"{type(error).__name__}: {error}"}
+    wanted = set(filter(None, args.only.split(",")))
+    for name, part, cap in PARTS:
+        if wanted and name not in wanted:
+            continue
+        remaining = deadline - time.monotonic()
+        start = time.monotonic()
+        if remaining < 15:
+            report["parts"][name] = {"ok": False, "seconds": 0.0, "error": "skipped: time budget spent"}
+        else:
+            try:
+                result = part(start + min(cap, remaining), state)
+                report["parts"][name] = {"ok": True, "seconds": time.monotonic() - start, "result": result}
+            except Exception as error:  # noqa: BLE001 - record and go on to the next part
+                report["parts"][name] = {"ok": False, "seconds": time.monotonic() - start,
+                                         "error": f"{type(error).__name__}: {error}"[-6000:],
+                                         "traceback": traceback.format_exc()[-3000:]}
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1, default=str))
+        print(summary_lines({"parts": {name: report["parts"][name]}})[0], flush=True)
+    print("\n".join(["", "gpu check summary:", *summary_lines(report), f"wrote {args.out}"]))
+    return 0 if all(p["ok"] for p in report["parts"].values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,150 @@
+"""Rank functions for scripts/gpu_check.py beyond the broadcast cases: environment, matmul peak, engine.
+
+Each runs under tests.mpi_harness.run_mpi (so a crash or hang is contained and
+reported) and returns plain JSON. All of them need CuPy and a GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+import platform
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+
+def _version(module: str) -> str | None:
+    try:
+        return getattr(importlib.import_module(module), "__version__", "?")
+    except Exception:  # noqa: BLE001 - absent or broken: say so, do not fail the probe
+        return None
+
+
+def environment(world: MPI.Comm) -> dict:
+    """What this machine has: GPU, CUDA, CuPy, NCCL, MPI and whether that MPI reads GPU memory."""
+    import cupy as cp
+
+    from gpulab.bcast import nccl
+    from gpulab.bcast.gpu import mpi_cuda_support
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    aware, why = mpi_cuda_support()
+    try:
+        nccl_version = nccl.nccl_module().get_version()
+    except Exception as error:  # noqa: BLE001
+        nccl_version = f"unavailable: {error}"
+    return {"host": platform.node(), "python": platform.python_version(), "numpy": np.__version__,
+            "cupy": cp.__version__, "torch": _version("torch"), "mpi4py": _version("mpi4py"),
+            "mpi": MPI.Get_library_version().strip().splitlines()[0],
+            "gpus": cp.cuda.runtime.getDeviceCount(), "gpu": props["name"].decode(),
+            "gpu_memory_GiB": round(props["totalGlobalMem"] / 2**30, 1),
+            "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "cuda_driver": cp.cuda.runtime.driverGetVersion(),
+            "nccl": nccl_version, "mpi_cuda_aware": aware, "mpi_cuda_aware_reason": why}
+
+
+def matmul_peak(world: MPI.Comm, sizes: dict | None = None, iters: int = 10) -> dict:
+    """Measured dense matmul rate (TFLOP/s) per dtype: the denominator of MFU.
+
+    CuPy: float32 (TF32 too when CUPY_TF32=1 is set for this process) and
+    float16 (CuPy has no bfloat16 dtype); PyTorch, if installed, adds bfloat16.
+    """
+    import cupy as cp
+
+    sizes = sizes or {"float32": 8192, "float16": 16384}
+    out = {}
+    for dtype, n in sizes.items():
+        a = cp.random.random((n, n), dtype=cp.float32).astype(dtype)
+        b = cp.random.random((n, n), dtype=cp.float32).astype(dtype)
+        c = cp.empty((n, n), dtype=dtype)
+        start, stop = cp.cuda.Event(), cp.cuda.Event()
+        for _ in range(3):  # warm-up: cuBLAS picks its kernel, clocks rise
+            cp.matmul(a, b, out=c)
+        start.record()
+        for _ in range(iters):
+            cp.matmul(a, b, out=c)
+        stop.record()
+        stop.synchronize()
+        seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3 / iters
+        out[f"cupy_{dtype}"] = {"n": n, "ms": seconds * 1e3, "tflops": 2 * n**3 / seconds / 1e12}
+        del a, b, c
+    try:
+        import torch
+    except ImportError:
+        return out
+    n = sizes.get("float16", 16384)
+    a = torch.rand((n, n), device="cuda", dtype=torch.bfloat16)
+    b = torch.rand((n, n), device="cuda", dtype=torch.bfloat16)
+    c = torch.empty((n, n), device="cuda", dtype=torch.bfloat16)
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    for _ in range(3):
+        torch.matmul(a, b, out=c)
+    start.record()
+    for _ in range(iters):
+        torch.matmul(a, b, out=c)
+    stop.record()
+    stop.synchronize()
+    seconds = start.elapsed_time(stop) / 1e3 / iters
+    out["torch_bfloat16"] = {"n": n, "ms": seconds * 1e3, "tflops": 2 * n**3 / seconds / 1e12}
+    return out
+
+
+def engine_equivalence(world: MPI.Comm, shape=(1, 1, 1, 1), dtype: str = "float32") -> dict:
+    """The engine on CuPy arrays against the serial numpy model: loss and every gradient."""
+    import cupy as cp
+
+    from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
+    from tests.engine.util import random_batch, random_params, rel_err, tiny_config
+
+    cfg = tiny_config(tuple(shape), dtype)
+    params = random_params(cfg)
+    idx, targets = random_batch(cfg, 24)
+    ref_loss, ref_grads = loss_and_grads(params, idx, targets, cfg)
+    serial_loss, serial_grads = loss_and_grads({n: cp.asarray(p) for n, p in params.items()},
+                                               cp.asarray(idx), cp.asarray(targets), cfg)
+    gpt = ParallelGPT(cfg, Mesh(*shape, comm=world))
+    gpt.load_params({n: cp.asarray(p) for n, p in params.items()})
+    on_device = all(isinstance(v, cp.ndarray) for v in gpt.params.values())
+    loss = gpt.forward_backward(cp.asarray(idx), cp.asarray(targets))
+    grads = gpt.full_grads()
+    return {"shape": list(shape), "dtype": dtype, "params_on_device": on_device,
+            "serial_loss_rel_err": abs(float(serial_loss) - ref_loss) / abs(ref_loss),
+            "serial_grad_max_rel_err": max(rel_err(cp.asnumpy(serial_grads[n]), ref_grads[n]) for n in ref_grads),
+            "parallel_loss_rel_err": abs(float(loss) - ref_loss) / abs(ref_loss),
+            "parallel_grad_max_rel_err": max(rel_err(grads[n], ref_grads[n]) for n in ref_grads)}
+
+
+def engine_mfu(world: MPI.Comm, peak_tflops: dict, shape=(1, 1, 1, 1), n_layer: int = 4, n_embd: int = 768,
+               n_head: int = 12, block_size: int = 256, batch: int = 16, steps: int = 5) -> dict:
+    """Tokens/s of forward+backward on CuPy, and MFU against the *measured* matmul peak.
+
+    FLOPs per token as in nanoGPT's estimate_mfu (PaLM appendix B):
+    6 N (every weight, forward and backward) + 12 L T C (attention scores and values).
+    """
+    import cupy as cp
+
+    from gpulab.engine import GPTConfig, Mesh, ParallelGPT, init_params
+
+    cfg = GPTConfig(vocab_size=128, block_size=block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
+                    dtype="float32")
+    full = init_params(cfg)
+    gpt = ParallelGPT(cfg, Mesh(*shape, comm=world))
+    gpt.load_params({n: cp.asarray(p) for n, p in full.items()})
+    rng = np.random.default_rng(0)
+    idx = cp.asarray(rng.integers(0, cfg.vocab_size, (batch, block_size)))
+    targets = cp.asarray(rng.integers(0, cfg.vocab_size, (batch, block_size)))
+    gpt.forward_backward(idx, targets)  # warm-up: kernels compile, pools fill
+    cp.cuda.get_current_stream().synchronize()
+    world.Barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        gpt.forward_backward(idx, targets)  # includes the data-parallel gradient sync
+    cp.cuda.get_current_stream().synchronize()
+    seconds = world.allreduce(time.perf_counter() - start, op=MPI.MAX) / steps
+    n_params = sum(int(np.prod(p.shape)) for name, p in full.items() if "wpe" not in name)
+    flops_per_token = 6 * n_params + 12 * n_layer * block_size * n_embd
+    tokens_per_s = batch * block_size / seconds
+    achieved = flops_per_token * tokens_per_s / 1e12 / world.size  # per GPU
+    return {"shape": list(shape), "config": cfg.to_dict(), "batch": batch, "step_s": seconds,
+            "tokens_per_s": tokens_per_s, "tflops_per_gpu": achieved, "params": n_params,
+            "mfu": {name: achieved / peak["tflops"] for name, peak in peak_tflops.items()}}
