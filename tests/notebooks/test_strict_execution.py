@@ -39,3 +39,21 @@ def test_px_cell_stuck_in_a_collective_fails_fast_with_the_stuck_line(ipython_di
     assert "engine0: %%px cell stopped by its watchdog after 5 s, stuck at cell line 3: " \
            "MPI.COMM_WORLD.barrier()" in str(failure.value)
     assert stop_leftovers(ipython_dir) == []
+
+
+def test_nbval_convention_is_strict_too(tmp_path, ipython_dir):
+    # plain `pytest --nbval-lax` passes the broken %%px cell; with notebooks/conftest.py it fails
+    import shutil
+    import subprocess
+    import sys
+
+    shutil.copy(DATA / "broken_px.ipynb", tmp_path / "broken_px.ipynb")
+    run = lambda: subprocess.run(  # noqa: E731
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "broken_px.ipynb"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=180)
+    plain = run()
+    assert plain.returncode == 0, plain.stdout[-2000:]  # the trap this guards against
+    shutil.copy(DATA.parents[2] / "notebooks" / "conftest.py", tmp_path / "conftest.py")
+    strict = run()
+    assert strict.returncode != 0 and "UsageError" in strict.stdout, strict.stdout[-2000:]
+    assert stop_leftovers(ipython_dir) == []
