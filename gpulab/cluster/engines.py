@@ -10,6 +10,7 @@ Engine ids equal MPI ranks (ipengine --mpi asks the controller for its rank as i
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -133,16 +134,21 @@ class Engines:
         return [tasks[rank].get() for rank in range(self.n)]
 
     def _dead_ranks(self) -> list[int]:
-        """Ranks whose process is gone (local engines; on Slurm the controller's heartbeat tells)."""
-        return [p["rank"] for p in self.placement if not alive(p["pid"])] if self.launcher == "local" else []
+        """Ranks on this host whose process is gone (for the others the controller's heartbeat tells)."""
+        here = socket.gethostname()
+        return [p["rank"] for p in self.placement if p["host"] == here and not alive(p["pid"])]
+
+    def _local_pids(self) -> list[int]:
+        here = socket.gethostname()
+        return [p["pid"] for p in self.placement if p["host"] == here]
 
     def _logs(self) -> str:
         return f" (engine logs: {self.cluster.profile_dir}/log)" if self.cluster else ""
 
     def restart(self):
         """Stop everything (a hung MPI call cannot be interrupted) and start a fresh cluster of the same size."""
-        if self.launcher == "local":  # hung engines ignore SIGTERM for seconds: do not wait for them
-            kill_trees([p["pid"] for p in self.placement])
+        # hung engines ignore SIGTERM for seconds: do not wait for those on this host
+        kill_trees(self._local_pids())
         self.stop()
         self._start()
 
@@ -151,7 +157,7 @@ class Engines:
         if self.client is not None:
             self.client.close()
         if self.cluster is not None:
-            pids = [p["pid"] for p in self.placement] if self.launcher == "local" else []
+            pids = self._local_pids()
             try:  # engines first: with the controller gone they take seconds to notice SIGTERM
                 self.cluster.stop_engines_sync()
                 self.cluster.stop_controller_sync()
@@ -194,7 +200,9 @@ def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = 
     """(engine launcher name, ipyparallel config, controller ip, controller location) for start_engines."""
     if launcher == "local":
         config = Config()
-        config.MPIEngineSetLauncher.mpi_cmd = [find_mpiexec()]
+        # the same launcher as gpulab's MPI jobs: GPULAB_MPIEXEC may carry flags ("srun --mpi=pmix")
+        config.MPIEngineSetLauncher.mpi_cmd = shlex.split(find_mpiexec())
+        config.MPIEngineSetLauncher.mpi_args = shlex.split(os.environ.get("GPULAB_MPIEXEC_ARGS", ""))
         config.MPIEngineSetLauncher.environment = dict(THREAD_LIMITS)  # n ranks share few cores
         return "mpi", config, controller_ip or "127.0.0.1", ""
     if launcher == "slurm":
@@ -230,6 +238,6 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
         cluster_id = f"gpulab-{os.getpid()}-{os.urandom(3).hex()}"
         return ipp.Cluster(engines=engines, n=n, profile_dir=profile_dir, cluster_id=cluster_id,
                            controller_ip=ip, controller_location=location, config=config,
-                           log_level=30, load_profile=False)
+                           log_level=40, load_profile=False)  # our errors say more than its logs
 
     return Engines(n, make_cluster, launcher, cell_timeout)

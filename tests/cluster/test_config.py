@@ -1,4 +1,5 @@
-"""The Slurm batch script renders as sbatch would see it (no Slurm needed: ipyparallel writes the file)."""
+"""Cluster configuration without starting anything: the Slurm batch script (rendered by ipyparallel
+itself, no Slurm needed), the controller address and the local mpiexec command."""
 
 import pytest
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
@@ -39,3 +40,12 @@ def test_controller_listens_on_localhost_unless_asked():
     assert cluster_config(2, controller_ip="10.0.0.5")[2] == "10.0.0.5"
     with pytest.raises(ValueError, match="launcher"):
         cluster_config(2, "pbs")
+
+
+def test_local_launcher_uses_gpulab_mpiexec_with_flags(monkeypatch):
+    monkeypatch.setenv("GPULAB_MPIEXEC", "srun --mpi=pmix")
+    monkeypatch.setenv("GPULAB_MPIEXEC_ARGS", "--cpu-bind=none")
+    kind, config, ip, _ = cluster_config(4)
+    assert kind == "mpi" and ip == "127.0.0.1"
+    assert config.MPIEngineSetLauncher.mpi_cmd == ["srun", "--mpi=pmix"]
+    assert config.MPIEngineSetLauncher.mpi_args == ["--cpu-bind=none"]
