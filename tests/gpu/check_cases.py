@@ -21,6 +21,10 @@ def _version(module: str) -> str | None:
         return None
 
 
+def _text(value) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
 def environment(world: MPI.Comm) -> dict:
     """What this machine has: GPU, CUDA, CuPy, NCCL, MPI and whether that MPI reads GPU memory."""
     import cupy as cp
@@ -37,7 +41,7 @@ def environment(world: MPI.Comm) -> dict:
     return {"host": platform.node(), "python": platform.python_version(), "numpy": np.__version__,
             "cupy": cp.__version__, "torch": _version("torch"), "mpi4py": _version("mpi4py"),
             "mpi": MPI.Get_library_version().strip().splitlines()[0],
-            "gpus": cp.cuda.runtime.getDeviceCount(), "gpu": props["name"].decode(),
+            "gpus": cp.cuda.runtime.getDeviceCount(), "gpu": _text(props["name"]),
             "gpu_memory_GiB": round(props["totalGlobalMem"] / 2**30, 1),
             "cuda_runtime": cp.cuda.runtime.runtimeGetVersion(), "cuda_driver": cp.cuda.runtime.driverGetVersion(),
             "nccl": nccl_version, "mpi_cuda_aware": aware, "mpi_cuda_aware_reason": why}
