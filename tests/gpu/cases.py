@@ -180,3 +180,15 @@ def measure_sweep(world: MPI.Comm, algorithms: list, sizes: list, device: str = 
     return [measure_bcast(world, algorithm, nbytes, device=device, time_budget=time_budget,
                           **applicable_options(algorithm, options))
             for nbytes in sizes for algorithm in algorithms]
+
+
+def auto_on_device(world: MPI.Comm, device: str = "fake") -> list:
+    """``bcast(..., algorithm="auto")`` on device buffers, at sizes around the selection switch points."""
+    from gpulab.bcast import bcast
+
+    sizes = [0, 100, 12288, 600_000]
+    for nbytes in sizes:
+        expected = _payload("uint8", (nbytes,), seed=nbytes)
+        buf = device_buffer(device, expected, world.rank == 0)
+        assert bcast(buf, comm=world) is buf and buf.get().tobytes() == expected.tobytes(), nbytes
+    return sizes

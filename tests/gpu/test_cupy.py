@@ -48,3 +48,8 @@ def test_measurements_on_cupy_report_the_path():
     records = run_mpi(2, "tests.gpu.cases:measure_sweep", algorithms=["chain", "mpi"], sizes=[1 << 20],
                       env={"GPULAB_CUDA_AWARE": "0"}, timeout=180)[0]
     assert all(r["valid"] and r["device"] == "cupy" and r["path"] == "staged" for r in records)
+
+
+def test_auto_selection_on_cupy():
+    sizes = run_mpi(2, "tests.gpu.cases:auto_on_device", device="cupy", env={"GPULAB_CUDA_AWARE": "0"}, timeout=120)
+    assert sizes[0] == [0, 100, 12288, 600_000]

@@ -31,6 +31,11 @@ def test_cuda_aware_path_hands_device_memory_to_mpi(algorithm):
     assert min(checked) > 0, checked
 
 
+@pytest.mark.parametrize("n", [2, 8])
+def test_auto_selection_on_device_buffers(n):
+    assert run_mpi(n, "tests.gpu.cases:auto_on_device", env=STAGED, timeout=60)[0] == [0, 100, 12288, 600_000]
+
+
 def test_forcing_cuda_aware_on_an_mpi_that_is_not_fails_loudly():
     with pytest.raises(MPIJobFailed, match="not CUDA-aware"):
         run_mpi(2, "tests.gpu.cases:check_device_algorithm", algorithm="binomial",
