@@ -21,6 +21,7 @@ PARAMETERS = {
     "00_start_here": {"NBYTES": 1 << 16, "ITERS": 5},
     "01_broadcast_algorithms": {"SIZES": [1 << 10, 1 << 16], "ITERS": 5},
     "02_broadcast_explorer": {"SIZES": (1 << 10, 1 << 14), "ITERS": 5},
+    "04_tensor_parallel_3d": {},  # already small: one 8 x 12 layer on 4 ranks
 }
 
 

@@ -1,0 +1,123 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · 3D tensor parallelism, one layer at a time
+#
+# A transformer is mostly `Linear` layers, `Y = X Wᵀ`. When the weight `W`
+# (`n` output × `k` input features) is too big for one GPU, AxoNN (Singh et
+# al., "A 4D hybrid algorithm to scale parallel training to thousands of
+# GPUs") cuts it three ways on a grid of **row × col × depth** ranks:
+#
+# * **col** splits the *input* features `k`, **row** splits the *output*
+#   features `n`: rank `(r, c)` owns the block `W[n/R slice r, k/C slice c]`;
+# * **depth** cuts that block once more, as a flat 1-D shard, like FSDP/ZeRO-3:
+#   each depth rank stores `1/D` of the block and they **all-gather** it just
+#   before use;
+# * depth ranks (and the data-parallel replicas around them) work on different
+#   tokens.
+#
+# Per layer, every collective stays inside one small group:
+#
+# | step | computation | collective | group |
+# |---|---|---|---|
+# | forward | `W = all_gather(w)` | all-gather | depth |
+# | | `Y = X Wᵀ` is a partial sum over the input features | **all-reduce Y** | col |
+# | backward | `dX = dY W`, partial over the output features | **all-reduce dX** | row |
+# | | `dW = dYᵀ X`, partial over the depth ranks' tokens | **reduce-scatter dW** | depth |
+#
+# A *transposed* layer swaps row and col, so a plain layer's output is exactly
+# the next transposed layer's input: QKV (plain) → attention out (transposed)
+# → FC1 (plain) → FC2 (transposed) needs no re-layout.
+
+# %% tags=["parameters"]
+N_ENGINES = 4            # MPI ranks
+SHAPE = (2, 1, 2, 1)     # (row, col, depth, data) for the live check; product = N_ENGINES
+N_OUT, K_IN = 8, 12      # the live layer's weight [n_out, k_in]
+TOKENS = 16              # tokens in the batch (split over depth x data)
+
+# %% [markdown]
+# ## Who holds what
+# Eight ranks on a 2 × 2 × 2 grid, one 8 × 8 weight. Left: the four (row, col)
+# blocks. Right: each block is flattened and cut into two depth shards, so
+# rank `(r, c, d)` stores half of block `(r, c)`.
+
+# %%
+from IPython.display import display
+
+from gpulab.widgets import as_image
+from gpulab.widgets.layout_view import owner_figure
+
+display(as_image(owner_figure(8, 8, (2, 2, 2, 1))))
+display(as_image(owner_figure(8, 8, (2, 2, 2, 1), transposed=True)))
+
+# %% [markdown]
+# ## What each collective moves
+# `collective_calls` lists every collective one training step of a small GPT
+# issues on one rank, with the bytes each rank puts on the wire (ring
+# algorithms: `2(p-1)/p · n` for an all-reduce, `(p-1)/p · n` for all-gather
+# and reduce-scatter). The sums by group show where the traffic goes.
+
+# %%
+from gpulab.engine import GPTConfig, collective_calls, totals
+from gpulab.widgets import Table
+
+config = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32)
+calls = collective_calls(config, (2, 2, 2, 1), batch_size=8)
+Table([c for c in calls if c["layer"].startswith("h.0.")], ["layer", "phase", "op", "group", "group_size", "nbytes", "wire_bytes"])
+
+# %%
+by_group = totals(calls, by="group")
+Table([{"group": g, "wire KiB per step": round(b / 1024, 1)} for g, b in by_group.items()], ["group", "wire KiB per step"])
+
+# %%
+assert set(by_group) <= {"row", "col", "depth", "data", "batch", "tensor"}
+assert by_group["depth"] > 0 and by_group["row"] > 0 and by_group["col"] > 0
+
+# %% [markdown]
+# ## One layer on live ranks, checked against the serial layer
+# Every engine builds the same full `X`, `W`, `dY` from one seed, runs the
+# serial layer as the reference, then runs AxoNN's layer on **its own
+# pieces only** and compares. Errors are float64 round-off (about 1e-15).
+
+# %%
+from gpulab.cluster import start_engines
+from gpulab.engine.lesson3d import check_on_world
+
+engines = start_engines(N_ENGINES)
+reports = {}
+for transposed in (False, True):
+    reports[transposed] = engines.run(check_on_world, SHAPE, N_OUT, K_IN, TOKENS, transposed)
+rows = [{"layer": "transposed" if t else "plain", **{k: r[k] for k in ("rank", "coords", "x_shape", "block",
+        "w_shard_values", "y_error", "dx_error", "dw_error")}} for t, rs in reports.items() for r in rs]
+Table(rows, ["layer", "rank", "coords", "x_shape", "block", "w_shard_values", "y_error", "dx_error", "dw_error"])
+
+# %%
+Table([{"rank": r["rank"], **c} for r in reports[False] for c in r["collectives"]], ["rank", "op", "group", "nbytes"])
+
+# %%
+for rs in reports.values():
+    for r in rs:
+        assert max(r["y_error"], r["dx_error"], r["dw_error"]) < 1e-12, r
+print("every rank's Y, dX and dW shard match the serial layer to 1e-12")
+engines.stop()
+
+# %% [markdown]
+# ## Questions
+# 1. With `SHAPE = (1, 1, 4, 1)` the layer is pure depth (FSDP-like): which
+#    collectives remain, and how many bytes does each rank store?
+# 2. With `SHAPE = (4, 1, 1, 1)` no rank holds a whole output feature column:
+#    why is there no forward all-reduce, but a backward one?
+# 3. In the table of bytes, which group carries the most traffic for this
+#    model, and how would doubling the batch change that? (Weights do not
+#    depend on the batch; activations do.)
