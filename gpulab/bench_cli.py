@@ -73,6 +73,13 @@ def _measure(args) -> int:
         return 2
     if args.device == "cupy" or "nccl" in algorithms:
         _pin_gpu(comm)
+    if "nccl" in algorithms:
+        from gpulab.bcast import nccl
+
+        if not nccl.available():
+            if comm.rank == 0:
+                print("gpulab bench: the nccl baseline needs CuPy with NCCL and a GPU per rank", file=sys.stderr)
+            return 2
     sizes = size_range(args.sizes)
     options = {"chunk_bytes": parse_size(args.chunk_bytes) if args.chunk_bytes else None,
                "radix": args.radix, "ranks_per_node": args.ranks_per_node, "path": args.path,

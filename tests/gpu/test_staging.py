@@ -81,3 +81,25 @@ def test_nccl_baseline_refuses_clearly_without_a_gpu():
         measure_bcast(MPI.COMM_SELF, "nccl", 8)
     with pytest.raises(ValueError, match="runs on CuPy buffers"):
         measure_bcast(MPI.COMM_SELF, "nccl", 8, device="fake")
+
+
+def test_cli_refuses_nccl_without_a_gpu_and_runs_fake_device_buffers(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from gpulab.bcast import nccl
+    from tests.mpi_harness import ROOT
+
+    bench = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--sizes", "1K", "--iters", "2",
+             "--warmup", "1", "--quiet"]
+    if not nccl.available():
+        done = subprocess.run(bench + ["--algorithms", "chain,nccl"], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == 2 and "nccl baseline needs CuPy" in done.stderr
+    out = tmp_path / "fake.json"
+    done = subprocess.run(bench + ["--algorithms", "chain,mpi", "--device", "fake", "--staging-chunk-bytes", "100",
+                                   "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    records = json.loads(out.read_text())["records"]
+    assert [(r["path"], r["device"], r["valid"]) for r in records] == [("staged", "fake", True)] * 2
