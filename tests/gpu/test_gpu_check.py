@@ -27,3 +27,15 @@ def test_dry_run_records_results_and_errors(tmp_path):
     except ImportError:  # no GPU stack here: the probe fails, the run says so, the other parts still ran
         assert not report["parts"]["environment"]["ok"] and done.returncode == 1
         assert "environment" in done.stdout and "FAILED" in done.stdout
+
+
+def test_the_check_needs_only_numpy_mpi4py_and_cupy():
+    # the GPU machine has CuPy, PyTorch and mpi4py, not the notebook or plotting extras
+    blocked = ["matplotlib", "tqdm", "ipyparallel", "threadpoolctl", "IPython", "psutil", "traitlets", "pytest",
+               "scipy", "ipywidgets", "jupytext"]
+    code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
+            "import gpulab.bcast, gpulab.bench, gpulab.engine, tests.gpu.cases, tests.gpu.check_cases, "
+            "tests.mpi_harness, tests.mpi_worker; sys.argv = ['x', '--help']; "
+            "import runpy; runpy.run_path('scripts/gpu_check.py', run_name='__main__')")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "gpu_check.json" in done.stdout, done.stderr
