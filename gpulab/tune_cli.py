@@ -72,6 +72,9 @@ def add_parser(subparsers) -> None:
             p.add_argument("--no-fit", action="store_true", help="do not fit the model before the sweep")
         if name in ("compare", "accuracy", "workload"):
             p.add_argument("--algorithms", default=None, help="comma-separated algorithm names")
+        if name in ("compare", "accuracy"):
+            p.add_argument("--rounds", type=int, default=3 if name == "compare" else 2,
+                           help="interleaved rounds per size; each point keeps its fastest round")
         if name == "workload":
             p.add_argument("--networks", default="vgg16,gpt2", help="comma-separated: alexnet, vgg16, resnet50, "
                                                                     "gpt2, gpt2-medium")

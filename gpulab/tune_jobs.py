@@ -66,13 +66,14 @@ def inner(args) -> int:
             margin=args.margin, machine=model, progress=progress)
     elif args.what == "compare":
         kw = {"algorithms": algorithms} if algorithms else {}
-        result["rows"] = experiments.compare(comm, _sizes(args.sizes), table=args.table,
+        result["rows"] = experiments.compare(comm, _sizes(args.sizes), table=args.table, rounds=args.rounds,
                                              time_budget=args.time_budget, progress=progress, **kw)
     elif args.what == "accuracy":
         result["model"] = experiments.fit(comm) if comm.size > 1 else None
         kw = {"algorithms": algorithms} if algorithms else {}
         result["rows"] = experiments.accuracy(comm, _sizes(args.sizes), time_budget=args.time_budget,
-                                              ranks_per_node=args.ranks_per_node, progress=progress, **kw)
+                                              ranks_per_node=args.ranks_per_node, rounds=args.rounds,
+                                              progress=progress, **kw)
     elif args.what == "workload":
         from gpulab.workloads.bench import broadcast_model
 

@@ -52,12 +52,14 @@ def _exchange(comm, me: int, peer: int, buf, iters: int, via: str) -> float:
     return (MPI.Wtime() - start) / iters / 2
 
 
-def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budget: float = 0.02,
-             repeats: int = 3) -> list[dict]:
+def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budget: float = 0.01,
+             repeats: int = 5) -> list[dict]:
     """Ping-pong rank 0 <-> every other rank (collective; the same samples are returned on every rank).
 
     Ranks not in the current pair wait in a barrier, as idle ranks wait inside
-    MPI during a broadcast, so oversubscription shows in the numbers.
+    MPI during a broadcast, so oversubscription shows in the numbers. Each
+    point is the fastest of ``repeats`` timed loops: other processes on the
+    machine can only add time, so the minimum is the least disturbed estimate.
     """
     from gpulab.bcast.hierarchical import node_of_rank
 
@@ -80,7 +82,7 @@ def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budge
                     times = [_exchange(comm, comm.rank, other, buf, iters, via) for _ in range(repeats)]
                     if comm.rank == 0:
                         samples.append({"peer": peer, "level": level, "nbytes": nbytes, "via": via,
-                                        "seconds": statistics.median(times), "iters": iters})
+                                        "seconds": min(times), "iters": iters})
                 comm.Barrier()
     return comm.bcast(samples, root=0)
 

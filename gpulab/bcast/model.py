@@ -115,28 +115,49 @@ def mpich_choice(nbytes: int, p: int) -> str:
     return "scatter_allgather_ring"
 
 
-def _sum(messages, link: Link, overhead: float) -> tuple[float, float]:
+def _sum(messages, link: Link, overhead: float, scale: float = 1.0) -> tuple[float, float]:
     lat = bw = 0.0
     for count, size in messages:
         h = link.regime(size)
-        lat += count * (h.alpha + overhead)
-        bw += count * size * h.beta
+        lat += count * (h.alpha + overhead) * scale
+        bw += count * size * h.beta * scale
     return lat, bw
 
 
-def _flat(algorithm: str, nbytes: float, p: int, link: Link, overhead: float, cores: float | None,
-          options: dict) -> Prediction:
+def stretch(machine: Machine, ranks: int) -> float:
+    """How much slower every step runs with ``ranks`` busy-polling processes on ``machine.cores`` cores.
+
+    A rank waiting inside MPI polls instead of sleeping, so the kernel shares
+    the cores evenly among all ranks: each gets cores/ranks of one, and every
+    message on the critical path takes ranks/cores times longer. A fit made
+    with ``fitted_p`` ranks already contains its own share of this, which is
+    taken out first. 1 when cores are not a limit (profiles, textbook).
+    """
+    if machine.cores is None:
+        return 1.0
+    return max(1.0, ranks / machine.cores) / max(1.0, (machine.fitted_p or 1) / machine.cores)
+
+
+def _flat(algorithm: str, nbytes: float, p: int, link: Link, machine: Machine, options: dict,
+          ranks: int | None = None, groups: int = 1) -> Prediction:
+    """One flat algorithm over p ranks; ``ranks`` processes share the cores (default p), ``groups``
+    copies of this broadcast run at once on them (the intra phases of emulated nodes)."""
+    overhead = machine.overhead
     if p < 2 or (nbytes <= 0 and algorithm == "mpi"):  # MPI_Bcast of 0 bytes returns at once
         return ZERO
     if algorithm == "mpi":  # MPICH's own choice, executed in C
         algorithm, overhead = mpich_choice(int(nbytes), p), 0.0
     plan = schedule(algorithm, nbytes, p, link.serial, options.get("chunk_bytes"), options.get("radix") or 4)
-    lat, bw = _sum(plan.path, link, overhead)
+    ranks = ranks or p
+    slow = stretch(machine, ranks)
+    lat, bw = _sum(plan.path, link, overhead, slow)
     result = Prediction(lat + bw, lat, bw, "path")
-    if cores is not None and p > cores:
-        wlat, wbw = _sum(plan.work, link, overhead)
-        if (wlat + wbw) / cores > result.seconds:
-            result = Prediction((wlat + wbw) / cores, wlat / cores, wbw / cores, "cpu")
+    if machine.cores is not None and ranks > machine.cores:
+        # all copies of all ranks must fit on the cores: time >= total work / cores
+        base = slow / max(1.0, ranks / machine.cores)  # the fit's own share of the cores, taken out
+        wlat, wbw = _sum(plan.work, link, overhead, base * groups / machine.cores)
+        if wlat + wbw > result.seconds:
+            result = Prediction(wlat + wbw, wlat, wbw, "cpu")
     return result
 
 
@@ -146,15 +167,16 @@ def breakdown(algorithm: str, nbytes: int, p: int, machine: Machine | None = Non
     if algorithm == "hierarchical":
         rpn = options.get("ranks_per_node") or machine.ranks_per_node or p
         nodes, local = math.ceil(p / rpn), min(rpn, p)
-        # emulated nodes (ranks_per_node given, machine has one node) share its cores: all
-        # nodes' intra broadcasts run at once, so each gets cores / nodes of them
-        emulated = machine.ranks_per_node is None and machine.cores is not None
-        inter = _flat(options.get("inter", "binomial"), nbytes, nodes, machine.inter, machine.overhead,
-                      machine.cores if emulated else None, options.get("inter_options") or {})
-        intra = _flat(options.get("intra", "binomial"), nbytes, local, machine.intra, machine.overhead,
-                      machine.cores / nodes if emulated else machine.cores, options.get("intra_options") or {})
+        # emulated nodes (the machine is one node): all p ranks share its cores in both phases,
+        # and the nodes' intra broadcasts run at the same time
+        emulated = machine.ranks_per_node is None
+        inter = _flat(options.get("inter", "binomial"), nbytes, nodes, machine.inter, machine,
+                      options.get("inter_options") or {}, ranks=p if emulated else nodes)
+        intra = _flat(options.get("intra", "binomial"), nbytes, local, machine.intra, machine,
+                      options.get("intra_options") or {}, ranks=p if emulated else local,
+                      groups=nodes if emulated else 1)
         return inter + intra
-    return _flat(algorithm, nbytes, p, machine.link(p), machine.overhead, machine.cores, options)
+    return _flat(algorithm, nbytes, p, machine.link(p), machine, options)
 
 
 def predict(algorithm: str, nbytes: int, p: int, machine: Machine | None = None, **options) -> float:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 import statistics
 
+import numpy as np
+
 from gpulab.bench import format_size
 
 BAND = 64 << 10  # the issue's target applies to messages >= 64 KiB
@@ -114,6 +116,29 @@ def accuracy_summary(rows: list[dict], label: str, key: str = "algorithm") -> li
     return out
 
 
+def crossovers(machine, p: int, algorithms, lo: int = 1 << 10, hi: int = 64 << 20, points: int = 64) -> list[dict]:
+    """Sizes where the model's fastest of ``algorithms`` changes (pipelined ones at their best chunk)."""
+    from gpulab.bcast.model import PIPELINED, best_chunk, predict
+
+    def fastest(n):
+        def t(a):
+            opts = {"chunk_bytes": best_chunk(a, n, p, machine)} if a in PIPELINED else {}
+            return predict(a, n, p, machine, **opts)
+        return min(algorithms, key=t)
+
+    sizes = [int(x) for x in np.geomspace(lo, hi, points)]
+    out, before = [], fastest(sizes[0])
+    for a, b in zip(sizes, sizes[1:]):
+        now = fastest(b)
+        if now != before:
+            while b - a > max(1, a // 100):  # bisect to 1%
+                mid = int(math.sqrt(a * b))
+                a, b = (mid, b) if fastest(mid) == before else (a, mid)
+            out.append({"p": p, "from": before, "to": now, "nbytes": b})
+            before = now
+    return out
+
+
 def _print_rows(rows: list[dict], columns: list[str]) -> None:
     print("  ".join(f"{c:>14}" for c in columns))
     for r in rows:
@@ -144,7 +169,15 @@ def handle(args, results: dict) -> bool:
         if args.what == "workload":
             from gpulab.workloads.bench import latency_share
 
-            _print_rows(r["rows"], ["network", "algorithm", "mode", "tensors", "min_s", "mean_s"])
+            machine = _try(load_machine, args.table, p)
+            for x in r["rows"]:
+                if machine is not None:  # the model's split of the same broadcast into alpha and beta terms
+                    from gpulab.workloads.bench import predicted
+
+                    x.update(predicted(x["network"], x["algorithm"], p, machine, mode=x["mode"],
+                                       options=x["options"], table=args.table))
+            columns = ["network", "algorithm", "mode", "tensors", "min_s", "mean_s"]
+            _print_rows(r["rows"], columns + (["predicted_s", "latency_share"] if machine else []))
             _print_rows(latency_share(r["rows"]), ["algorithm", "layerwise_s", "fused_s", "extra_share"])
             ok &= all(x["valid"] for x in r["rows"])
     if args.what == "bcast":

@@ -88,6 +88,29 @@ def latency_share(rows: list[dict]) -> list[dict]:
     return out
 
 
+def predicted(network: str | list[int], algorithm: str, p: int, machine, *, mode: str = "layerwise",
+              itemsize: int = 4, options: dict | None = None, table=None) -> dict:
+    """The model's time for the same broadcast, split into latency (alpha) and bandwidth (beta) terms.
+
+    For "auto" each tensor is charged with the algorithm ``select()`` picks for its size.
+    """
+    from gpulab.bcast.model import ZERO, breakdown
+    from gpulab.bcast.select import select
+
+    class _Size:  # select() only looks at comm.size
+        size = p
+
+    sizes = layer_bytes(network, itemsize) if isinstance(network, str) else [int(s) for s in network]
+    parts = sizes if mode == "layerwise" else [sum(sizes)]
+    total = ZERO
+    for nbytes in parts:
+        name, opts = (select(nbytes, _Size, table) if algorithm == "auto" else (algorithm, options or {}))
+        total = total + breakdown(name, nbytes, p, machine, **opts)
+    return {"algorithm": algorithm, "mode": mode, "predicted_s": total.seconds, "latency_s": total.latency,
+            "bandwidth_s": total.bandwidth,
+            "latency_share": total.latency / total.seconds if total.seconds else 0.0}
+
+
 if __name__ == "__main__":
     import sys
 

@@ -6,7 +6,7 @@ import pytest
 
 from gpulab.bcast import ALGORITHMS
 from gpulab.bcast.model import (Hockney, Link, Machine, PIPELINED, best_chunk, breakdown, choose, mpich_choice,
-                                predict, textbook)
+                                predict, stretch, textbook)
 from gpulab.bcast.profiles import PROFILES, profile, table
 
 A, B = 5e-6, 1e-9  # 5 us, 1 GB/s
@@ -97,12 +97,17 @@ def test_protocol_switch_and_receiver_copies():
     below, above = REAL.intra.regime(8191), REAL.intra.regime(8192)
     assert below.alpha < above.alpha and below.beta > above.beta
     assert REAL.intra.serial(8191) and not REAL.intra.serial(8192)
-    # 2 ranks on 2 cores: no CPU limit; 8 ranks: linear's 7 receiver copies share 2 cores
+    # 2 ranks on 2 cores: no CPU limit; linear's 7 receiver copies overlap (one message deep) but
+    # 8 busy-polling ranks on 2 cores each get a quarter of a core: 4 times slower
     n = 1 << 22
     one = 5e-6 + 1e-6 + n * 7e-11
     assert predict("linear", n, 2, REAL) == pytest.approx(one)
-    b = breakdown("linear", n, 8, REAL)
-    assert b.bound == "cpu" and b.seconds == pytest.approx(7 * one / 2)
+    assert predict("linear", n, 8, REAL) == pytest.approx(4 * one)
+    assert stretch(REAL, 8) == 4 and stretch(REAL, 2) == 1
+    # a fit made on 8 ranks already contains that slowdown
+    at_8 = Machine("fit p=8", REAL.intra, REAL.inter, overhead=1e-6, cores=2, fitted_p=8)
+    assert stretch(at_8, 8) == 1 and predict("linear", n, 8, at_8) == pytest.approx(one)
+    assert predict("linear", n, 2, at_8) == pytest.approx(one / 4)
 
 
 def test_textbook_drops_the_machine_specifics():
