@@ -41,19 +41,24 @@ def test_px_cell_stuck_in_a_collective_fails_fast_with_the_stuck_line(ipython_di
     assert stop_leftovers(ipython_dir) == []
 
 
-def test_nbval_convention_is_strict_too(tmp_path, ipython_dir):
-    # plain `pytest --nbval-lax` passes the broken %%px cell; with notebooks/conftest.py it fails
+def test_nbval_convention_is_strict_too(tmp_path):
+    # plain `pytest --nbval-lax` passes a cell whose %%px magic failed; with notebooks/conftest.py it fails.
+    # No engines needed: the UsageError comes from the magic not being on the cell's first line.
     import shutil
     import subprocess
     import sys
 
-    shutil.copy(DATA / "broken_px.ipynb", tmp_path / "broken_px.ipynb")
+    import nbformat
+
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}})
+    nb.cells = [nbformat.v4.new_code_cell("x = 1"), nbformat.v4.new_code_cell("# comment\n%%px\nprint(x)")]
+    nbformat.write(nb, tmp_path / "broken.ipynb")
     run = lambda: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "broken_px.ipynb"],
+        [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "broken.ipynb"],
         cwd=tmp_path, capture_output=True, text=True, timeout=180)
     plain = run()
     assert plain.returncode == 0, plain.stdout[-2000:]  # the trap this guards against
     shutil.copy(DATA.parents[2] / "notebooks" / "conftest.py", tmp_path / "conftest.py")
     strict = run()
     assert strict.returncode != 0 and "UsageError" in strict.stdout, strict.stdout[-2000:]
-    assert stop_leftovers(ipython_dir) == []
