@@ -32,7 +32,7 @@ ITERS = 10                          # timed iterations per point (OSU: 100-1000;
 
 # %%
 from gpulab.cluster import start_engines
-from gpulab.widgets import BcastExplorer, EngineRunner, PatternView, size_label
+from gpulab.widgets import BcastExplorer, EngineRunner, PatternView, crossover, size_label
 
 engines = start_engines(N_ENGINES)
 runner = EngineRunner(engines, iters=ITERS, warmup=2, time_budget=0.2)
@@ -58,14 +58,6 @@ assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
 # faster at every larger size measured.
 
 # %%
-def crossover(rows, fast, slow):
-    """Smallest size from which `fast` beats `slow` at every larger size (None if never)."""
-    time = {(r["algorithm"], r["nbytes"]): r["avg_us"] for r in rows}
-    sizes = sorted({n for a, n in time if a == fast and (slow, n) in time})
-    wins = [time[fast, n] < time[slow, n] for n in sizes]
-    return next((n for i, n in enumerate(sizes) if all(wins[i:])), None)
-
-
 chain_wins_from = crossover(first, "chain", "binomial")
 if chain_wins_from:
     print(f"on {N_ENGINES} ranks the chain beats binomial from {size_label(chain_wins_from)}B up")

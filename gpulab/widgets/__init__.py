@@ -5,12 +5,12 @@ collect rows and draw them, so they are tested without Jupyter or MPI by
 handing them a fake runner.
 """
 
-from gpulab.widgets.explorer import BcastExplorer
+from gpulab.widgets.explorer import BcastExplorer, crossover
 from gpulab.widgets.pattern import PatternView, patterns_figure, show_patterns
 from gpulab.widgets.plots import as_image, pattern_figure, size_label, sweep_figure
 from gpulab.widgets.runner import EngineRunner
 from gpulab.widgets.source import show_code, source_of
 from gpulab.widgets.tables import Table
 
-__all__ = ["BcastExplorer", "EngineRunner", "Table", "as_image", "PatternView", "pattern_figure", "patterns_figure",
+__all__ = ["BcastExplorer", "EngineRunner", "Table", "as_image", "crossover", "PatternView", "pattern_figure", "patterns_figure",
            "show_code", "show_patterns", "size_label", "source_of", "sweep_figure"]

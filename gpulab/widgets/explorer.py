@@ -116,3 +116,11 @@ def results_html(rows: list[dict], last: int = 12) -> str:
                    f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td><td>{r['busbw_GBps']:.3f}</td>"
                    f"<td>{r['valid']}</td></tr>" for r in rows[-last:])
     return f"<table>{head}{body}</table>" if rows else ""
+
+
+def crossover(rows: list[dict], fast: str, slow: str) -> int | None:
+    """Smallest size from which algorithm `fast` beats `slow` at every larger size measured (None: never)."""
+    avg = {(r["algorithm"], r["nbytes"]): r["avg_us"] for r in rows}
+    sizes = sorted(n for a, n in avg if a == fast and (slow, n) in avg)
+    wins = [avg[fast, n] < avg[slow, n] for n in sizes]
+    return next((n for i, n in enumerate(sizes) if all(wins[i:])), None)

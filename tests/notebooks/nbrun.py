@@ -17,7 +17,9 @@ from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError, CellTimeoutError  # noqa: F401 (re-exported)
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
+
+__all__ = ["NOTEBOOKS", "CellExecutionError", "CellTimeoutError", "ReplyNotOk", "execute", "inject_parameters"]
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"

@@ -21,6 +21,7 @@ PARAMETERS = {
     "00_start_here": {"NBYTES": 1 << 16, "ITERS": 5},
     "01_broadcast_algorithms": {"SIZES": [1 << 10, 1 << 16], "ITERS": 5},
     "02_broadcast_explorer": {"SIZES": (1 << 10, 1 << 14), "ITERS": 5},
+    "03_model_and_tuning": {"FIT_SIZES": [64, 8192, 1 << 20], "CHECK_SIZES": [1 << 12, 1 << 20], "CHUNK_MESSAGE": 1 << 20, "CHUNKS": [1 << 16, 1 << 18], "TUNE_SIZES": [1 << 10, 1 << 18], "NETWORKS": ["resnet50"]},
     "04_tensor_parallel_3d": {},  # already small: one 8 x 12 layer on 4 ranks
 }
 

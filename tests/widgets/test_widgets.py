@@ -135,3 +135,14 @@ def test_table_renders_html_and_text():
     assert table.columns == ["a", "b", "c"]
     assert "<td>0.123</td>" in table._repr_html_() and "&lt;x&gt;" in table._repr_html_()
     assert repr(table).splitlines()[0].split() == ["a", "b", "c"]
+
+
+def test_crossover_is_where_the_fast_one_stays_ahead():
+    from gpulab.widgets import crossover
+
+    def rows(algorithm, times):
+        return [{"algorithm": algorithm, "nbytes": 1 << k, "avg_us": t} for k, t in enumerate(times)]
+
+    measured = rows("binomial", [1, 2, 4, 8, 16]) + rows("chain", [3, 1, 5, 6, 7])
+    assert crossover(measured, "chain", "binomial") == 8  # the win at 2 B does not last
+    assert crossover(measured, "binomial", "chain") is None
