@@ -22,7 +22,9 @@ Progress: MPICH moves a non-blocking collective forward only while the rank
 is inside some MPI call. ``with polling():`` makes every compute kernel
 (``timeline.kernel``) end with ``progress()``, an MPI_Test of each collective
 in flight, so collectives advance between kernels instead of all at the final
-``wait()`` (see docs/engine_overlap.md for why this, not MPICH's progress thread).
+``wait()``; ``ProgressThread`` enters MPI from a sleeping background thread
+instead, so they advance during kernels too (docs/engine_overlap.md compares
+both with MPICH's own progress thread).
 """
 
 from __future__ import annotations
@@ -144,6 +146,46 @@ def polling(enabled: bool = True):
         yield
     finally:
         timeline.set_after_kernel(outer)
+
+
+class ProgressThread:
+    """A background thread that enters MPI every ``interval`` seconds (MPI_Iprobe on a private
+    copy of ``comm``): MPICH then advances every collective in flight while the main thread is
+    inside a numpy kernel (which releases the GIL). It sleeps between probes, so unlike MPICH's
+    own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1, which spins) it does not take a core.
+
+        progress = ProgressThread(mesh.comm)    # collective: every rank of comm
+        with progress.running():
+            ...                                 # overlapped work
+        progress.free()
+    """
+
+    def __init__(self, comm, interval: float = 2e-4):
+        self.comm, self.interval = comm.Dup(), interval
+        self._stop = None
+
+    def _loop(self, stop) -> None:
+        import time
+
+        while not stop.is_set():
+            self.comm.Iprobe()
+            time.sleep(self.interval)
+
+    @contextmanager
+    def running(self):
+        import threading
+
+        stop = threading.Event()
+        thread = threading.Thread(target=self._loop, args=(stop,), daemon=True, name="gpulab-progress")
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def free(self) -> None:
+        self.comm.Free()
 
 
 def in_flight() -> int:

@@ -20,10 +20,12 @@ The switches (numbers do not change with any of them; tests/engine check it):
   issued during backward in buckets of ``bucket_bytes`` as gradients appear,
   instead of once after backward.
 
-``progress`` says who moves the non-blocking collectives forward: "poll"
-(MPI_Test on every collective in flight after each compute kernel, the
-portable choice), "thread" (MPICH's own progress thread: the job must be
-started with MPIR_CVAR_ASYNC_PROGRESS=1; the engine then does not poll), or
+``progress`` says who moves the non-blocking collectives forward while the
+rank computes: "poll" (MPI_Test on every collective in flight after each
+compute kernel: portable, but nothing moves during a long kernel), "thread"
+(``collectives.ProgressThread``: a sleeping background thread enters MPI
+every 0.2 ms, also during kernels), "mpich" (MPICH's own progress thread: the
+job must be started with MPIR_CVAR_ASYNC_PROGRESS=1; it spins on a core), or
 "none" (MPI moves them only inside other MPI calls and the final wait: the
 control experiment that shows progress matters). docs/engine_overlap.md has
 the measurements.
@@ -34,7 +36,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 
 SWITCHES = ("async_grads", "prefetch", "cache", "buckets")
-PROGRESS = ("poll", "thread", "none")
+PROGRESS = ("poll", "thread", "mpich", "none")
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,11 @@ class Overlap:
     def polls(self) -> bool:
         """Does the engine call MPI_Test between kernels?"""
         return self.any and self.progress == "poll"
+
+    @property
+    def threaded(self) -> bool:
+        """Does the engine run its own progress thread?"""
+        return self.any and self.progress == "thread"
 
     def label(self) -> str:
         on = [name for name in SWITCHES if getattr(self, name)]

@@ -24,6 +24,7 @@ same either way. Weights reach each layer through a ``WeightFetcher``
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 
 from gpulab.backend import array_module, to_host
 from gpulab.engine import collectives as coll
@@ -76,6 +77,24 @@ class ParallelGPT:
         self.params: dict = {}
         self.grads: dict = {}
         self.memory: dict = {}  # bytes measured in the last forward_backward (``memory_report``)
+        # collective (Dup): every rank builds its ParallelGPT together
+        self._thread = coll.ProgressThread(mesh.comm) if self.overlap.threaded else None
+
+    @contextmanager
+    def _progress(self):
+        """MPI progress while computing, as ``overlap.progress`` says (poll, thread, or neither)."""
+        with coll.polling(self.overlap.polls):
+            if self._thread is None:
+                yield
+            else:
+                with self._thread.running():
+                    yield
+
+    def free(self) -> None:
+        """Release the progress thread's communicator (the mesh is the caller's)."""
+        if self._thread is not None:
+            self._thread.free()
+            self._thread = None
 
     @property
     def coords(self):
@@ -182,7 +201,7 @@ class ParallelGPT:
         """Mean cross-entropy of the global batch, forward only."""
         idx_l, tgt_l = self._local_batch(idx, targets)
         fetch = self._fetcher(forward_uses(self.config))
-        with coll.polling(self.overlap.polls):
+        with self._progress():
             logits, _ = self._forward(idx_l, fetch)
         fetch.end()
         loss_sum, _ = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
@@ -194,11 +213,11 @@ class ParallelGPT:
         n_tokens = idx.shape[0] * idx.shape[1]
         fetch = self._fetcher(forward_uses(self.config) + backward_uses(self.config))
         sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
-        with coll.polling(self.overlap.polls):
+        with self._progress():
             with phase("forward"):
                 logits, caches = self._forward(idx_l, fetch)
                 loss_sum, c_ce = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
-            self.memory["activations"] = tree_nbytes(caches, skip=self.params.values())
+            self.memory["activations"] = tree_nbytes((caches, c_ce), skip=self.params.values())
             with phase("backward"):
                 self._backward(idx_l.shape[1], n_tokens, caches, c_ce, fetch, sync)
             fetch.end()

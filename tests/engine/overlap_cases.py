@@ -23,6 +23,7 @@ VARIANTS = {  # label -> Overlap; small buckets so that every group gets several
     "buckets": Overlap(buckets=True, bucket_bytes=600),
     "all": Overlap.everything(bucket_bytes=600),
     "all, no progress": Overlap.everything(bucket_bytes=2000, progress="none"),
+    "all, progress thread": Overlap.everything(bucket_bytes=2000, progress="thread"),
 }
 
 
@@ -75,6 +76,7 @@ def identical_numbers(comm, shapes, variants=None, steps=2, seed=0):
             grads = gpt.full_grads()
             gpt.load_params(params)
             losses, trained = _train(gpt, steps, cfg, seed)
+            gpt.free()
             diffs = {"loss": abs(loss - ref_loss), "grads": _max_diff(grads, ref_grads),
                      "train_loss": max(abs(a - b) for a, b in zip(losses, ref_losses)),
                      "params": _max_diff(trained, ref_trained)}

@@ -1,0 +1,169 @@
+"""Measure training iterations of ``ParallelGPT`` on a grid: time, timeline summary, throughput, MFU.
+
+Inside an MPI job (every rank calls it; rank 0 gets the result, others None)::
+
+    row = measure(comm, cfg, (2, 1, 2, 1), batch_size=16, overlap=Overlap.everything(), iters=5)
+    row["iter_s"], row["tokens_per_s"], row["mfu"], row["summary"], row["memory"]
+
+From the shell (one mpiexec job, every shape and overlap setting in turn)::
+
+    mpiexec -n 4 python -m gpulab.engine.bench --shapes all --overlap none,all --out rows.json
+
+An iteration is what ``gpulab train`` does per step: forward_backward, the
+global gradient norm, clipping, an AdamW step. Ranks start each iteration
+together (a barrier); its time is the slowest rank's, and the reported time
+is the median over ``iters`` timed iterations after ``warmup`` untimed ones.
+The timeline summary (``timeline.summarize``) is the mean over ranks of the
+median iteration. MFU divides the model FLOPs per second (``flops``) by the
+measured peak of the machine (``peak_matmul``), if given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import numpy as np
+
+from gpulab.engine import timeline
+from gpulab.engine.flops import model_flops
+
+
+def peak_matmul(n: int = 1024, dtype: str = "float32", repeats: int = 5) -> float:
+    """FLOP/s of the best of ``repeats`` n x n matmuls, with the BLAS threads this process has."""
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), dtype=dtype), rng.random((n, n), dtype=dtype)
+    a @ b  # warm up (thread pool, caches)
+    best = min(_timed(lambda: a @ b) for _ in range(repeats))
+    return 2.0 * n ** 3 / best
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _iteration(gpt, opt, batch, clip: float = 1.0) -> None:
+    from gpulab.engine.optim import clip_grads
+
+    gpt.forward_backward(*batch)
+    with timeline.phase("step"):
+        clip_grads(gpt.grads, clip, gpt.grad_norm())
+        opt.step(gpt.grads)
+
+
+def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int | None = None,
+            iters: int = 5, warmup: int = 2, peak_flops: float | None = None, seed: int = 0,
+            keep_events: bool = False):
+    """Time ``iters`` iterations on grid ``shape``; the result dict on rank 0, None elsewhere."""
+    from gpulab.engine import Mesh, ParallelGPT, init_params
+    from gpulab.engine.memory import memory_report
+    from gpulab.engine.optim import AdamW
+    from gpulab.engine.overlap import Overlap
+
+    overlap = overlap or Overlap()
+    T = seq_len or config.block_size
+    mesh = Mesh(*shape, comm=comm)
+    gpt = ParallelGPT(config, mesh, overlap=overlap)
+    gpt.load_params(init_params(config, seed=seed))
+    opt = AdamW(gpt.params, lr=1e-4)
+    rng = np.random.default_rng(seed)
+    batch = (rng.integers(0, config.vocab_size, (batch_size, T)),
+             rng.integers(0, config.vocab_size, (batch_size, T)))
+    for _ in range(warmup):
+        _iteration(gpt, opt, batch)
+    times, summaries, events = [], [], []
+    for _ in range(iters):
+        comm.Barrier()
+        with timeline.record() as tl:
+            start = time.perf_counter()
+            _iteration(gpt, opt, batch)
+            end = time.perf_counter()
+        times.append(comm.allreduce(end - start, op=_max()))
+        summaries.append(timeline.summarize(tl.events, start, end))
+        events.append(tl)
+    median = sorted(range(iters), key=lambda i: times[i])[iters // 2]
+    gathered = comm.gather(summaries[median], root=0)
+    memories = comm.gather(memory_report(gpt), root=0)
+    timelines = timeline.gather(events[median], comm, root=0) if keep_events else None
+    gpt.free()
+    mesh.free()
+    if comm.rank != 0:
+        return None
+    iter_s = statistics.median(times)
+    flops = model_flops(config, batch_size, T)
+    row = {"shape": list(shape), "world": comm.size, "overlap": overlap.to_dict(),
+           "overlap_label": overlap.label(), "config": config.to_dict(), "batch_size": batch_size,
+           "seq_len": T, "iters": iters, "iter_s": iter_s, "iter_s_all": times,
+           "tokens_per_s": batch_size * T / iter_s, "model_flops": flops, "flops_per_s": flops / iter_s,
+           "peak_flops": peak_flops, "mfu": flops / iter_s / peak_flops if peak_flops else None,
+           "summary": timeline.mean_summary(gathered), "per_rank": gathered,
+           "memory": {k: max(m[k] for m in memories) for k in memories[0]}}
+    if keep_events:
+        row["events"] = timelines
+    return row
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def bench_config(dtype: str = "float32"):
+    """The model of the recorded benchmarks: every grid shape of up to 8 ranks can split it."""
+    from gpulab.engine import GPTConfig
+
+    return GPTConfig(vocab_size=128, block_size=64, n_layer=2, n_head=8, n_embd=128, dtype=dtype)
+
+
+def main(argv=None) -> None:
+    from mpi4py import MPI
+    from threadpoolctl import threadpool_limits
+
+    from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
+    from gpulab.engine.overlap import Overlap
+
+    parser = argparse.ArgumentParser(description="time ParallelGPT iterations on grid shapes (run under mpiexec)")
+    parser.add_argument("--shapes", default="all", help="'all' or R,C,D,P;R,C,D,P")
+    parser.add_argument("--overlap", default="none,all", help="overlap settings, ';'-separated")
+    parser.add_argument("--progress", default="poll", choices=["poll", "thread", "mpich", "none"],
+                        help="mpich: start the job with MPIR_CVAR_ASYNC_PROGRESS=1")
+    parser.add_argument("--bucket-kb", type=int, default=256)
+    parser.add_argument("--config", default=None, help="GPTConfig as JSON (default: bench_config)")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--peak", type=float, default=None, help="machine peak FLOP/s for MFU")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    comm = MPI.COMM_WORLD
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    threadpool_limits(max(1, (os.cpu_count() or 1) // local))
+    config = GPTConfig.from_dict(json.loads(args.config)) if args.config else bench_config()
+    shapes = grid_shapes(comm.size) if args.shapes == "all" else \
+        [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";")]
+    rows = []
+    for shape in shapes:
+        check_divisibility(config, shape, args.batch_size)
+        for text in args.overlap.split(";") if ";" in args.overlap else args.overlap.split(","):
+            overlap = Overlap.parse(text.replace("+", ","), progress=args.progress,
+                                    bucket_bytes=args.bucket_kb << 10)
+            row = measure(comm, config, shape, args.batch_size, overlap, iters=args.iters,
+                          warmup=args.warmup, peak_flops=args.peak)
+            if comm.rank == 0:
+                rows.append(row)
+                print(f"{shape} {overlap.label():>30}: {row['iter_s'] * 1e3:8.1f} ms "
+                      f"exposed {row['summary']['exposed_comm_s'] * 1e3:6.1f} ms "
+                      f"hidden {row['summary']['hidden_comm_s'] * 1e3:6.1f} ms", flush=True)
+    if comm.rank == 0:
+        with open(args.out, "w") as f:
+            json.dump(rows, f)
+
+
+if __name__ == "__main__":
+    main()
