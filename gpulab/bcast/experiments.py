@@ -144,3 +144,22 @@ def sub_tables(comm, sizes, process_counts, *, time_budget=0.01, chunks=(64 << 1
             sub.Free()
         comm.Barrier()
     return tables if comm.rank == 0 else None
+
+
+def on_world(what: str, *args, **kwargs):
+    """Run one of these experiments on MPI.COMM_WORLD: for ``Engines.run`` from a notebook kernel,
+    which must not initialise MPI itself."""
+    from mpi4py import MPI
+
+    return globals()[what](MPI.COMM_WORLD, *args, **kwargs)
+
+
+def workload(comm, networks, algorithms, *, repeats=1, table=None) -> list | None:
+    """``gpulab.workloads.bench.broadcast_model`` for several networks, "auto" included."""
+    from gpulab.workloads.bench import broadcast_model
+
+    rows = []
+    with auto_registered(table):
+        for network in networks:
+            rows += broadcast_model(comm, network, algorithms, repeats=repeats)
+    return rows if comm.rank == 0 else None
