@@ -192,3 +192,14 @@ def auto_on_device(world: MPI.Comm, device: str = "fake") -> list:
         buf = device_buffer(device, expected, world.rank == 0)
         assert bcast(buf, comm=world) is buf and buf.get().tobytes() == expected.tobytes(), nbytes
     return sizes
+
+
+def cuda_aware_forced(world: MPI.Comm) -> None:
+    """Rank 0 sends a fake device buffer with the CUDA-aware path forced; the others receive on the host.
+
+    Only rank 0 can raise, so the job ends with its error (two ranks raising at
+    once could abort each other while writing their reports).
+    """
+    expected = _payload("uint8", (64,), seed=0)
+    buf = device_buffer("fake", expected, True) if world.rank == 0 else np.zeros_like(expected)
+    ALGORITHMS["binomial"](buf, 0, world, path="cuda-aware" if world.rank == 0 else "auto")

@@ -37,9 +37,8 @@ def test_auto_selection_on_device_buffers(n):
 
 
 def test_forcing_cuda_aware_on_an_mpi_that_is_not_fails_loudly():
-    with pytest.raises(MPIJobFailed, match="not CUDA-aware"):
-        run_mpi(2, "tests.gpu.cases:check_device_algorithm", algorithm="binomial",
-                env={**STAGED, "GPULAB_CUDA_AWARE": "1"}, expect_path="cuda-aware", timeout=60)
+    with pytest.raises(MPIJobFailed, match=r"rank 0 raised:(?s:.*)not CUDA-aware"):
+        run_mpi(2, "tests.gpu.cases:cuda_aware_forced", env=STAGED, timeout=60)
 
 
 @pytest.mark.parametrize("bug", ["no_sync_before_mpi", "send_before_copy_out", "no_copy_in",
