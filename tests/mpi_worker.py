@@ -28,7 +28,10 @@ def main() -> None:
         record = {"ok": True, "result": result}
     except BaseException:  # noqa: BLE001 - report everything, then abort the job
         record = {"ok": False, "traceback": traceback.format_exc()}
-    result_path.write_text(json.dumps(record))
+    # write then rename: a peer's abort can kill this rank mid-write, and a half file would hide the error
+    partial = result_path.with_suffix(".partial")
+    partial.write_text(json.dumps(record))
+    partial.rename(result_path)
     if not record["ok"]:
         sys.stderr.write(f"rank {comm.rank}: {record['traceback']}")
         sys.stderr.flush()
