@@ -89,18 +89,22 @@ def arm_cell_watchdog(timeout: float, dump_dir: str) -> None:
     from IPython import get_ipython
     from mpi4py import MPI
 
-    shell = get_ipython()  # the engine's own shell: runs %%px cells, fires pre/post_run_cell
+    shell = get_ipython()  # the engine's own shell: runs %%px cells, fires pre/post_execute
     dump = open(Path(dump_dir, f"engine{MPI.COMM_WORLD.Get_rank()}-px.txt"), "w")  # noqa: SIM115 (fd used later)
 
-    def arm(info):
+    def header(cell: list[str]):
         dump.seek(0)
         dump.truncate()
-        dump.write(json.dumps({"timeout": timeout, "cell": info.raw_cell.splitlines()}) + "\n")
-        dump.flush()
+        dump.write(json.dumps({"timeout": timeout, "cell": cell}) + "\n")
+        dump.flush()  # faulthandler writes after it, at the file's offset
+
+    def arm():  # pre_execute fires for every cell, silent ones included
+        header([])
         faulthandler.dump_traceback_later(timeout, exit=True, file=dump)
 
-    shell.events.register("pre_run_cell", arm)
-    shell.events.register("post_run_cell", lambda result: faulthandler.cancel_dump_traceback_later())
+    shell.events.register("pre_execute", arm)
+    shell.events.register("pre_run_cell", lambda info: header(info.raw_cell.splitlines()))  # not when silent
+    shell.events.register("post_execute", faulthandler.cancel_dump_traceback_later)
 
 
 def explain_dead_engines(dump_dir) -> str:

@@ -115,3 +115,23 @@ def test_engines_of_a_killed_kernel_are_stopped(ipython_dir):
     assert cluster_processes(ipython_dir) == []  # the reaper stopped mpiexec, engines and controller
     # its cluster file remains; the next start_engines in the profile removes it
     assert stop_stale_clusters(str(ipython_dir / "profile_gpulab")) == [cluster_id]
+
+
+def test_cell_watchdog_ends_a_stuck_execute_and_restart_recovers(ipython_dir):
+    import ipyparallel as ipp
+
+    from gpulab.cluster.engine_side import explain_dead_engines
+
+    with start_engines(2, cell_timeout=3) as engines:
+        start = time.monotonic()
+        with pytest.raises(ipp.error.CompositeError, match="EngineError"):  # what %%px raises
+            engines.view.execute("from mpi4py import MPI\nif MPI.COMM_WORLD.rank == 0:\n    MPI.COMM_WORLD.barrier()",
+                                 silent=False)  # as %%px sends it (silent cells are bounded too, without source)
+        assert time.monotonic() - start < 15
+        assert "engine0: %%px cell stopped by its watchdog after 3 s, stuck at cell line 3: MPI.COMM_WORLD.barrier()" \
+            in explain_dead_engines(engines.dump_dir)
+        engines.restart()
+        assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
+        engines.view.execute("y = 1")  # a quick cell is not touched by the watchdog
+        assert engines.view["y"] == [1, 1]
+    assert stop_leftovers(ipython_dir, grace=3) == []
