@@ -15,6 +15,11 @@ On a Slurm cluster, the engines run as one batch job, one rank per GPU:
 gpus_per_node=4, time="00:30:00")``; ``print(slurm_script(8, partition="gpu"))``
 shows the job script, rendered from ``SLURM_TEMPLATE``.
 
+Nothing waits forever: ``engines.run(fn, timeout=...)`` raises EngineTimeout /
+EngineDied / EngineFailed naming the engines and the line each one is stuck
+at, and a ``%%px`` cell running past ``cell_timeout`` (default 300 s) ends the
+engines, the notebook showing the stuck line; ``engines.restart()`` recovers.
+
 Modules: ``engines`` (start_engines, Engines, the errors), ``engine_side``
 (what runs on each engine: pin_gpu, the hang watchdog), ``slurm`` (batch
 template), ``processes`` (reaper, stale-cluster cleanup).
