@@ -14,6 +14,7 @@ import sys
 # command name -> module that implements it
 COMMANDS = {
     "bench": "gpulab.bench_cli",
+    "model": "gpulab.engine.model_cli",
     "train": "gpulab.engine.train",
     "tune": "gpulab.tune_cli",
 }

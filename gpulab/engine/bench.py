@@ -130,13 +130,15 @@ def main(argv=None) -> None:
 
     parser = argparse.ArgumentParser(description="time ParallelGPT iterations on grid shapes (run under mpiexec)")
     parser.add_argument("--shapes", default="all", help="'all' or R,C,D,P;R,C,D,P")
-    parser.add_argument("--overlap", default="none,all", help="overlap settings, ';'-separated")
+    parser.add_argument("--overlap", default="none;all", help="overlap settings, ';'-separated (each: none, all, or a,b)")
     parser.add_argument("--progress", default="poll", choices=["poll", "thread", "mpich", "none"],
                         help="mpich: start the job with MPIR_CVAR_ASYNC_PROGRESS=1")
     parser.add_argument("--bucket-kb", type=int, default=256)
     parser.add_argument("--config", default=None, help="GPTConfig as JSON (default: bench_config)")
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="sweep every (shape, overlap) this many times, interleaved; keep the median round")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--peak", type=float, default=None, help="machine peak FLOP/s for MFU")
     parser.add_argument("--out", required=True)
@@ -147,19 +149,26 @@ def main(argv=None) -> None:
     config = GPTConfig.from_dict(json.loads(args.config)) if args.config else bench_config()
     shapes = grid_shapes(comm.size) if args.shapes == "all" else \
         [tuple(int(v) for v in s.split(",")) for s in args.shapes.split(";")]
-    rows = []
-    for shape in shapes:
+    runs = [(shape, Overlap.parse(text.replace("+", ","), progress=args.progress,
+                                  bucket_bytes=args.bucket_kb << 10))
+            for shape in shapes for text in args.overlap.split(";")]
+    for shape, _ in runs:
         check_divisibility(config, shape, args.batch_size)
-        for text in args.overlap.split(";") if ";" in args.overlap else args.overlap.split(","):
-            overlap = Overlap.parse(text.replace("+", ","), progress=args.progress,
-                                    bucket_bytes=args.bucket_kb << 10)
+    results = {i: [] for i in range(len(runs))}
+    for _ in range(args.rounds):  # interleaved: a burst of load elsewhere hits one round of each
+        for i, (shape, overlap) in enumerate(runs):
             row = measure(comm, config, shape, args.batch_size, overlap, iters=args.iters,
                           warmup=args.warmup, peak_flops=args.peak)
             if comm.rank == 0:
-                rows.append(row)
+                results[i].append(row)
                 print(f"{shape} {overlap.label():>30}: {row['iter_s'] * 1e3:8.1f} ms "
                       f"exposed {row['summary']['exposed_comm_s'] * 1e3:6.1f} ms "
                       f"hidden {row['summary']['hidden_comm_s'] * 1e3:6.1f} ms", flush=True)
+    rows = []
+    for i, rounds in results.items():
+        if rounds:
+            best = sorted(rounds, key=lambda r: r["iter_s"])[len(rounds) // 2]
+            rows.append({**best, "iter_s_rounds": [r["iter_s"] for r in rounds]})
     if comm.rank == 0:
         with open(args.out, "w") as f:
             json.dump(rows, f)

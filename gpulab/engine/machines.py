@@ -65,7 +65,6 @@ class GPUMachine:
     value_bytes: int = 2
     state_bytes_per_param: int = 16
     overlap_efficiency: float = 1.0
-    host_progress: bool = False  # do non-blocking collectives need the host to poll? (CPU MPI: yes)
     measured_GBps: tuple = ()  # AxoNN's table: (inner_lo, inner_hi, size_lo, size_hi, GB/s)
     sources: dict = field(default_factory=dict, compare=False, hash=False)
 
@@ -92,6 +91,10 @@ class GPUMachine:
     @property
     def peak(self) -> float:
         return self.peak_flops
+
+    def overlap_efficiency_for(self, progress: str) -> float:
+        """NCCL/RCCL progress on their own: the host's progress mode does not matter."""
+        return self.overlap_efficiency
 
     def assumptions(self) -> list[str]:
         return [f"{key}: {text}" for key, text in self.sources.items()]

@@ -79,9 +79,7 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
     T = seq_len or config.block_size
     compute, windows = _compute_parts(config, shape, batch_size, T, machine, recompute)
     scale = machine.value_bytes / _itemsize(config)  # the config's dtype -> the machine's values
-    eff = machine.overlap_efficiency
-    if overlap is not None and overlap.progress == "none" and machine.host_progress:
-        eff = 0.0  # nobody moves the collectives while the host computes
+    eff = machine.overlap_efficiency_for(overlap.progress if overlap is not None else "poll")
     groups, comm, hidden = {}, 0.0, 0.0
     budget = eff * compute
     last_dp = 0.0

@@ -2,12 +2,17 @@
 
     gpulab train --mesh 1,2,2,1 -n 4              # row,col,depth,data; 4 ranks
     gpulab train --mesh 2,1,1,1 --resume results/gpt.npz --steps 100   # other grid, go on
+    gpulab train --mesh 1,1,2,2 --overlap all     # overlap communication (gpulab.engine.overlap)
 
 Outside an MPI job the command re-launches itself under ``mpiexec -n N``
 (``gpulab.launch``). Every rank draws the same global batch (seeded by step)
 and ``ParallelGPT`` computes its own slice. Rank 0 shows a tqdm bar, writes
 the loss log (JSON lines, one per step), saves a full checkpoint (loadable on
-any grid) and prints a text sample at the end.
+any grid) and prints a text sample at the end. Every step is recorded as a
+timeline (``gpulab.engine.timeline``); the end of the run reports, per
+iteration and averaged over ranks and steps (the first few left out as
+warm-up), compute, exposed and hidden communication by group, tokens/s and
+memory per rank.
 """
 
 from __future__ import annotations
@@ -46,6 +51,10 @@ _OPTIONS = [
     (("--sample",), dict(type=int, default=200, help="characters to sample at the end (0: none)")),
     (("--log-every",), dict(type=int, default=50, help="print the loss every N steps")),
     (("--no-progress",), dict(action="store_true", help="no tqdm bar")),
+    (("--overlap",), dict(default="none", help="none, all, or a list of async_grads,prefetch,cache,buckets")),
+    (("--progress-mode",), dict(default="poll", choices=["poll", "thread", "none"],
+                                help="who moves collectives in flight (default poll)")),
+    (("--bucket-kb",), dict(type=int, default=256, help="gradient bucket size with --overlap buckets")),
 ]
 
 
@@ -101,6 +110,23 @@ def inside_mpi() -> bool:
     return inside_mpi_job()
 
 
+WARMUP_STEPS = 3  # steps left out of the timeline summary (caches, thread pools, first allocations)
+
+
+def timeline_report(s: dict, memory: dict, tokens_per_s: float) -> str:
+    """The per-iteration timeline summary, as ``gpulab train`` prints it."""
+    ms = 1e3
+    lines = [f"timeline per iteration (mean over ranks): {s['wall_s'] * ms:.1f} ms = compute "
+             f"{s['compute_s'] * ms:.1f} ms + exposed communication {s['exposed_comm_s'] * ms:.1f} ms; "
+             f"hidden (overlapped) communication {s['hidden_comm_s'] * ms:.1f} ms; {tokens_per_s:.0f} tokens/s"]
+    for group, g in sorted(s["groups"].items()):
+        lines.append(f"  {group:>6}: {g['calls']:.0f} calls, {g['bytes'] / 1e6:.2f} MB, in flight "
+                     f"{g['flight_s'] * ms:.1f} ms, exposed {g['exposed_s'] * ms:.1f} ms")
+    lines.append("memory per rank (max over ranks): " + ", ".join(
+        f"{k} {v / 1e6:.2f} MB" for k, v in memory.items()))
+    return "\n".join(lines)
+
+
 def lr_at(step: int, total: int, args) -> float:
     """Linear warm-up, then cosine decay to lr/10 at step ``total`` (a resumed run goes on
     from where its global step sits on the curve)."""
@@ -120,7 +146,10 @@ def train(args, shape) -> int:
     from gpulab.engine.corpus import CharTokenizer, get_batch, load_text
     from gpulab.engine.mesh import Mesh
     from gpulab.engine.model import init_params
+    from gpulab.engine import timeline
+    from gpulab.engine.memory import memory_report
     from gpulab.engine.optim import AdamW, clip_grads
+    from gpulab.engine.overlap import Overlap
     from gpulab.engine.parallel import ParallelGPT
     from gpulab.engine.sample import generate
 
@@ -144,8 +173,12 @@ def train(args, shape) -> int:
         params, start = init_params(config, seed=args.seed), 0
     T = min(args.block_size, config.block_size)
 
+    try:
+        overlap = Overlap.parse(args.overlap, progress=args.progress_mode, bucket_bytes=args.bucket_kb << 10)
+    except ValueError as err:
+        raise SystemExit(f"--overlap: {err}")
     mesh = Mesh(*shape)
-    gpt = ParallelGPT(config, mesh)
+    gpt = ParallelGPT(config, mesh, overlap=overlap)
     gpt.load_params(params)
     del params  # from here on each rank keeps only its pieces
     opt = AdamW(gpt.params, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
@@ -161,16 +194,19 @@ def train(args, shape) -> int:
     log = open(log_path, "a" if ck else "w") if rank0 else None
 
     t0 = time.perf_counter()
-    losses = []
+    losses, summaries = [], []
     bar = tqdm(range(start, start + args.steps), disable=not rank0 or args.no_progress,
                desc="train", unit="step", file=sys.stdout)
     for step in bar:
         x, y = get_batch(train_ids, args.batch_size, T, np.random.default_rng([args.seed, step]))
-        loss = gpt.forward_backward(x, y)
-        norm = gpt.grad_norm()
-        clip_grads(gpt.grads, args.grad_clip, norm)
-        lr = lr_at(step, start + args.steps, args)
-        opt.step(gpt.grads, lr=lr)
+        with timeline.record() as tl:
+            loss = gpt.forward_backward(x, y)
+            with timeline.phase("step"):
+                norm = gpt.grad_norm()
+                clip_grads(gpt.grads, args.grad_clip, norm)
+                lr = lr_at(step, start + args.steps, args)
+                opt.step(gpt.grads, lr=lr)
+        summaries.append(timeline.summarize(tl.events))
         losses.append(loss)
         if rank0:
             record = {"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr,
@@ -181,6 +217,9 @@ def train(args, shape) -> int:
             if (step + 1 - start) % args.log_every == 0 or step + 1 == start + args.steps:
                 tqdm.write(f"step {step + 1}: loss {loss:.4f}", file=sys.stdout)
     wall = time.perf_counter() - t0
+    steady = summaries[min(WARMUP_STEPS, len(summaries) - 1):] if summaries else []
+    per_rank = comm.gather(timeline.mean_summary(steady) if steady else None, root=0)
+    memories = comm.gather(memory_report(gpt), root=0)
 
     rng = np.random.default_rng([args.seed, 10**9])  # validation batches, the same on all ranks
     vals = [gpt.loss(*get_batch(val_ids, args.batch_size, T, rng)) for _ in range(args.eval_batches)]
@@ -196,12 +235,21 @@ def train(args, shape) -> int:
         summary = {"first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                    "first10_mean": head, "last10_mean": tail,
                    "val_loss": float(np.mean(vals)) if vals else None, "steps": args.steps,
-                   "wall_s": round(wall, 2), "mesh": list(shape), "checkpoint": str(out)}
+                   "wall_s": round(wall, 2), "mesh": list(shape), "checkpoint": str(out),
+                   "overlap": overlap.label()}
+        if per_rank[0] is not None:
+            tl_summary = timeline.mean_summary(per_rank)
+            summary["timeline"] = {k: round(v, 6) for k, v in tl_summary.items() if k != "groups"}
+            summary["timeline"]["groups"] = tl_summary["groups"]
+            summary["tokens_per_s"] = round(args.batch_size * T / tl_summary["wall_s"], 1)
+            summary["memory"] = {k: max(m[k] for m in memories) for k in memories[0]}
+            print(timeline_report(tl_summary, summary["memory"], summary["tokens_per_s"]), flush=True)
         print("summary " + json.dumps(summary), flush=True)
         if args.sample > 0:
             prompt = tok.encode("And ")
             ids = generate(full, config, prompt, args.sample, temperature=0.8, top_k=20,
                            n_valid=tok.size, rng=np.random.default_rng(args.seed))
             print("sample:\n" + tok.decode(ids), flush=True)
+    gpt.free()
     mesh.free()
     return 0

@@ -64,3 +64,27 @@ def test_bad_arguments_fail_before_launching(args, message):
 def test_help_lists_train_and_stays_fast():
     run = gpulab("--help", timeout=60)
     assert run.returncode == 0 and "train" in run.stdout
+
+
+def test_train_with_overlap_reports_the_timeline_and_learns_the_same(tmp_path):
+    runs = {}
+    for overlap in ("none", "all"):
+        out = tmp_path / f"{overlap}.npz"
+        run = gpulab("train", "--mesh", "1,1,2,2", "--steps", "8", "--out", str(out), "--overlap", overlap,
+                     "--dtype", "float64", *TINY)
+        assert run.returncode == 0, run.stdout + run.stderr
+        runs[overlap] = (run.stdout, [json.loads(line)["loss"] for line in
+                                      out.with_suffix(".loss.jsonl").read_text().splitlines()])
+    stdout, losses = runs["all"]
+    assert losses == runs["none"][1]  # overlap changes when, never what
+    assert "timeline per iteration (mean over ranks):" in stdout and "depth:" in stdout
+    s = summary(stdout)
+    assert s["overlap"] == "async_grads+prefetch+cache+buckets" and s["tokens_per_s"] > 0
+    t = s["timeline"]
+    assert abs(t["compute_s"] + t["exposed_comm_s"] - t["wall_s"]) < 1e-5 and t["hidden_comm_s"] >= 0
+    assert s["memory"]["weight_cache"] > 0 and summary(runs["none"][0])["memory"]["weight_cache"] == 0
+
+
+def test_unknown_overlap_switch_fails_cleanly():
+    run = gpulab("train", "--mesh", "1,1,1,1", "--overlap", "prefetch,warp", "--steps", "1", *TINY, timeout=60)
+    assert run.returncode != 0 and "unknown overlap switch" in run.stdout + run.stderr

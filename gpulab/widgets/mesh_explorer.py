@@ -1,0 +1,206 @@
+"""The mesh explorer: factor the ranks into (row, col, depth, data), switch overlap on and off, run.
+
+    from gpulab.widgets.mesh_explorer import MeshExplorer, MeshRunner
+    runner = MeshRunner(engines)                  # engines = gpulab.cluster.start_engines(4)
+    explorer = MeshExplorer(runner, machine=runner.fit_machine())
+    explorer                                      # the controls in a notebook
+    explorer.run()                                # what the Run button does: one measured row
+
+The dropdowns only ever offer valid shapes: row divides the world size and
+the model's heads and vocabulary, col divides what is left and the features,
+depth what is left and the batch; data is the rest. Run trains a few
+iterations on the engines (``gpulab.engine.bench.measure`` on the first
+``world`` ranks), then draws the slowest iteration's per-rank timeline and a
+breakdown of every run so far (compute, exposed and hidden communication)
+next to the performance model's prediction for the same settings.
+The engines do the measuring; this module only asks and draws, so it is
+tested with a fake runner.
+"""
+
+from __future__ import annotations
+
+import html
+
+import ipywidgets as W
+from IPython.display import display
+
+from gpulab.engine.overlap import SWITCHES, Overlap
+from gpulab.engine.timeline_plot import breakdown, gantt
+from gpulab.widgets.plots import as_image
+from gpulab.widgets.tables import Table
+
+
+def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup):
+    from mpi4py import MPI
+
+    from gpulab.engine import GPTConfig
+    from gpulab.engine.bench import measure
+    from gpulab.engine.overlap import Overlap
+
+    comm = MPI.COMM_WORLD.Split(0 if MPI.COMM_WORLD.rank < world else MPI.UNDEFINED, MPI.COMM_WORLD.rank)
+    if comm == MPI.COMM_NULL:
+        return None
+    try:
+        return measure(comm, GPTConfig.from_dict(config), tuple(shape), batch_size, Overlap.from_dict(overlap),
+                       iters=iters, warmup=warmup, keep_events=True)
+    finally:
+        comm.Free()
+
+
+def _fit_on_engine(reps):
+    from mpi4py import MPI
+
+    from gpulab.engine.perfmodel_fit import fit
+
+    machine = fit(MPI.COMM_WORLD, reps=reps)
+    return None if machine is None else machine.__dict__
+
+
+class MeshRunner:
+    """Runs the measurements on a ``gpulab.cluster.Engines``, each bounded by ``timeout``."""
+
+    def __init__(self, engines, *, iters: int = 3, warmup: int = 1, timeout: float = 120):
+        self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
+
+    @property
+    def p(self) -> int:
+        return self.engines.n
+
+    def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap) -> dict:
+        what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()})"
+        rows = self.engines.run(_measure_on_engine, world, config.to_dict(), list(shape), batch_size,
+                                overlap.to_dict(), self.iters, self.warmup, timeout=self.timeout, what=what)
+        return rows[0]
+
+    def fit_machine(self, reps: int = 3):
+        """This computer fitted on all the engines (``gpulab.engine.perfmodel_fit``)."""
+        from gpulab.engine.perfmodel_fit import FittedMachine
+
+        raw = self.engines.run(_fit_on_engine, reps, timeout=self.timeout, what="perfmodel_fit.fit()")[0]
+        return FittedMachine(**raw)
+
+
+def valid_factors(n: int, limit: int | None = None) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0 and (limit is None or limit % k == 0)]
+
+
+class MeshExplorer(W.VBox):
+    def __init__(self, runner, *, config=None, batch_size: int = 16, machine=None):
+        from gpulab.engine.bench import bench_config
+
+        self.runner, self.machine = runner, machine
+        self.config, self.batch_size = config or bench_config(), batch_size
+        self.results: list[dict] = []
+        self.predictions: list[dict | None] = []
+        cfg = self.config
+        self.world = W.Dropdown(options=[n for n in range(1, runner.p + 1)], value=runner.p, description="ranks")
+        self.row = W.Dropdown(description="row")
+        self.col = W.Dropdown(description="col")
+        self.depth = W.Dropdown(description="depth")
+        self.data = W.HTML()
+        self.switches = {name: W.Checkbox(value=False, description=name) for name in SWITCHES}
+        self.progress = W.Dropdown(options=["poll", "thread", "none"], value="poll", description="progress")
+        self.bucket_kb = W.IntSlider(value=256, min=16, max=4096, step=16, description="bucket KiB")
+        self.run_button = W.Button(description="Run", button_style="primary", icon="play")
+        self.status, self.table = W.HTML(f"ready: {runner.p} engines"), W.Output()
+        self.timeline_plot, self.breakdown_plot = W.Output(), W.Output()
+        self._limits = {"row": (cfg.n_head, cfg.vocab_size), "col": (cfg.n_embd,), "depth": (batch_size,)}
+        self.world.observe(lambda _: self._refresh("world"), "value")
+        self.row.observe(lambda _: self._refresh("row"), "value")
+        self.col.observe(lambda _: self._refresh("col"), "value")
+        self.depth.observe(lambda _: self._refresh("depth"), "value")
+        self.run_button.on_click(lambda _: self.run(raise_errors=False))
+        self._refresh("world")
+        grid = W.VBox([self.world, self.row, self.col, self.depth, self.data])
+        options = W.VBox([*self.switches.values(), self.progress, self.bucket_kb])
+        super().__init__([W.HBox([grid, options]), W.HBox([self.run_button, self.status]),
+                          self.table, self.timeline_plot, self.breakdown_plot])
+
+    def _options(self, axis: str, remaining: int) -> list[int]:
+        opts = [k for k in valid_factors(remaining) if all(lim % k == 0 for lim in self._limits[axis])]
+        if axis == "depth":  # depth x data must divide the batch: data is what remains
+            opts = [k for k in opts if self.batch_size % remaining == 0]
+        return opts or [1]
+
+    def _refresh(self, changed: str) -> None:
+        """Offer only the factors still possible after the axes above this one."""
+        n = self.world.value
+        if changed == "world":
+            self._set(self.row, self._options("row", n))
+        if changed in ("world", "row"):
+            self._set(self.col, self._options("col", n // self.row.value))
+        if changed in ("world", "row", "col"):
+            self._set(self.depth, self._options("depth", n // (self.row.value * self.col.value)))
+        ok = self.shape is not None
+        self.data.value = (f"data = {self.shape[3]}" if ok else
+                           "<span style='color:#b00'>no valid data size: pick other factors</span>")
+        self.run_button.disabled = not ok
+
+    @staticmethod
+    def _set(dropdown, options) -> None:
+        keep = dropdown.value if dropdown.value in options else options[0]
+        dropdown.options, dropdown.value = options, keep
+
+    @property
+    def shape(self):
+        R, C, D = self.row.value, self.col.value, self.depth.value
+        P = self.world.value // (R * C * D)
+        if R * C * D * P != self.world.value or self.batch_size % (D * P):
+            return None
+        return R, C, D, P
+
+    @property
+    def overlap(self) -> Overlap:
+        return Overlap(**{n: cb.value for n, cb in self.switches.items()}, progress=self.progress.value,
+                       bucket_bytes=self.bucket_kb.value << 10)
+
+    def run(self, *, raise_errors: bool = True) -> dict | None:
+        shape, overlap = self.shape, self.overlap
+        self.status.value = f"running {shape} with overlap {overlap.label()}..."
+        self.run_button.disabled = True
+        try:
+            row = self.runner.measure(self.world.value, self.config, shape, self.batch_size, overlap)
+        except Exception as err:  # shown in the status line; the button must not raise into the event loop
+            self.status.value = f"<span style='color:#b00'>{html.escape(type(err).__name__)}: {html.escape(str(err))}</span>"
+            if raise_errors:
+                raise
+            return None
+        finally:
+            self.run_button.disabled = self.shape is None
+        row["label"] = f"#{len(self.results) + 1} {tuple(shape)} {overlap.label()}"
+        self.results.append(row)
+        self.predictions.append(self._predict(shape, overlap))
+        self.status.value = f"{row['label']}: {row['iter_s'] * 1e3:.1f} ms per iteration"
+        self.redraw()
+        return row
+
+    def _predict(self, shape, overlap):
+        if self.machine is None:
+            return None
+        from gpulab.engine.perfmodel import predict
+
+        return predict(self.config, shape, self.batch_size, self.machine, overlap)
+
+    def rows(self) -> list[dict]:
+        """One line per run: measured and predicted milliseconds."""
+        out = []
+        for r, p in zip(self.results, self.predictions):
+            s = r["summary"]
+            out.append({"run": r["label"], "iter ms": r["iter_s"] * 1e3, "compute ms": s["compute_s"] * 1e3,
+                        "exposed ms": s["exposed_comm_s"] * 1e3, "hidden ms": s["hidden_comm_s"] * 1e3,
+                        "predicted ms": p["iter_s"] * 1e3 if p else float("nan"),
+                        "cache KiB": r["memory"]["weight_cache"] / 1024})
+        return out
+
+    def redraw(self) -> None:
+        last = self.results[-1]
+        with self.table:
+            self.table.clear_output(wait=True)
+            display(Table(self.rows(), digits=1))
+        with self.timeline_plot:
+            self.timeline_plot.clear_output(wait=True)
+            display(as_image(gantt(last["events"], title=f"{last['label']}: median iteration")))
+        preds = self.predictions if all(self.predictions) else None
+        with self.breakdown_plot:
+            self.breakdown_plot.clear_output(wait=True)
+            display(as_image(breakdown(self.results, preds, title="every run: measured (bars), model (dots)")))

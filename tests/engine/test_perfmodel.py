@@ -1,0 +1,184 @@
+"""The performance model's terms against the engine, the machine profiles, predict/rank, the CLI.
+
+Timing accuracy is not tested here (no timing assertions in tests): the model
+against measured iterations is docs/engine_perfmodel.md.
+"""
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from gpulab.engine import grid_shapes
+from gpulab.engine.flops import model_flops, params_count, rank_work
+from gpulab.engine.machines import MACHINES, machine, ring
+from gpulab.engine.overlap import Overlap
+from gpulab.engine.perfmodel import GPT_SIZES, candidate_shapes, gpt_config, predict, rank
+from gpulab.engine.perfmodel_fit import FittedMachine, load
+from gpulab.engine.perfmodel_terms import activation_values, axonn_layer_volumes, comm_rows
+from gpulab.engine.volume import collective_calls, totals
+from tests.engine.util import tiny_config
+
+ROOT = Path(__file__).resolve().parents[2]
+SHAPES = [(1, 1, 1, 4), (2, 1, 2, 1), (1, 2, 2, 2), (2, 2, 1, 2), (4, 2, 1, 1), (1, 1, 8, 1)]
+
+
+def _expand(rows):
+    out = Counter()
+    for r in rows:
+        out[(r["group"], r["op"])] += r["count"]
+    return out
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("overlap", [None, Overlap(cache=True), Overlap.everything(bucket_bytes=512)])
+def test_folded_rows_send_what_the_engine_sends(shape, overlap):
+    cfg = tiny_config(shape, n_layer=3)
+    calls = collective_calls(cfg, shape, 8 * shape[2] * shape[3], 8, grad_norm=True, overlap=overlap)
+    rows = comm_rows(cfg, shape, 8 * shape[2] * shape[3], 8, overlap)
+    got = totals([{**r, "nbytes": r["nbytes"] * r["count"]} for r in rows], by="group", value="nbytes")
+    want = totals(calls, by="group", value="nbytes")
+    assert got.keys() == want.keys() and all(abs(got[g] - want[g]) < 1e-6 * want[g] for g in want)
+    if overlap is None or not overlap.buckets:  # bucket counts are estimated from sizes, not planned
+        assert _expand(rows) == Counter((c["group"], c["op"]) for c in calls)
+
+
+@pytest.mark.parametrize("shape", [(2, 4, 2, 2), (4, 2, 1, 8), (8, 1, 2, 1)])
+@pytest.mark.parametrize("K, transposed, layer", [(3, False, "attn.c_attn"), (1, True, "attn.c_proj"),
+                                                  (4, False, "mlp.c_fc"), (4, True, "mlp.c_proj")])
+def test_axonn_volumes_corrected_match_the_engine_and_the_bug_does_not(shape, K, transposed, layer):
+    from gpulab.engine import GPTConfig
+
+    R, C, D, P = shape
+    H, B, S = 64, 16, 8
+    cfg = GPTConfig(vocab_size=64, block_size=S, n_layer=1, n_head=8, n_embd=H)
+    engine = [r for r in collective_calls(cfg, shape, B, S) if r["layer"] == f"h.0.{layer}"]
+    wire = {g: sum(r["wire_bytes"] for r in engine if r["group"] == g and r["op"] == "all_reduce") / 8
+            for g in ("row", "col")}
+    fwd_group = "row" if transposed else "col"  # AxoNN counts forward twice (recomputation)
+    model = axonn_layer_volumes(K, H, B, S, shape, transposed)
+    model[fwd_group] /= 2
+    assert model["row"] == pytest.approx(wire["row"]) and model["col"] == pytest.approx(wire["col"])
+    if transposed and K > 1:
+        bug = axonn_layer_volumes(K, H, B, S, shape, transposed, axonn_bug=True)
+        bug[fwd_group] /= 2
+        assert bug["row"] != pytest.approx(wire["row"]) or bug["col"] != pytest.approx(wire["col"])
+
+
+def test_flops_and_parameter_counts():
+    for name, (L, C, nh) in GPT_SIZES.items():
+        nominal = float(name.split("-")[1][:-1]) * 1e9
+        assert abs(params_count(gpt_config(name)) / nominal - 1) < 0.06, name
+    cfg = tiny_config((2, 1, 1, 1))
+    for shape in grid_shapes(4):
+        if shape[1] == 1:  # with col 1 nothing is computed twice: the ranks' matmuls add up to the model
+            total = sum(rank_work(cfg, shape, 8, 8)["matmul_flops"] for _ in range(4))
+            assert total == pytest.approx(model_flops(cfg, 8, 8))
+    assert rank_work(cfg, (1, 4, 1, 1), 8, 8)["matmul_flops"] * 4 > model_flops(cfg, 8, 8)
+
+
+def test_machine_profiles_cite_every_number():
+    for name in MACHINES:
+        m = machine(name)
+        keys = " ".join(m.sources)
+        for needed in ("peak_flops", "memory_GB", "mem_bandwidth_GBps", "intra.bandwidth", "inter.bandwidth",
+                       "intra.alpha", "inter.alpha", "ranks_per_node", "matmul_efficiency"):
+            assert needed in keys, (name, needed)
+        assert all(len(v) > 20 for v in m.sources.values())
+    pm = machine("perlmutter")
+    assert pm.ranks_per_node == 4 and pm.bandwidth(4, 1) == 225e9  # AxoNN's measured table
+    assert pm.level(4, 1) is pm.intra and pm.level(2, 4) is pm.inter
+    h = machine("h100")
+    assert h.bandwidth(8, 1) == h.intra.bandwidth and h.bandwidth(2, 8) == h.inter.bandwidth
+    steps, factor = ring("all_reduce", 8)
+    assert (steps, factor) == (14, 1.75)
+    assert h.collective_s("all_gather", 8, 1, 1e9) == pytest.approx(7 * h.intra.alpha + 0.875e9 / h.intra.bandwidth)
+    with pytest.raises(KeyError, match="unknown machine"):
+        machine("summit")
+
+
+def test_overlap_and_memory_in_predictions():
+    cfg, m = gpt_config("gpt-20b"), machine("perlmutter")
+    shape = (4, 2, 4, 32)
+    off = predict(cfg, shape, 1024, m, None, recompute=True, flash_attention=True)
+    on = predict(cfg, shape, 1024, m, Overlap(async_grads=True, prefetch=True, buckets=True,
+                                               bucket_bytes=64 << 20), recompute=True, flash_attention=True)
+    assert off["hidden_comm_s"] == 0 and on["hidden_comm_s"] > 0 and on["iter_s"] < off["iter_s"]
+    assert off["comm_s"] <= on["comm_s"] < 1.01 * off["comm_s"]  # buckets: the same bytes, more latencies
+    cached = predict(cfg, shape, 1024, m, Overlap(cache=True), recompute=True, flash_attention=True)
+    assert cached["memory"]["weight_cache"] > 0 and cached["comm_s"] < off["comm_s"]
+    assert abs(off["iter_s"] - off["compute_s"] - off["exposed_comm_s"]) < 1e-12
+    ranked = rank(cfg, 1024, 1024, m, recompute=True, flash_attention=True, keep_unfit=True)
+    fits = [p["fits"] for p in ranked]
+    assert fits.index(False) == sum(fits)  # fitting ones first
+    times = [p["iter_s"] for p in ranked if p["fits"]]
+    assert times == sorted(times) and len(times) > 10
+    assert all(np.prod(p["shape"]) == 1024 for p in ranked)
+    assert (1024, 1, 1, 1) not in candidate_shapes(cfg, 1024, 1024)  # 56 heads do not split 1024 ways
+
+
+def test_activation_model_is_the_engines(tmp_path):
+    from tests.mpi_harness import run_mpi
+
+    shapes = [(1, 1, 1, 4), (2, 1, 2, 1), (1, 2, 1, 2), (4, 1, 1, 1)]
+    rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", timeout=300, shapes=shapes,
+                   variants=["prefetch"], steps=1)[0]
+    for r in rows:
+        shape = tuple(r["shape"])
+        predicted = activation_values(tiny_config(shape), shape, 8, 8) * 8  # float64
+        measured = r["memory"]["activations"]
+        assert abs(predicted - measured) <= 0.05 * measured + 8 * 8 * 9, (shape, predicted, measured)
+
+
+def test_fitted_machine_round_trip_and_nearest_group_size(tmp_path):
+    m = FittedMachine(name="t", ranks=8, cores=2, collectives={"all_reduce/2": [1e-4, 1e-9],
+                                                               "all_reduce/8": [1e-3, 1e-8]},
+                      matmul_rate=1e10, elementwise_rate=1e9, kernel_overhead=1e-6, share=4.0,
+                      machine_peak=5e10, overlap={"poll": 0.2, "thread": 0.5, "none": 0.0}, memory_bytes=1e9)
+    m.save(tmp_path / "m.json")
+    back = load(tmp_path / "m.json")
+    assert back == m and back.peak == 5e10 / 8
+    assert back.collective_s("all_reduce", 2, 1, 1000) == pytest.approx(1e-4 + 1e-6)
+    assert back.collective_s("all_reduce", 4, 2, 0) in (1e-4, 1e-3)  # nearest fitted size
+    assert back.collective_s("all_reduce", 1, 1, 1e6) == 0.0
+    assert back.compute_s({"matmul_flops": 1e10, "elementwise": 0, "kernels": 0}) == pytest.approx(4.0)
+    assert back.overlap_efficiency_for("none") == 0.0 and back.overlap_efficiency_for("thread") == 0.5
+
+
+def test_fit_runs_on_two_ranks(tmp_path):
+    out = tmp_path / "m2.json"
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    run = gpulab("model", "fit", "-n", "2", "--out", str(out), env=env, timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    m = load(out)
+    assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
+    assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
+    p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
+    assert p["iter_s"] > 0 and p["fits"]
+
+
+def gpulab(*args, env=None, timeout=120):
+    import os
+
+    return subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
+
+
+def test_cli_ranks_shapes_and_prints_its_assumptions():
+    run = gpulab("model", "rank", "--world", "1024", "--model", "gpt-20b", "--machine", "perlmutter")
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[0] == "gpt-20b on 1024 x perlmutter, batch 1024 sequences"
+    assert lines[1].split()[:6] == ["#", "row", "col", "depth", "data", "iter"]
+    times = [float(line.split()[5]) for line in lines[2:12]]
+    assert times == sorted(times)
+    assert "activation recomputation: on" in run.stdout and "NVIDIA A100" in run.stdout
+    run = gpulab("model", "predict", "--mesh", "4,8,2,16", "--model", "gpt-20b", "--machine", "frontier", "--json")
+    assert run.returncode == 0 and json.loads(run.stdout)[0]["shape"] == [4, 8, 2, 16]
+    run = gpulab("model", "rank", "--world", "64", "--machine", "summit")
+    assert run.returncode != 0 and "unknown machine 'summit'" in run.stderr
+    assert "frontier" in gpulab("model", "machines").stdout
