@@ -165,9 +165,11 @@ def _write_outputs(args, records: list[dict], p: int) -> None:
         import matplotlib
 
         matplotlib.use("Agg")
-        from gpulab.bench_plot import plot_bcast
+        from gpulab.plots import sweep_figure
 
-        plot_bcast(records, title=f"broadcast on {p} ranks ({metadata(p)['mpi']})").savefig(args.plot_path, dpi=120)
+        fig = sweep_figure(records)
+        fig.suptitle(f"broadcast on {p} ranks ({metadata(p)['mpi']})")
+        fig.savefig(args.plot_path, dpi=120)
     for path in (args.json_path, args.csv_path, args.plot_path):
         if path:
             print(f"wrote {path}")

@@ -26,7 +26,7 @@ def _progress(comm, args):
         return None
 
     def show(row):
-        from gpulab.bench import format_size
+        from gpulab.sizes import format_size
 
         print(f"  p={row['p']} {row['algorithm']:>22} {format_size(row['nbytes']):>6} {row['avg_us']:10.1f} us",
               file=sys.stderr, flush=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpulab.bench import format_size
+from gpulab.sizes import format_size
 
 
 def _size_axis(ax, sizes):

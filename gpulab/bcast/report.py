@@ -10,7 +10,7 @@ import statistics
 
 import numpy as np
 
-from gpulab.bench import format_size
+from gpulab.sizes import format_size
 
 BAND = 64 << 10  # the target applies to messages >= 64 KiB
 

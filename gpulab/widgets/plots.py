@@ -1,22 +1,21 @@
-"""Matplotlib drawings for the widgets: a size sweep (time and busbw) and a communication pattern.
+"""Showing figures in the notebook: ``display(as_image(sweep_figure(rows)))``.
 
-Both draw into a ``matplotlib.figure.Figure`` they are given or create, without
-pyplot, so they work the same in a notebook, a test and a script:
-
-    fig = sweep_figure(rows)                   # rows: measure_bcast summaries (+ "run")
-    fig = pattern_figure(events, p, title="chain")
-    display(as_image(fig))                     # in a notebook
-
-size_label duplicates gpulab.bench.format_size on purpose: gpulab.bench imports
-mpi4py.MPI, which would initialise MPI in the notebook kernel.
+The drawings themselves live in ``gpulab.plots`` (the command line uses them
+too); they are re-exported here for the notebooks.
 """
 
 from __future__ import annotations
 
 import io
-from collections import defaultdict
+from functools import partial
 
 from matplotlib.figure import Figure
+
+from gpulab.plots import pattern_figure, series_of, step_columns, sweep_figure  # noqa: F401 - re-exported
+from gpulab.sizes import format_size
+
+# '1K', '3M', '100': slider labels, no byte suffix
+size_label = partial(format_size, byte_suffix="")
 
 
 def as_image(fig: Figure, dpi: int = 80):
@@ -26,89 +25,3 @@ def as_image(fig: Figure, dpi: int = 80):
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
     return Image(buf.getvalue())
-
-
-def size_label(nbytes: int) -> str:
-    """1024 -> '1K', 3 << 20 -> '3M' (binary units, as the size sliders show them)."""
-    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
-        if nbytes >= 1 << shift and nbytes % (1 << shift) == 0:
-            return f"{nbytes >> shift}{unit}"
-    return str(nbytes)
-
-
-def series_of(row: dict) -> str:
-    """The legend label of a measurement row: its run number, algorithm and options."""
-    options = ",".join(f"{k}={size_label(v) if k.endswith('bytes') else v}"
-                       for k, v in sorted(row.get("options", {}).items()))
-    label = row["algorithm"] + (f"({options})" if options else "")
-    return f"#{row['run']} {label}" if "run" in row else label
-
-
-def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
-    """Two panels against message size: average time (log-log) and bus bandwidth."""
-    fig = fig or Figure(figsize=(10, 4), layout="constrained")
-    fig.clear()
-    ax_time, ax_bw = fig.subplots(1, 2)
-    series = defaultdict(list)
-    for row in rows:
-        series[series_of(row)].append(row)
-    for label, points in series.items():
-        points.sort(key=lambda r: r["nbytes"])
-        sizes = [r["nbytes"] for r in points]
-        # MPI's own Bcast is the reference: draw it dashed so the eye finds it
-        style = "--" if points[0]["algorithm"] == "mpi" else "-"
-        ax_time.plot(sizes, [r["avg_us"] for r in points], style, marker="o", ms=3, label=label)
-        ax_bw.plot(sizes, [r["busbw_GBps"] for r in points], style, marker="o", ms=3, label=label)
-    for ax in (ax_time, ax_bw):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("message size (bytes)")
-        ax.grid(True, which="both", alpha=0.3)
-    ax_time.set_yscale("log")
-    ax_time.set_ylabel("average time (us)")
-    ax_bw.set_ylabel("bus bandwidth (GB/s)")
-    if series:
-        p = rows[-1].get("p", "?")
-        ax_time.set_title(f"broadcast time, p={p}")
-        ax_bw.set_title("busbw = bytes / time (broadcast)")
-        ax_bw.legend(fontsize=7, loc="best")
-    return fig
-
-
-def step_columns(events: list[dict]) -> list[tuple[str, int]]:
-    """The logical rounds in order: (phase, step) pairs, phases in the order they first happen."""
-    order = {}
-    for e in sorted(events, key=lambda e: e["t_start"]):
-        order.setdefault(e["phase"], len(order))
-    return sorted({(e["phase"], e["step"]) for e in events}, key=lambda k: (order[k[0]], k[1]))
-
-
-def pattern_figure(events: list[dict], p: int, *, title: str = "", ax=None) -> Figure:
-    """Who sends to whom in which step: one row per rank, one column per logical round, an arrow per message."""
-    if ax is None:
-        fig = Figure(figsize=(7, 0.45 * p + 1.5), layout="constrained")
-        ax = fig.subplots()
-    fig = ax.figure
-    columns = step_columns(events)
-    col = {key: i for i, key in enumerate(columns)}
-    phases = list(dict.fromkeys(phase for phase, _ in columns))
-    colors = {phase: f"C{i}" for i, phase in enumerate(phases)}
-    for rank in range(p):
-        ax.axhline(rank, color="0.85", lw=1, zorder=0)
-    for e in events:
-        x = col[e["phase"], e["step"]]
-        ax.annotate("", xy=(x + 0.8, e["dst"]), xytext=(x, e["src"]),
-                    arrowprops=dict(arrowstyle="->", color=colors[e["phase"]], lw=1.2))
-    for phase in phases:  # legend entries for the phases
-        ax.plot([], [], color=colors[phase], label=phase)
-    ax.set_xlim(-0.3, max(len(columns), 1) + 0.1)
-    ax.set_ylim(p - 0.5, -0.5)  # rank 0 on top
-    ax.set_yticks(range(p))
-    ax.set_ylabel("rank")
-    ax.set_xticks([i + 0.4 for i in range(len(columns))])
-    ax.set_xticklabels([str(i) for i in range(len(columns))], fontsize=7)
-    ax.set_xlabel("logical step")
-    total = sum(e["nbytes"] for e in events)
-    ax.set_title(f"{title}  ({len(events)} messages, {size_label(total)}B moved)".strip(), fontsize=9)
-    if len(phases) > 1:
-        ax.legend(fontsize=7, loc="lower right")
-    return fig
