@@ -67,18 +67,48 @@ def layernorm_backward(dout, cache):
 
 def gelu_forward(x):
     xp = array_module(x)
-    t = xp.tanh(_GELU_C * (x + 0.044715 * x ** 3))
-    return 0.5 * x * (1.0 + t), (x, t)
+    u = x * x  # in place from here: fewer temporaries (and page faults); x*x, not x**3 (pow is slow)
+    u *= 0.044715
+    u += 1.0
+    u *= x
+    u *= _GELU_C
+    t = xp.tanh(u, out=u)  # tanh(c (x + 0.044715 x^3))
+    out = t + 1.0
+    out *= x
+    out *= 0.5
+    return out, (x, t)
 
 
 def gelu_backward(dout, cache):
+    xp = array_module(dout)
     x, t = cache
-    du_dx = _GELU_C * (1.0 + 3 * 0.044715 * x * x)
-    dx = dout * (0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du_dx)
-    return dx, {}
+    du = x * x
+    du *= 3 * 0.044715
+    du += 1.0  # d(x + 0.044715 x^3)/dx
+    g = t * t
+    xp.subtract(1.0, g, out=g)  # tanh' = 1 - t^2
+    g *= x
+    g *= du
+    g *= _GELU_C
+    g += t
+    g += 1.0
+    g *= 0.5  # d/dx of 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) c du
+    g *= dout
+    return g, {}
 
 
 # --- Causal multi-head self-attention (the part between c_attn and c_proj) ----------------------
+
+_MASKS: dict = {}
+
+
+def _causal_mask(xp, T: int, dtype):
+    """(T, T) additive mask, -inf above the diagonal, built once per (backend, T, dtype)."""
+    key = (xp.__name__, T, str(dtype))
+    if key not in _MASKS:
+        _MASKS[key] = xp.where(xp.triu(xp.ones((T, T), dtype=bool), k=1), -xp.inf, 0.0).astype(dtype)
+    return _MASKS[key]
+
 
 def attention_forward(qkv, n_head):
     """qkv (B, T, 3C) laid out [q | k | v] -> y (B, T, C), heads concatenated."""
@@ -92,12 +122,12 @@ def attention_forward(qkv, n_head):
 
     q, k, v = heads(qkv[..., :C]), heads(qkv[..., C:2 * C]), heads(qkv[..., 2 * C:])
     scale = 1.0 / math.sqrt(hs)
-    scores = (q @ k.transpose(0, 1, 3, 2)) * scale  # (B, nh, T, T)
-    future = xp.triu(xp.ones((T, T), dtype=bool), k=1)  # position t sees only s <= t
-    scores = xp.where(future, -xp.inf, scores)
-    scores = scores - scores.max(axis=-1, keepdims=True)  # stable softmax
-    att = xp.exp(scores)
-    att = att / att.sum(axis=-1, keepdims=True)  # (B, nh, T, T)
+    scores = q @ k.transpose(0, 1, 3, 2)  # (B, nh, T, T); in place from here (one T x T buffer)
+    scores *= scale
+    scores += _causal_mask(xp, T, scores.dtype)  # -inf above the diagonal: t sees only s <= t
+    scores -= scores.max(axis=-1, keepdims=True)  # stable softmax
+    att = xp.exp(scores, out=scores)
+    att /= att.sum(axis=-1, keepdims=True)  # (B, nh, T, T)
     y = att @ v  # (B, nh, T, hs)
     y = y.transpose(0, 2, 1, 3).reshape(B, T, C)  # re-assemble heads side by side
     return y, (q, k, v, att, scale)
@@ -111,7 +141,10 @@ def attention_backward(dout, cache):
     datt = dy @ v.transpose(0, 1, 3, 2)  # (B, nh, T, T)
     dv = att.transpose(0, 1, 3, 2) @ dy  # (B, nh, T, hs)
     # softmax backward; masked entries have att == 0, so they get no gradient
-    dscores = att * (datt - (datt * att).sum(axis=-1, keepdims=True)) * scale
+    datt -= (datt * att).sum(axis=-1, keepdims=True)
+    datt *= att
+    datt *= scale
+    dscores = datt
     dq = dscores @ k  # (B, nh, T, hs)
     dk = dscores.transpose(0, 1, 3, 2) @ q
 

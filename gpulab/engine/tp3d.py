@@ -86,7 +86,8 @@ class Linear3D:
     def forward(self, x, w_shard, b=None, W=None):
         W = self.gather(w_shard) if W is None else W  # [n/R, k/C]
         with kernel(f"{self.name} fwd"):
-            y = x @ W.T  # (..., k/C) -> (..., n/R), partial sum over the in-split
+            # one GEMM over all tokens: numpy would loop over the leading (b, T) axes otherwise
+            y = (x.reshape(-1, self.k_local) @ W.T).reshape(*x.shape[:-1], self.n_local)  # partial
         y = coll.all_reduce(y, self.in_comm)
         if b is not None:
             y = y + b  # added once, after the sum
@@ -107,7 +108,7 @@ class Linear3D:
 
         def input_grad():
             with kernel(f"{self.name} dX"):
-                return dy @ W  # (..., n/R) -> (..., k/C), partial over the out-split
+                return (dy2 @ W).reshape(*dy.shape[:-1], self.k_local)  # (..., k/C), partial over out-split
 
         if async_grads and self.out_comm.Get_size() == 1:
             dw = weight_grad()  # its reduce-scatter runs while dX is computed
