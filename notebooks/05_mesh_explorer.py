@@ -1,0 +1,155 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · The mesh explorer: grid shapes, overlap, timelines and the model
+#
+# Notebook 04 took one layer apart. Here the whole GPT trains on the engines,
+# on a 4D grid **row × col × depth × data**, and you choose:
+#
+# * **the grid shape**: how the ranks are factored. The dropdowns only offer
+#   shapes that split the model (heads and vocabulary over row, features over
+#   col, sequences over depth × data);
+# * **the overlap switches**, each on its own (`gpulab.engine.overlap`):
+#   `async_grads` (AxoNN: the dX all-reduce and the dW reduce-scatter run
+#   while the next matmul computes), `prefetch` (the next layer's weight
+#   all-gather issued one layer ahead), `cache` (gathered weights kept from
+#   forward for backward: memory for communication), `buckets` (gpulab's
+#   addition: the data-parallel gradient all-reduce in buckets during
+#   backward), and **progress**: who moves a non-blocking collective while the
+#   rank computes (MPI_Test between kernels, a background thread, or nobody).
+#
+# Every run draws the **timeline** of its median iteration, one row per rank:
+# grey kernels above, collectives below in their group's colour, pale while in
+# flight, solid while the rank *waits* for them. Pale under grey is hidden
+# communication. Next to it, the breakdown of every run so far against the
+# **performance model** (`gpulab.engine.perfmodel`) fitted on this machine.
+
+# %% tags=["parameters"]
+N_ENGINES = 4          # MPI ranks (the grid's world size can be smaller)
+ITERS = 5              # timed iterations per run (after one warm-up)
+FIT_REPS = 3           # repetitions of each measurement when fitting the model to this machine
+SHAPE = (2, 1, 2, 1)   # the grid of the first comparison below
+
+# %%
+from IPython.display import display
+
+from gpulab.cluster import start_engines
+from gpulab.engine.overlap import Overlap
+from gpulab.engine.perfmodel import predict
+from gpulab.widgets import Table, as_image
+from gpulab.widgets.mesh_explorer import MeshExplorer, MeshRunner
+
+engines = start_engines(N_ENGINES)
+runner = MeshRunner(engines, iters=ITERS, warmup=1)
+
+# %% [markdown]
+# ## Fit the model to this machine
+# About 20 seconds: matmul and elementwise rates, how much slower a rank
+# computes when all ranks (and anything else) share the cores, and what each
+# collective costs right after a kernel, per group size
+# (`gpulab.engine.perfmodel_fit`). No engine iteration is used: the model's
+# predictions below are out of sample.
+
+# %%
+machine = runner.fit_machine(reps=FIT_REPS)
+print(f"share {machine.share:.1f}x (ranks and other load on {machine.cores} cores), "
+      f"matmul {machine.matmul_rate / 1e9:.0f} GFLOP/s per rank alone, overlap efficiency {machine.overlap}")
+Table([{"collective": k, "alpha us": a * 1e6, "GB/s": 1e-9 / b} for k, (a, b) in machine.collectives.items()], digits=1)
+
+# %% [markdown]
+# ## The explorer
+# Pick a shape and switches, press **Run**. Runs accumulate in the table and
+# the breakdown, so change one thing at a time and compare.
+
+# %%
+explorer = MeshExplorer(runner, machine=machine)
+explorer
+
+# %% [markdown]
+# ## Overlap off, then on, on one grid
+# The cell below does what pressing Run twice does: `SHAPE` with every
+# switch off, then every switch on (progress by MPI_Test between kernels).
+
+# %%
+explorer.row.value, explorer.col.value, explorer.depth.value = SHAPE[:3]
+off = explorer.run()
+for name in ("async_grads", "prefetch", "cache", "buckets"):
+    explorer.switches[name].value = True
+on = explorer.run()
+Table(explorer.rows(), digits=1)
+
+# %%
+assert explorer.shape == SHAPE and len(on["events"]) == N_ENGINES  # one timeline row per rank
+assert off["summary"]["hidden_comm_s"] == 0 < on["summary"]["hidden_comm_s"]
+assert on["memory"]["weight_cache"] > 0 == off["memory"]["weight_cache"]  # cache: memory for traffic
+saved = off["summary"]["exposed_comm_s"] - on["summary"]["exposed_comm_s"]
+print(f"exposed communication {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "
+      f"{on['summary']['exposed_comm_s'] * 1e3:.1f} ms; iteration {off['iter_s'] * 1e3:.1f} -> "
+      f"{on['iter_s'] * 1e3:.1f} ms")
+
+# %% [markdown]
+# ## Every grid shape, measured and predicted
+# Each valid shape of `N_ENGINES` ranks with overlap off, and the model's
+# prediction beside it. The ranking is what matters for choosing a shape:
+# the Spearman rank correlation says how well the model orders them.
+
+# %%
+from gpulab.engine.perfmodel import candidate_shapes
+
+shapes = candidate_shapes(explorer.config, N_ENGINES, explorer.batch_size)
+sweep = []
+for shape in shapes:
+    row = runner.measure(N_ENGINES, explorer.config, shape, explorer.batch_size, Overlap())
+    p = predict(explorer.config, shape, explorer.batch_size, machine, Overlap())
+    sweep.append({"shape": str(shape), "measured ms": row["iter_s"] * 1e3, "predicted ms": p["iter_s"] * 1e3,
+                  "exposed ms": row["summary"]["exposed_comm_s"] * 1e3,
+                  "predicted exposed ms": p["exposed_comm_s"] * 1e3})
+sweep.sort(key=lambda r: r["measured ms"])
+Table(sweep, digits=1)
+
+# %%
+import numpy as np
+
+
+def spearman(a, b):
+    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+rho = spearman([r["measured ms"] for r in sweep], [r["predicted ms"] for r in sweep])
+best = min(sweep, key=lambda r: r["predicted ms"])
+print(f"rank correlation {rho:.2f}; the model's pick {best['shape']} measured {best['measured ms']:.1f} ms, "
+      f"the measured best {sweep[0]['shape']} {sweep[0]['measured ms']:.1f} ms")
+assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in sweep)
+
+# %% [markdown]
+# ## Questions
+# 1. **Where does the time go?** In the timeline of the overlap-off run, which
+#    group's bars are longest? Compare `(1, 1, 1, 4)` (pure data parallel: one
+#    gradient all-reduce) with `(1, 4, 1, 1)` (col: activations summed at every
+#    layer, and attention repeated on every col rank).
+# 2. **Is the overlap real?** Switch on only `async_grads`, then set progress
+#    to `none`. Does the exposed time come back? A non-blocking collective only
+#    moves while some thread is inside MPI: that is what `poll` and `thread` do.
+# 3. **Cache** trades memory for communication: on a depth > 1 grid, how many
+#    KiB does it hold, and which all-gathers disappear from backward?
+# 4. On this machine the ranks share a few cores and the "network" is memory
+#    copies done by those same cores. What can overlap hide here, and what
+#    could it hide on a GPU, where copy engines and NICs work on their own?
+#    (docs/engine_overlap.md has the measurements.)
+# 5. How far off are the model's absolute numbers, and is the *ranking* still
+#    useful? What does the model leave out? (`gpulab.engine.perfmodel`)
+
+# %%
+engines.stop()

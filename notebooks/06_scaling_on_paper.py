@@ -1,0 +1,194 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · Scaling on paper: thousands of GPUs through the performance model
+#
+# AxoNN's third idea: do not guess the grid shape, **model** it. For a GPT of
+# a given size, a batch and a machine, `gpulab.engine.perfmodel` predicts one
+# iteration for every grid shape (row × col × depth × data) of the GPUs:
+#
+# * **compute**: each GPU's share of the matmuls, plus the work it repeats
+#   (attention on every col rank, LayerNorm on every row rank), at the
+#   machine's FLOP rate and memory bandwidth;
+# * **communication**: every collective of the iteration (the same list the
+#   engine of notebook 05 really sends), each a ring over its group, on the
+#   node's links if the group fits in a node, on the network if not;
+# * **overlap**: what the switches of notebook 05 hide behind computation;
+# * **memory**: parameters, gradients and AdamW state (16 bytes a parameter in
+#   mixed precision), activations, gathered weights; shapes that do not fit
+#   are dropped.
+#
+# No engines here: this is arithmetic, over machines we cannot access. Their
+# numbers come with sources (datasheets, and the bandwidths the AxoNN authors
+# measured), printed below.
+
+# %% tags=["parameters"]
+MACHINES = ["perlmutter", "frontier", "h100"]
+MODEL, WORLD, BATCH = "gpt-20b", 1024, 1024      # the ranking example (gpulab model rank ...)
+WEAK = [("gpt-5b", 64), ("gpt-10b", 128), ("gpt-20b", 256), ("gpt-40b", 512), ("gpt-80b", 1024),
+        ("gpt-160b", 2048), ("gpt-320b", 4096), ("gpt-640b", 8192), ("gpt-640b", 16384)]
+SEQUENCES_PER_GPU = 1                            # weak scaling: the batch grows with the GPUs
+FIXED_MODEL = "gpt-80b"                          # second panel: one model, 64 .. 16384 GPUs
+TOP = 8
+
+# %%
+from IPython.display import display
+from matplotlib.figure import Figure
+
+from gpulab.engine.machines import machine
+from gpulab.engine.overlap import Overlap
+from gpulab.engine.perfmodel import gpt_config, rank
+from gpulab.widgets import Table, as_image
+
+OVERLAP = Overlap(async_grads=True, prefetch=True, buckets=True, bucket_bytes=64 << 20)
+ASSUME = dict(recompute=True, flash_attention=True)  # as AxoNN trains large models
+machines = {name: machine(name) for name in MACHINES}
+Table([{"machine": m.name, "GPUs/node": m.ranks_per_node, "peak TFLOP/s": m.peak_flops / 1e12,
+        "memory GB": m.memory_bytes / 1e9, "node GB/s": m.intra.bandwidth / 1e9,
+        "network GB/s": m.inter.bandwidth / 1e9} for m in machines.values()], digits=1)
+
+# %%
+for m in machines.values():
+    print(f"{m.name}:\n  " + "\n  ".join(m.assumptions()))
+
+# %% [markdown]
+# ## Ranking the shapes of one run
+# `gpulab model rank --world 1024 --model gpt-20b --machine perlmutter` does
+# exactly this. Seconds per iteration, split into compute and the
+# communication that is left exposed, per group.
+
+# %%
+ranked = {name: rank(gpt_config(MODEL), WORLD, BATCH, m, OVERLAP, **ASSUME) for name, m in machines.items()}
+
+
+def rows_of(preds, top):
+    return [{"row": p["shape"][0], "col": p["shape"][1], "depth": p["shape"][2], "data": p["shape"][3],
+             "iter s": p["iter_s"], "compute s": p["compute_s"], "exposed s": p["exposed_comm_s"],
+             "MFU %": 100 * p["mfu"], "memory GB": p["memory"]["total"] / 1e9,
+             **{f"{g} s": v["exposed_s"] for g, v in sorted(p["groups"].items()) if g in ("row", "col", "depth", "data")}}
+            for p in preds[:top]]
+
+
+Table(rows_of(ranked["perlmutter"], TOP), digits=3)
+
+# %%
+assert all(ranked[name] for name in MACHINES), "every machine has a shape that fits"
+for name, preds in ranked.items():
+    times = [p["iter_s"] for p in preds]
+    assert times == sorted(times) and all(p["fits"] for p in preds) and 0 < preds[0]["mfu"] < 1
+    print(f"{name}: best {tuple(preds[0]['shape'])} {preds[0]['iter_s']:.2f} s, MFU {preds[0]['mfu']:.0%}; "
+          f"worst that fits {tuple(preds[-1]['shape'])} {preds[-1]['iter_s']:.2f} s")
+
+# %% [markdown]
+# ## Why the winners win
+# The best shape on each machine, and the time each group's communication
+# leaves exposed. Groups that fit inside a node (col is innermost: consecutive
+# ranks) ride the fast links; the data group spans nodes, but it moves only
+# the gradients, once per iteration, and overlaps with backward.
+
+# %%
+fig = Figure(figsize=(10, 3.2), layout="constrained")
+axes = fig.subplots(1, len(MACHINES), sharey=False)
+for ax, (name, preds) in zip(axes, ranked.items()):
+    best = preds[0]
+    groups = ["row", "col", "depth", "data"]
+    ax.bar(["compute"] + groups, [best["compute_s"]] + [best["groups"].get(g, {}).get("exposed_s", 0) for g in groups],
+           color=["#555555", "#d62728", "#1f77b4", "#2ca02c", "#9467bd"])
+    ax.set_title(f"{name}: {tuple(best['shape'])}", fontsize=9)
+    ax.set_ylabel("seconds per iteration")
+display(as_image(fig))
+
+# %% [markdown]
+# ## Weak scaling
+# Left: the model grows with the GPUs (5B on 64 ... 640B on 16384), AxoNN's
+# weak-scaling experiment; right: one model on more and more GPUs. The batch
+# is `SEQUENCES_PER_GPU` sequences of 2048 tokens per GPU in both. Each point
+# is the best shape the model finds; the y axis is model FLOPs per second as a
+# share of the machine's peak.
+
+# %%
+def best_curve(points, m):
+    out = []
+    for model, gpus in points:
+        preds = rank(gpt_config(model), gpus, SEQUENCES_PER_GPU * gpus, m, OVERLAP, **ASSUME)
+        out.append((model, gpus, preds[0] if preds else None))
+    return out
+
+
+weak = {name: best_curve(WEAK, m) for name, m in machines.items()}
+fixed_points = [(FIXED_MODEL, gpus) for _, gpus in WEAK]
+fixed = {name: best_curve(fixed_points, m) for name, m in machines.items()}
+
+fig = Figure(figsize=(11, 4), layout="constrained")
+for ax, curves, title in zip(fig.subplots(1, 2), (weak, fixed),
+                             ("model grows with GPUs", f"{FIXED_MODEL} on more GPUs")):
+    for name, curve in curves.items():
+        pts = [(g, 100 * p["mfu"]) for _, g, p in curve if p]
+        ax.plot(*zip(*pts), "o-", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("% of peak (model FLOPs)")
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.legend()
+fig.text(0.01, -0.02, "assumptions: bf16, activation recomputation, flash attention, overlap "
+         f"{OVERLAP.label()}, ring collectives, no link sharing between groups, no pipeline parallelism",
+         fontsize=8)
+display(as_image(fig))
+
+# %%
+Table([{"model": model, "GPUs": gpus, "machine": name,
+        "best shape": str(tuple(p["shape"])) if p else "none fits", "iter s": p["iter_s"] if p else float("nan"),
+        "MFU %": 100 * p["mfu"] if p else float("nan")}
+       for name, curve in weak.items() for model, gpus, p in curve], digits=2)
+
+# %%
+for name, curve in weak.items():
+    assert all(p is not None for _, _, p in curve), f"{name}: some weak-scaling point has no shape that fits"
+    assert all(0 < p["mfu"] < 1 for _, _, p in curve)
+
+# %% [markdown]
+# ## AxoNN's transposed-layer term
+# For a transposed layer ([H, K·H]: attention-out with K = 1, FC2 with K = 4),
+# the forward output Y is [T, H/C], summed over **row**; the backward dX is
+# [T, K·H/R], summed over **col**. AxoNN's `comm_model.py` puts K on the
+# forward row term instead. The difference for FC2 of the 20B model on a
+# 4 × 8 × 2 × 16 grid, in values each GPU sends:
+
+# %%
+from gpulab.engine.perfmodel_terms import axonn_layer_volumes
+
+L, H, nh = 32, 7168, 56
+shape = (4, 8, 2, 16)
+right = axonn_layer_volumes(4, H, BATCH, 2048, shape, transposed=True)
+bug = axonn_layer_volumes(4, H, BATCH, 2048, shape, transposed=True, axonn_bug=True)
+Table([{"group": g, "derived (gpulab)": right[g] / 1e6, "AxoNN's code": bug[g] / 1e6} for g in ("row", "col")],
+      digits=1)
+
+# %%
+assert right["col"] == 4 * bug["col"] and bug["row"] == 4 * right["row"]
+
+# %% [markdown]
+# ## Questions
+# 1. Which axis does the best shape use most on each machine, and why does
+#    Frontier (8 GCDs per node, slower links per GCD) differ from Perlmutter?
+# 2. Take the best shape and force `cache` on (`Overlap(cache=True, ...)`):
+#    which shapes stop fitting in memory?
+# 3. Why does the fixed-model curve fall as GPUs are added, while the
+#    weak-scaling curve stays flatter?
+# 4. The model gives every group its own links. Where would two groups share
+#    a NIC, and how would that change the ranking?
+# 5. AxoNN runs its top 20 predicted shapes for real and keeps the fastest.
+#    Notebook 05 did that on this machine: how often was the model's first
+#    pick the real winner?
