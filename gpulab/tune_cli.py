@@ -72,6 +72,9 @@ def add_parser(subparsers) -> None:
             p.add_argument("--no-fit", action="store_true", help="do not fit the model before the sweep")
         if name in ("compare", "accuracy", "workload"):
             p.add_argument("--algorithms", default=None, help="comma-separated algorithm names")
+        if name == "accuracy":
+            p.add_argument("--reanalyse", metavar="JSON", help="measure nothing: refit the ping-pong samples and "
+                                                               "recompute the predictions of a saved run")
         if name in ("compare", "accuracy"):
             p.add_argument("--rounds", type=int, default=3 if name == "compare" else 2,
                            help="interleaved rounds per size; each point keeps its fastest round")
@@ -82,7 +85,27 @@ def add_parser(subparsers) -> None:
         p.set_defaults(func=run)
 
 
+def _reanalysed(path: str) -> dict:
+    """A saved ``tune accuracy --json`` run, its models refitted from their stored samples by today's code."""
+    from gpulab.bcast.fit import MPICH_SINGLE_COPY, fit_machine
+
+    with open(path) as f:
+        results = {int(p): r for p, r in json.load(f).items()}
+    for p, r in results.items():
+        if r.get("model"):
+            m = r["model"]
+            # the switch of the MPI library that ran (without starting MPI here)
+            switch = MPICH_SINGLE_COPY if r["metadata"]["mpi"].startswith("MPICH") else None
+            r["model"] = fit_machine(m["notes"]["samples"], p=p, cores=m["cores"], switch=switch,
+                                     ranks_per_node=m["ranks_per_node"]).to_dict()
+    return results
+
+
 def run(args) -> int:
+    if getattr(args, "reanalyse", None):
+        from gpulab.tune_jobs import outer
+
+        return outer(args, _reanalysed(args.reanalyse))
     if inside_mpi_job():
         from gpulab.tune_jobs import inner
 

@@ -46,11 +46,11 @@ def _measure(comm, name, nbytes, time_budget, **options):
                          validate=nbytes <= (4 << 20), **options)
 
 
-def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.02) -> dict | None:
+def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library") -> dict | None:
     from gpulab.bcast.fit import SIZES, fit_machine, pingpong
 
     samples = pingpong(comm, sizes or SIZES, ranks_per_node=ranks_per_node, time_budget=time_budget)
-    machine = fit_machine(samples, p=comm.size, ranks_per_node=ranks_per_node)
+    machine = fit_machine(samples, p=comm.size, ranks_per_node=ranks_per_node, switch=switch)
     return machine.to_dict() if comm.rank == 0 else None
 
 
@@ -88,6 +88,9 @@ def compare(comm, sizes, *, table, time_budget, algorithms=DEFAULT_ALGORITHMS, r
     """At each size: auto (with the table), MPI_Bcast, and every fixed algorithm at its default options."""
     from gpulab.bcast.select import select
 
+    from gpulab.bcast.select import reload
+
+    reload()  # every rank re-reads the tuning file now, together
     fixed = [a for a in algorithms if a not in ("mpi", "hierarchical")]
     rows = []
     with auto_registered(table):
@@ -156,8 +159,10 @@ def on_world(what: str, *args, **kwargs):
 
 def workload(comm, networks, algorithms, *, repeats=1, table=None) -> list | None:
     """``gpulab.workloads.bench.broadcast_model`` for several networks, "auto" included."""
+    from gpulab.bcast.select import reload
     from gpulab.workloads.bench import broadcast_model
 
+    reload()  # the notebook may have rewritten the tuning file since these engines last read it
     rows = []
     with auto_registered(table):
         for network in networks:

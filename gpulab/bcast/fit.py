@@ -6,9 +6,11 @@ MPI's own collectives pay) and through gpulab's ``Group.send/recv`` (what the
 Python algorithms pay); the difference is the per-message Python overhead.
 Pairs on one (real or emulated) node fit the intra-node link, pairs across
 nodes the inter-node link. Least squares minimises the relative error, so a
-1 us message counts as much as a 1 ms one; a protocol switch (MPICH: eager
-below it, single-copy above) is found from the data, not assumed: the best
-split is kept only if it at least halves the RMS error of one straight line.
+1 us message counts as much as a 1 ms one. The protocol switch (MPICH: eager
+below 8 KiB, single-copy above) is the MPI library's documented threshold by
+default, with alpha and beta fitted on each side; ``switch="auto"`` finds it in
+the data instead, keeping the best split only if it cuts the residual sum of
+squares of one straight line at least 2.5-fold (5% noise reaches about 2).
 
     mpiexec -n 2 python -m gpulab.bcast.fit          # print the fit and its residuals
     machine = fit_machine(pingpong(comm, SIZES), p=comm.size)   # on every rank
@@ -26,6 +28,11 @@ from gpulab.bcast.model import Hockney, Link, Machine
 
 SIZES = [8, 64, 512, 1024, 2048, 4096, 6144, 8191, 8192, 12288, 16384, 32768, 65536, 131072, 262144,
          524288, 1 << 20, 2 << 20, 4 << 20]
+# MPICH ch4 (the mpich wheel, 4.x/5.0): from this size an intra-node message goes single-copy
+# through CMA (the receiver reads the sender's memory with process_vm_readv) instead of
+# through 8 KiB eager cells: MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD, default 8192 (`mpivars`)
+MPICH_SINGLE_COPY = 8192
+SPLIT_GAIN = 2.5  # how much better (in RSS) two regimes must fit than one line to be believed
 PYTHON_PATH_MAX = 65536  # the Python overhead is per message: measure it where it is visible
 _TAG = 26467
 
@@ -103,7 +110,7 @@ def _rss(h: Hockney, n, t) -> float:
 
 
 def fit_link(nbytes, seconds, *, switch: int | str | None = "auto", min_points: int = 3) -> tuple[Link, dict]:
-    """Fit one link; ``switch="auto"`` tries every two-regime split and keeps one only if it halves the error.
+    """Fit one link; ``switch="auto"`` tries every two-regime split and keeps one only if it fits much better.
 
     Returns the link and a report: residuals per point and the RMS relative error.
     """
@@ -121,11 +128,13 @@ def fit_link(nbytes, seconds, *, switch: int | str | None = "auto", min_points: 
         s, small, large = option
         return _rss(small, n, t) if s is None else _rss(small, n[n < s], t[n < s]) + _rss(large, n[n >= s], t[n >= s])
 
-    # trying every split finds a "switch" in pure noise; a real protocol switch leaves a
-    # systematic kink, so a split must at least halve the RMS error (quarter the RSS)
+    # trying every split finds a "switch" in pure noise (5% noise: up to 2x less RSS); a real
+    # protocol switch leaves a systematic kink, so a split must cut the RSS at least 2.5-fold
     s, small, large = min(options, key=rss)
-    if s is not None and rss((s, small, large)) * 4 > rss(options[0]):
+    if switch == "auto" and s is not None and rss((s, small, large)) * SPLIT_GAIN > rss(options[0]):
         s, small, large = options[0]
+    if switch not in ("auto", None) and len(options) > 1:  # a given switch: two regimes whenever possible
+        s, small, large = options[1]
     link = Link(small, large, s, receiver_copies=s is not None)
     fitted = np.array([link.regime(x).time(x) for x in n])
     residuals = [{"nbytes": int(x), "measured_us": y * 1e6, "fitted_us": f * 1e6, "rel_err": (f - y) / y}
@@ -134,15 +143,32 @@ def fit_link(nbytes, seconds, *, switch: int | str | None = "auto", min_points: 
     return link, {"residuals": residuals, "rms_rel_err": rms, "switch": s}
 
 
+def library_switch() -> int | None:
+    """The MPI library's eager/single-copy switch: MPICH's CVAR (or its default), None for other MPIs."""
+    from mpi4py import MPI
+
+    if not MPI.Get_library_version().startswith("MPICH"):
+        return None
+    return int(os.environ.get("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", MPICH_SINGLE_COPY))
+
+
 def fit_machine(samples: list[dict], *, p: int, cores: int | None = None, ranks_per_node: int | None = None,
-                name: str | None = None) -> Machine:
-    """A ``Machine`` from ping-pong samples: a link per level, the Python overhead and the core count."""
+                name: str | None = None, switch: int | str | None = "library") -> Machine:
+    """A ``Machine`` from ping-pong samples: a link per level, the Python overhead and the core count.
+
+    ``switch``: "library" (the MPI library's documented protocol switch; alpha and
+    beta are still fitted on each side of it), "auto" (find it in the data),
+    None (one regime) or a byte count.
+    """
     cores = cores or len(os.sched_getaffinity(0))
+    if switch == "library":
+        switch = library_switch()
     links, reports = {}, {}
     for level in ("intra", "inter"):
         rows = [s for s in samples if s["level"] == level and s["via"] == "mpi"]
         if rows:
-            links[level], reports[level] = fit_link([r["nbytes"] for r in rows], [r["seconds"] for r in rows])
+            links[level], reports[level] = fit_link([r["nbytes"] for r in rows], [r["seconds"] for r in rows],
+                                                    switch=switch)
     if not links:
         raise ValueError("no ping-pong samples to fit (a fit needs at least 2 ranks)")
     one_level = len(links) == 1

@@ -16,9 +16,12 @@ Beyond the textbook, a ``Machine`` can describe what a real machine adds:
     with receiver copies a rank's concurrent sends overlap instead of queueing;
   * ``overhead``: seconds of Python per message in gpulab's algorithms (MPI's
     own Bcast, 'mpi', runs its messages in C and does not pay it);
-  * ``cores``: when more ranks than cores share a node, all copies must fit on
-    the cores, so time >= total work / cores.
-The profiles of clusters (``gpulab.bcast.profiles``) use plain Hockney.
+  * ``cores``: more ranks than cores share a node here, and MPI ranks wait by
+    polling, so each gets cores/ranks of a core: every step of the critical
+    path is ranks/cores slower (``stretch``), and all copies together must fit
+    on the cores (time >= total work / cores).
+The profiles of clusters (``gpulab.bcast.profiles``) use plain Hockney, and
+``textbook(machine)`` strips a fitted machine down to it.
 """
 
 from __future__ import annotations

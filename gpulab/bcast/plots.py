@@ -13,7 +13,9 @@ from gpulab.sizes import format_size
 
 def _size_axis(ax, sizes):
     ax.set_xscale("log", base=2)
-    ticks = sorted(set(sizes))[:: max(1, len(set(sizes)) // 7)]
+    lo, hi = int(np.log2(max(1, min(sizes)))), int(np.ceil(np.log2(max(sizes))))
+    ticks = [1 << k for k in range(lo, hi + 1)]
+    ticks = ticks[:: max(1, -(-len(ticks) // 8))]  # at most 8 power-of-two ticks
     ax.set_xticks(ticks)
     ax.set_xticklabels([format_size(int(t)) for t in ticks])
     ax.set_xlabel("message size")

@@ -13,15 +13,19 @@ Three sources, tried in order (``gpulab.bcast.tuning`` says where the file is):
      binomial for short messages or p < 8, scatter + recursive-doubling allgather
      for medium messages on powers of two, scatter + ring allgather otherwise.
 The choice depends only on (nbytes, p, the file), never on communication, so
-all ranks that read the same file decide alike.
+all ranks that read the same file decide alike. Each process reads the file
+once (``reload()`` re-reads it) and remembers each decision, so deciding costs
+a dictionary lookup after the first broadcast of a size.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from gpulab.bcast.model import MPICH_LONG, MPICH_MIN_PROCS, MPICH_SHORT, Machine, choose, mpich_choice
-from gpulab.bcast.tuning import load, lookup, table_path
+from gpulab.bcast import tuning
+from gpulab.bcast.tuning import ENV, load, lookup
 
 SHORT_MSG, LONG_MSG, MIN_PROCS = MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS
 
@@ -54,35 +58,24 @@ def mpich_default(nbytes: int, p: int) -> Decision:
     return Decision(name, {}, f"MPICH's default rule: {why} (no tuning table or fitted model)", "mpich-default")
 
 
-_model_choices: dict = {}
-
-
-def _from_model(data: dict, path: str, nbytes: int, p: int) -> Decision | None:
+def _from_model(data: dict, nbytes: int, p: int) -> Decision | None:
     models = data.get("models") or {}
     if not models:
         return None
     # the fit at exactly this p if there is one, else the nearest (fits differ with oversubscription)
     key = min(models, key=lambda k: (abs(int(k) - p), int(k)))
-    cache_key = (path, id(data), key, nbytes, p)
-    if cache_key not in _model_choices:
-        machine = Machine.from_dict(models[key])
-        name, options, ranking = choose(nbytes, p, machine)
-        if name == "hierarchical" and machine.ranks_per_node:
-            options = {**options, "ranks_per_node": machine.ranks_per_node}
-        runner_up = ranking[1] if len(ranking) > 1 else None
-        reason = (f"fitted model (ping-pong at p={key}) predicts {ranking[0][0] * 1e6:.1f} us"
-                  + (f"; next best {runner_up[1]} {runner_up[0] * 1e6:.1f} us" if runner_up else ""))
-        if len(_model_choices) > 4096:
-            _model_choices.clear()
-        _model_choices[cache_key] = Decision(name, options, reason, "model")
-    return _model_choices[cache_key]
+    machine = Machine.from_dict(models[key])
+    name, options, ranking = choose(nbytes, p, machine)
+    if name == "hierarchical" and machine.ranks_per_node:
+        options = {**options, "ranks_per_node": machine.ranks_per_node}
+    runner_up = ranking[1] if len(ranking) > 1 else None
+    reason = (f"fitted model (ping-pong at p={key}) predicts {ranking[0][0] * 1e6:.1f} us"
+              + (f"; next best {runner_up[1]} {runner_up[0] * 1e6:.1f} us" if runner_up else ""))
+    return Decision(name, options, reason, "model")
 
 
-def select(nbytes: int, comm, table=None) -> Decision:
-    """The algorithm and options for broadcasting ``nbytes`` over ``comm`` (only ``comm.size`` is used)."""
-    p = comm.size
-    path = table_path(table)
-    data = load(path)
+def _decide(nbytes: int, p: int, table) -> Decision:
+    data = load(table)
     if data:
         entry = lookup(data, nbytes, p)
         if entry is not None:
@@ -90,7 +83,29 @@ def select(nbytes: int, comm, table=None) -> Decision:
             reason = (f"tuning table for p={p}, sizes {entry['lo']} B {hi}: {entry['why']} "
                       f"(measured at {', '.join(str(s) for s in entry['measured_at'])} B)")
             return Decision(entry["algorithm"], dict(entry["options"]), reason, "table")
-        decided = _from_model(data, str(path), nbytes, p)
+        decided = _from_model(data, nbytes, p)
         if decided is not None:
             return decided
     return mpich_default(nbytes, p)
+
+
+# (table argument, $GPULAB_TUNING_TABLE, file generation, nbytes, p) -> Decision: bcast(algorithm="auto")
+# calls select() on every broadcast, and a 3 us MPI_Bcast cannot afford 20 us of Python to decide
+_decisions: dict = {}
+
+
+def select(nbytes: int, comm, table=None) -> Decision:
+    """The algorithm and options for broadcasting ``nbytes`` over ``comm`` (only ``comm.size`` is used)."""
+    key = (table, os.environ.get(ENV), tuning.generation, nbytes, comm.size)
+    decision = _decisions.get(key)
+    if decision is None:
+        if len(_decisions) > 65536:
+            _decisions.clear()
+        decision = _decisions[key] = _decide(nbytes, comm.size, table)
+    return decision
+
+
+def reload() -> None:
+    """Re-read the tuning file at the next select(); call it on every rank of a job, between broadcasts."""
+    tuning.forget()
+    _decisions.clear()

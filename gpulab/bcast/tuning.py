@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import tempfile
 from pathlib import Path
 
@@ -26,7 +27,8 @@ VERSION = 1
 ENV = "GPULAB_TUNING_TABLE"
 CHUNKS = (16 << 10, 64 << 10, 256 << 10, 1 << 20)
 RADICES = (3, 4, 8)
-MARGIN = 0.10  # an algorithm must beat MPI_Bcast by this much (twice) to be chosen over it
+MARGIN = 0.10  # an algorithm must beat MPI_Bcast by this much, in the sweep and in the confirmation, to replace it
+CONFIRM = 3  # interleaved confirmation rounds of the sweep's winner against MPI_Bcast
 
 
 def table_path(path=None) -> Path:
@@ -38,25 +40,36 @@ def table_path(path=None) -> Path:
     return cache / "gpulab" / "bcast_tuning.json"
 
 
-_cache: dict = {}
+_files: dict = {}  # path -> parsed file (or None): read once per process, see load()
+generation = 0  # bumped whenever this process writes or forgets a file, so select() re-decides
 
 
 def load(path=None) -> dict | None:
-    """The parsed file, or None when it does not exist; re-read only when it changes on disk."""
-    path = table_path(path)
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    key = (str(path), stat.st_mtime_ns, stat.st_size)
-    if key not in _cache:
-        data = json.loads(path.read_text())
-        if data.get("version") != VERSION:
-            raise ValueError(f"{path}: tuning file version {data.get('version')!r}, expected {VERSION}; "
+    """The parsed file, or None when it does not exist.
+
+    Read once per process and then kept: every rank of a job must decide alike,
+    so a file rewritten by another process mid-run is not picked up until
+    ``forget()`` (``gpulab.bcast.select.reload()``) is called on every rank.
+    Writes from this process (``save``/``update``) are seen at once.
+    """
+    key = str(table_path(path))
+    if key not in _files:
+        try:
+            data = json.loads(Path(key).read_text())
+        except FileNotFoundError:
+            data = None
+        if data is not None and data.get("version") != VERSION:
+            raise ValueError(f"{key}: tuning file version {data.get('version')!r}, expected {VERSION}; "
                              f"re-run `gpulab tune bcast`")
-        _cache.clear()
-        _cache[key] = data
-    return _cache[key]
+        _files[key] = data
+    return _files[key]
+
+
+def forget() -> None:
+    """Drop what was read, so the next load() reads the files again."""
+    global generation
+    _files.clear()
+    generation += 1
 
 
 def save(data: dict, path=None) -> Path:
@@ -66,6 +79,7 @@ def save(data: dict, path=None) -> Path:
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
         json.dump(data, f, indent=1)
     os.replace(f.name, path)
+    forget()
     return path
 
 
@@ -146,9 +160,9 @@ def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_bud
     """Measure every candidate at every size on ``comm`` (collective); rows identical on every rank.
 
     The model's optimal chunk (``best_chunk``) joins the chunk list when a
-    fitted machine is given. The best non-native candidate at each size is
-    measured a second time, interleaved with MPI_Bcast, and its slower time is
-    kept, so a lucky first run does not put it in the table.
+    fitted machine is given. When something beats MPI_Bcast by the margin, the
+    two are measured again in CONFIRM interleaved rounds and the median
+    speed-up replaces the first one: only a confirmed winner enters the table.
     """
     from gpulab.bcast.model import PIPELINED, best_chunk
     from gpulab.bench import measure_bcast
@@ -169,11 +183,14 @@ def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_bud
                 progress(here[-1])
         fastest, _ = choose_measured(here, margin)
         native = next(r for r in here if r["algorithm"] == "mpi")
-        if fastest is not native:  # confirm: run both again, keep each one's worse time
-            again = measure(fastest["algorithm"], fastest["options"], nbytes)
-            again_native = measure("mpi", {}, nbytes)
-            fastest["avg_us"] = max(fastest["avg_us"], again["avg_us"])
-            native["avg_us"] = max(native["avg_us"], again_native["avg_us"])
-            fastest["confirmed"] = True
+        if fastest is not native:
+            # confirm: CONFIRM rounds of the two, interleaved; the median speed-up decides, so one
+            # lucky or unlucky spell on a shared machine cannot put an algorithm in the table
+            ratios = []
+            for _ in range(CONFIRM):
+                ours = measure(fastest["algorithm"], fastest["options"], nbytes)["avg_us"]
+                ratios.append(measure("mpi", {}, nbytes)["avg_us"] / ours)
+            fastest["confirm_speedups"] = ratios
+            fastest["avg_us"] = native["avg_us"] / statistics.median(ratios)
         rows += here
     return rows
