@@ -160,7 +160,7 @@ class ProgressThread:
         progress.free()
     """
 
-    def __init__(self, comm, interval: float = 2e-4):
+    def __init__(self, comm, interval: float = 1e-3):
         self.comm, self.interval = comm.Dup(), interval
         self._stop = None
 

@@ -24,7 +24,7 @@ The switches (numbers do not change with any of them; tests/engine check it):
 rank computes: "poll" (MPI_Test on every collective in flight after each
 compute kernel: portable, but nothing moves during a long kernel), "thread"
 (``collectives.ProgressThread``: a sleeping background thread enters MPI
-every 0.2 ms, also during kernels), "mpich" (MPICH's own progress thread: the
+every 1 ms, also during kernels), "mpich" (MPICH's own progress thread: the
 job must be started with MPIR_CVAR_ASYNC_PROGRESS=1; it spins on a core), or
 "none" (MPI moves them only inside other MPI calls and the final wait: the
 control experiment that shows progress matters). docs/engine_overlap.md has

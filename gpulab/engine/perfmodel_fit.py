@@ -9,13 +9,16 @@
   numpy's dispatch included). In training the ranks share the cores with
   each other (p ranks on fewer cores; a rank waiting in MPI spins) and with
   whatever else runs: ``share`` = (a compute loop on all ranks at once) /
-  (the same loop on one rank alone), measured, multiplies every compute time;
+  (the same loop on one rank alone), measured (pairs taken back to
+  back, the best of several), multiplies every compute time;
 - collectives: for each op and each group size g dividing p, the ranks form
   p/g groups that all run the collective together, each call right after a
   short compute kernel, as in training: its cost is the time it adds to the
   kernel (on shared cores that includes waiting for the peers to be
   scheduled, which back-to-back collectives never see). t = alpha + beta n
-  is fitted per (op, g) over 1 KiB .. 4 MiB (least squares, relative error);
+  is fitted per (op, g) over 1 KiB .. 4 MiB (least squares, relative error).
+  Other jobs share these cores in bursts: each number is the best of its
+  repetitions, as the benchmarks keep their best round;
 - overlap efficiency, per progress mode: a 1 MiB all-reduce over all ranks
   in flight while each rank runs matmuls (MPI_Test between them for "poll",
   the progress thread for "thread"), against the two one after the other:
@@ -92,6 +95,18 @@ class FittedMachine:
     def assumptions(self) -> list[str]:
         return [f"{k}: {v}" for k, v in self.sources.items()]
 
+    @classmethod
+    def mean(cls, fits: list["FittedMachine"]) -> "FittedMachine":
+        """The average of fits of one machine (e.g. before and after a benchmark, as the load moves)."""
+        first, n = fits[0], len(fits)
+        avg = {k: sum(getattr(f, k) for f in fits) / n
+               for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak")}
+        coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
+        overlap = {k: sum(f.overlap[k] for f in fits) / n for k in first.overlap}
+        return cls(**{**asdict(first), **avg, "collectives": coll, "overlap": overlap,
+                      "sources": {**first.sources, "measured": " | ".join(f.sources["measured"] for f in fits),
+                                  "averaged": f"mean of {n} fits"}})
+
     def save(self, path) -> None:
         with open(path, "w") as f:
             json.dump(asdict(self), f, indent=1)
@@ -167,10 +182,15 @@ def _per_step(comm, fn, steps: int = 20) -> float:
 
 
 def _share(comm, reps: int) -> float:
+    """(the kernel loop on every rank at once) / (on rank 0 alone), each the best of ``reps``
+    alternated runs, so that other jobs' load bursts do not decide the ratio."""
     work = _kernel(comm.rank)
-    alone = _alone(comm, lambda: _median_time(lambda: [work() for _ in range(20)], reps))
-    together = _median_time(lambda: _per_step(comm, work), reps) * 20
-    return max(1.0, together / comm.bcast(alone, root=0))
+    alone, together = [], []
+    for _ in range(reps):  # alternated; the least disturbed of each (other jobs only add time)
+        alone.append(comm.bcast(_alone(comm, lambda: _median_time(lambda: [work() for _ in range(20)], 1)),
+                                root=0))
+        together.append(_per_step(comm, work) * 20)
+    return max(1.0, min(together) / min(alone))
 
 
 def _collective_fit(comm, reps: int) -> dict:
@@ -189,9 +209,11 @@ def _collective_fit(comm, reps: int) -> dict:
                 call = {"all_reduce": lambda: coll.all_reduce(x, group),
                         "all_gather": lambda: coll.all_gather(x[:n // g], group),
                         "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
-                added = [_per_step(comm, lambda: (work(), call())) - _per_step(comm, work)
-                         for _ in range(reps)]
-                points.append((n * 4, max(float(np.median(added)), 1e-6)))
+                with_call, alone = [], []
+                for _ in range(reps):  # alternated; the least disturbed of each
+                    with_call.append(_per_step(comm, lambda: (work(), call())))
+                    alone.append(_per_step(comm, work))
+                points.append((n * 4, max(min(with_call) - min(alone), 1e-6)))
             out[f"{op}/{g}"] = list(_fit_line(*zip(*points)))
         group.Free()
     return out
@@ -218,8 +240,11 @@ def _overlap_fit(comm, progress: str, reps: int = 9) -> float:
         handle.wait()
 
     def timed(fn):
-        comm.Barrier()
-        return comm.allreduce(_median_time(fn, reps), op=_mpi_max())
+        best = []
+        for _ in range(reps):
+            comm.Barrier()
+            best.append(comm.allreduce(_median_time(fn, 1), op=_mpi_max()))
+        return min(best)
 
     t_comp, t_comm = timed(compute), timed(lambda: coll.all_reduce(x, comm))
     if thread is None:
