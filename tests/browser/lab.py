@@ -30,6 +30,8 @@ SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
                                                                         "checkForUpdates": False},
     "@jupyterlab/extensionmanager-extension/plugin.jupyterlab-settings": {"enabled": False},
+    # every cell in the page, not only those scrolled into view, so tests can find any cell
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
 }
 
 

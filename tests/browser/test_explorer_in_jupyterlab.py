@@ -1,10 +1,12 @@
-"""What a learner sees: notebook 02 in JupyterLab in a real (headless) Chromium.
+"""What a learner sees: the explorer notebooks in JupyterLab in a real (headless) Chromium.
 
-Runs every cell but the last, checks the widgets rendered, changes the
-message size and the algorithm in the explorer, presses Run, waits for the
-new measurement in the table and the plot, then runs the last cell (which
-stops the engines) and checks that no engine process is left. Screenshots go
-to GPULAB_SCREENSHOTS (default: the test's tmp dir).
+For notebook 02 (broadcast) and 05 (mesh): run every cell above the one
+that stops the engines, check the widgets rendered, change the controls
+(message size and algorithm; grid shape and an overlap switch), press Run,
+wait for the new measurement (table and plot, or timeline), then run the
+stopping cell and check that no engine process is left and that the console
+shows no errors from the kit. Screenshots go to GPULAB_SCREENSHOTS (default: the
+test's tmp dir).
 """
 
 from __future__ import annotations
@@ -41,13 +43,73 @@ def _menu(page, *path: str) -> None:
         page.get_by_role("menuitem", name=re.compile(rf"^{re.escape(name)}")).first.click()
 
 
+def _output(page, text: str):
+    """A cell output (not the code or markdown) containing ``text``."""
+    return page.locator(".jp-OutputArea-output", has_text=text).first
+
+
 def _text(locator) -> str:
     return locator.inner_text(timeout=5_000)
 
 
-def test_broadcast_explorer_measures_in_the_browser(chromium, tmp_path):
+def _bcast_explorer(page, explorer, shots: Path) -> None:
+    """Notebook 02: one size and another algorithm; run #2 appears in the table and the plot changes."""
+    from playwright.sync_api import expect
+
+    expect(_output(page, "on 4 ranks the chain")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    image_before = explorer.locator(".widget-output img").first.get_attribute("src")
+    page.screenshot(path=str(shots / "explorer_before.png"))
+    explorer.locator("select").first.select_option(["scatter_allgather_ring"])
+    upper = explorer.locator(".noUi-handle-upper").first
+    upper.focus()
+    for _ in range(3):
+        upper.press("ArrowLeft")
+    status = explorer.locator(".widget-html").first
+    explorer.locator("button:has-text('Run')").first.click()
+    expect(status).to_contain_text("run #2", timeout=30_000)
+    expect(status).to_contain_text("measurements done", timeout=RUN_TIMEOUT_MS)
+    table = _text(explorer.locator("table").first)
+    assert "scatter_allgather_ring" in table, table
+    assert explorer.locator(".widget-output img").first.get_attribute("src") != image_before
+    explorer.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "explorer_after.png"))
+
+
+def _mesh_explorer(page, explorer, shots: Path) -> None:
+    """Notebook 05: another grid shape and bucketing switched off (the notebook left every
+    overlap switch on); the new run's timeline replaces the old one."""
+    from playwright.sync_api import expect
+
+    expect(_output(page, "rank correlation")).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    timeline = explorer.locator(".widget-output img").first
+    before = timeline.get_attribute("src")
+    explorer.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "mesh_before.png"))
+    dropdown = lambda axis: explorer.locator(f".widget-dropdown:has(label:text-is('{axis}')) select")  # noqa: E731
+    dropdown("row").select_option("1")
+    dropdown("col").select_option("2")
+    dropdown("depth").select_option("2")
+    explorer.locator(".widget-checkbox:has-text('buckets') input").uncheck()
+    explorer.locator("button:has-text('Run')").first.click()
+    status = explorer.locator(".widget-hbox:has(button:has-text('Run')) .widget-html").first  # beside Run
+    expect(status).to_contain_text("#3 (1, 2, 2, 1) async_grads+prefetch+cache:", timeout=RUN_TIMEOUT_MS)
+    expect(status).to_contain_text("ms per iteration", timeout=RUN_TIMEOUT_MS)
+    expect(timeline).not_to_have_attribute("src", before, timeout=30_000)
+    explorer.scroll_into_view_if_needed()
+    page.screenshot(path=str(shots / "mesh_after.png"))
+
+
+EXPLORERS = {  # notebook -> (a selector for its explorer widget, the interaction)
+    "02_broadcast_explorer": (".widget-vbox:has(button:has-text('Run')):has(.noUi-handle-upper)", _bcast_explorer),
+    "05_mesh_explorer": (".widget-vbox:has(button:has-text('Run')):has(.widget-checkbox)", _mesh_explorer),
+}
+
+
+@pytest.mark.parametrize("notebook", sorted(EXPLORERS))
+def test_explorer_runs_in_the_browser(notebook, chromium, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
+    selector, interact = EXPLORERS[notebook]
     shots = Path(os.environ.get("GPULAB_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
     console_errors = []
@@ -57,53 +119,33 @@ def test_broadcast_explorer_measures_in_the_browser(chromium, tmp_path):
         page.on("console", lambda msg: msg.type == "error" and console_errors.append(msg.text))
         page.on("pageerror", lambda err: console_errors.append(f"page error: {err}"))
         try:
-            page.goto(lab.url("02_broadcast_explorer.ipynb"))
+            page.goto(lab.url(f"{notebook}.ipynb"))
             cells = page.locator(".jp-NotebookPanel:visible .jp-Cell")
             expect(cells.last).to_be_visible(timeout=60_000)
             # the kernel must be up before "run" means anything
             expect(page.locator("#jp-main-statusbar")).to_contain_text("Idle", timeout=120_000)
 
-            # everything but the last cell, which stops the engines
-            cells.last.click()
+            # everything above the cell that stops the engines
+            stop_cell = page.locator(".jp-NotebookPanel:visible .jp-CodeCell", has_text="engines.stop()").last
+            stop_cell.locator(".jp-InputPrompt").click()
             _menu(page, "Run", "Run All Above Selected Cell")
-            explorer = page.locator(".widget-vbox:has(button:has-text('Run'))").first
+            explorer = page.locator(selector).first
             expect(explorer).to_be_visible(timeout=RUN_TIMEOUT_MS)
-            expect(page.get_by_text("on 4 ranks the chain")).to_be_visible(timeout=RUN_TIMEOUT_MS)
             expect(page.locator(".jp-InputPrompt:has-text('[*]')")).to_have_count(0, timeout=RUN_TIMEOUT_MS)
             assert not page.get_by_text("Error displaying widget").count()
             assert not page.get_by_text("Loading widget").count()
             assert lab.descendants(), "the notebook should have started MPI engines"
-            rows_before = explorer.locator("table tr").count()
-            image_before = explorer.locator(".widget-output img").first.get_attribute("src")
-            page.screenshot(path=str(shots / "explorer_before.png"), full_page=False)
+            interact(page, explorer, shots)
 
-            # a new measurement: one size (the upper handle to the lower one) and another algorithm
-            explorer.locator("select").first.select_option(["scatter_allgather_ring"])
-            upper = explorer.locator(".noUi-handle-upper").first
-            upper.focus()
-            for _ in range(3):
-                upper.press("ArrowLeft")
-            status = explorer.locator(".widget-html").first
-            explorer.locator("button:has-text('Run')").first.click()
-            expect(status).to_contain_text("run #2", timeout=30_000)
-            expect(status).to_contain_text("measurements done", timeout=RUN_TIMEOUT_MS)
-            table = _text(explorer.locator("table").first)
-            assert "scatter_allgather_ring" in table, table
-            assert explorer.locator("table tr").count() > 1
-            assert explorer.locator(".widget-output img").first.get_attribute("src") != image_before
-            assert rows_before >= 1
-            explorer.scroll_into_view_if_needed()
-            page.screenshot(path=str(shots / "explorer_after.png"), full_page=False)
-
-            # the last cell stops the engines
-            cells.last.click()
+            # the notebook stops its engines
+            stop_cell.locator(".jp-InputPrompt").click()
             page.keyboard.press("Shift+Enter")
             deadline = time.monotonic() + 60
             while lab.descendants() and time.monotonic() < deadline:
                 time.sleep(1)
             assert not lab.descendants(), f"engines left running: {lab.descendants()}"
         except Exception:
-            page.screenshot(path=str(shots / "explorer_failure.png"), full_page=True)
+            page.screenshot(path=str(shots / f"{notebook}_failure.png"), full_page=True)
             raise
         finally:
             browser.close()
