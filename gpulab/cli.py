@@ -1,4 +1,4 @@
-"""The ``gpulab`` command line: ``gpulab bench|train|tune|model ...``.
+"""The gpulab command line: gpulab bench|train|tune|model ...
 
 Each command lives in its own module that defines ``add_parser(subparsers)``;
 the parser it adds sets ``func`` (called with the parsed args). Modules are
