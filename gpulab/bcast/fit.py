@@ -167,8 +167,11 @@ def fit_machine(samples: list[dict], *, p: int, cores: int | None = None, ranks_
     for level in ("intra", "inter"):
         rows = [s for s in samples if s["level"] == level and s["via"] == "mpi"]
         if rows:
-            links[level], reports[level] = fit_link([r["nbytes"] for r in rows], [r["seconds"] for r in rows],
-                                                    switch=switch)
+            sizes, seconds = [r["nbytes"] for r in rows], [r["seconds"] for r in rows]
+            links[level], reports[level] = fit_link(sizes, seconds, switch=switch)
+            # the plain textbook line through the same points, for comparison (model.textbook)
+            line, _ = fit_link(sizes, seconds, switch=None)
+            reports[level]["one_line"] = {"alpha": line.small.alpha, "beta": line.small.beta}
     if not links:
         raise ValueError("no ping-pong samples to fit (a fit needs at least 2 ranks)")
     one_level = len(links) == 1

@@ -249,11 +249,13 @@ def choose(nbytes: int, p: int, machine: Machine) -> tuple[str, dict, list[tuple
 
 
 def textbook(machine: Machine) -> Machine:
-    """The same machine as plain Hockney: small-message alpha/beta for every size, no overhead, no CPU limit."""
-    def plain(link: Link) -> Link:
-        return Link(link.small)
-    return replace(machine, name=machine.name + " (textbook)", intra=plain(machine.intra),
-                   inter=plain(machine.inter), overhead=0.0, cores=None)
+    """The same machine as plain Hockney: one alpha and one beta for every size (the straight-line
+    fit through the same ping-pong points when the fit kept it), no overhead, no CPU limit."""
+    def plain(level: str) -> Link:
+        line = machine.notes.get("fit", {}).get(level, {}).get("one_line")
+        return Link(Hockney(line["alpha"], line["beta"])) if line else Link(getattr(machine, level).small)
+    return replace(machine, name=machine.name + " (textbook)", intra=plain("intra"), inter=plain("inter"),
+                   overhead=0.0, cores=None)
 
 
 def load_machine(path=None, p: int | None = None) -> Machine:
