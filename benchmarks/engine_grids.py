@@ -116,8 +116,8 @@ def report(args) -> None:
                      f"{load}; model {runs[0]['rows'][0]['config']}, batch {run_['rows'][0]['batch_size']} x "
                      f"{run_['rows'][0]['seq_len']} tokens, float32, 1 BLAS thread per rank)\n")
         bench.append("| grid (R, C, D, P) | off: ms/iter | off: exposed comm | on: ms/iter | on: exposed | "
-                     "on: hidden | on/off | model off | model on |")
-        bench.append("|---|---|---|---|---|---|---|---|---|")
+                     "on: hidden | on/off | model off | model on | tokens/s (off) | MFU (off) |")
+        bench.append("|---|---|---|---|---|---|---|---|---|---|---|")
         by = {}
         for r in run_["rows"]:
             by.setdefault(tuple(r["shape"]), {})["off" if r["overlap_label"] == "none" else "on"] = r
@@ -126,7 +126,8 @@ def report(args) -> None:
             share = lambda r: f"{_ms(r['summary']['exposed_comm_s'])} ({r['summary']['exposed_comm_s'] / r['summary']['wall_s']:.0%})"  # noqa: E731
             bench.append(f"| {shape} | {_ms(off['iter_s'])} | {share(off)} | {_ms(on['iter_s'])} | {share(on)} | "
                          f"{_ms(on['summary']['hidden_comm_s'])} | {on['iter_s'] / off['iter_s']:.2f} | "
-                         f"{_ms(off['prediction']['iter_s'])} | {_ms(on['prediction']['iter_s'])} |")
+                         f"{_ms(off['prediction']['iter_s'])} | {_ms(on['prediction']['iter_s'])} | "
+                         f"{off['tokens_per_s']:.0f} | {off['model_flops'] / off['iter_s'] / m['machine_peak']:.1%} |")
         model.append(f"\n## {p} ranks ({run_['date']}, {load})\n")
         model.append("Fits before and after the measurement (averaged): " + "; ".join(
             f"share {f['share']:.1f}x ({f['sources']})" for f in run_["fits"]) + "\n")
@@ -154,7 +155,8 @@ over iterations of the slowest rank's time, in the best of several interleaved r
 share these cores in bursts and only ever add time). "Exposed comm" is the time
 ranks sat inside MPI (share of the iteration), "hidden" the time collectives were in flight while
 the rank computed (``gpulab.engine.timeline``). "model" is ``gpulab.engine.perfmodel.predict``
-with the machine fitted just before (docs/engine_perfmodel.md).
+with the machine fitted around the run (docs/engine_perfmodel.md). MFU = model FLOPs per second
+(``gpulab.engine.flops``) / this machine's measured peak (best float32 matmul, all cores, one process).
 """
 BENCH_TAIL = """
 Reading it: on this machine 4 or 8 ranks share 2 cores (and whatever else runs), so a blocking

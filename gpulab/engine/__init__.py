@@ -12,15 +12,24 @@ Parallel (inside an MPI job)::
     gpt = ParallelGPT(cfg, Mesh(row=2, col=2, depth=1, data=1))
     gpt.load_params(init_params(cfg)); loss = gpt.forward_backward(idx, targets)
 
-Training from the shell: ``gpulab train --mesh 1,2,2,1 -n 4``.
+Training from the shell: ``gpulab train --mesh 1,2,2,1 -n 4 --overlap all``;
+the model: ``gpulab model rank --world 1024 --model gpt-20b --machine perlmutter``.
 
 Modules, in dependency order: config (GPTConfig), layers (serial forward/
-backward pairs), model (serial GPT), mesh (4D rank grid), collectives (the
-only MPI calls), layout (which rank holds which piece; ``owner_map`` and
-``weight_blocks`` for pictures), tp3d (AxoNN's 3D Linear), tp_layers
-(sharded LayerNorm, embedding, cross-entropy), parallel (ParallelGPT),
-volume (bytes per collective per layer), optim, checkpoint, corpus, sample,
-train (the CLI). Importing this package initialises neither MPI nor CUDA.
+backward pairs), model (serial GPT), mesh (4D rank grid), timeline (per-rank
+events, summaries), collectives (the only MPI calls; non-blocking handles,
+progress polling and thread), layout (which rank holds which piece;
+``owner_map`` and ``weight_blocks`` for pictures), tp3d (AxoNN's 3D Linear),
+tp_layers (sharded LayerNorm, embedding, cross-entropy), overlap (the
+switches), overlap_weights (prefetch, cache), overlap_grads (bucketed
+gradient sync), memory, parallel (ParallelGPT), volume (bytes per collective
+per layer), optim, checkpoint, corpus, sample, train (the CLI).
+
+Measuring and modelling: flops (work per iteration and per rank), bench
+(timed iterations, MFU), timeline_plot (Gantt, breakdown), machines (GPU
+profiles with sources), perfmodel_terms + perfmodel (predict, rank),
+perfmodel_fit (this computer, fitted), model_cli (``gpulab model``).
+Importing this package initialises neither MPI nor CUDA.
 """
 
 from gpulab.engine.config import GPTConfig

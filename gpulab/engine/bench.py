@@ -43,6 +43,16 @@ def peak_matmul(n: int = 1024, dtype: str = "float32", repeats: int = 5) -> floa
     return 2.0 * n ** 3 / best
 
 
+def alone(comm, fn):
+    """Run fn on rank 0 while the other ranks sleep (MPI ranks waiting in a barrier would spin on the
+    cores fn is timed on); fn's result on rank 0, None elsewhere."""
+    result = fn() if comm.rank == 0 else None
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(1e-3)
+    return result
+
+
 def _timed(fn) -> float:
     start = time.perf_counter()
     fn()

@@ -38,6 +38,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gpulab.engine.bench import alone, peak_matmul
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 SIZES = [1 << k for k in (10, 14, 18, 20, 22)]  # 1 KiB .. 4 MiB
 
@@ -134,15 +136,6 @@ def _median_time(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def _alone(comm, fn):
-    """Run fn on rank 0 while the other ranks sleep (not spin in MPI); its result on rank 0."""
-    result = fn() if comm.rank == 0 else None
-    request = comm.Ibarrier()
-    while not request.Test():
-        time.sleep(1e-3)
-    return result
-
-
 def _compute_fit() -> dict:
     rng = np.random.default_rng(0)
     mm = []
@@ -185,12 +178,12 @@ def _share(comm, reps: int) -> float:
     """(the kernel loop on every rank at once) / (on rank 0 alone), each the best of ``reps``
     alternated runs, so that other jobs' load bursts do not decide the ratio."""
     work = _kernel(comm.rank)
-    alone, together = [], []
+    solo, together = [], []
     for _ in range(reps):  # alternated; the least disturbed of each (other jobs only add time)
-        alone.append(comm.bcast(_alone(comm, lambda: _median_time(lambda: [work() for _ in range(20)], 1)),
-                                root=0))
+        solo.append(comm.bcast(alone(comm, lambda: _median_time(lambda: [work() for _ in range(20)], 1)),
+                               root=0))
         together.append(_per_step(comm, work) * 20)
-    return max(1.0, min(together) / min(alone))
+    return max(1.0, min(together) / min(solo))
 
 
 def _collective_fit(comm, reps: int) -> dict:
@@ -209,11 +202,11 @@ def _collective_fit(comm, reps: int) -> dict:
                 call = {"all_reduce": lambda: coll.all_reduce(x, group),
                         "all_gather": lambda: coll.all_gather(x[:n // g], group),
                         "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
-                with_call, alone = [], []
+                with_call, without = [], []
                 for _ in range(reps):  # alternated; the least disturbed of each
                     with_call.append(_per_step(comm, lambda: (work(), call())))
-                    alone.append(_per_step(comm, work))
-                points.append((n * 4, max(min(with_call) - min(alone), 1e-6)))
+                    without.append(_per_step(comm, work))
+                points.append((n * 4, max(min(with_call) - min(without), 1e-6)))
             out[f"{op}/{g}"] = list(_fit_line(*zip(*points)))
         group.Free()
     return out
@@ -264,17 +257,16 @@ def _mpi_max():
 
 def fit(comm, reps: int = 5, name: str | None = None) -> FittedMachine | None:
     """Measure and fit on every rank of ``comm``; the machine on rank 0 (None elsewhere)."""
-    from gpulab.engine.bench import peak_matmul
 
     from threadpoolctl import threadpool_limits
 
-    compute = comm.bcast(_alone(comm, _compute_fit), root=0)
+    compute = comm.bcast(alone(comm, _compute_fit), root=0)
     compute["share"] = _share(comm, reps)
     collectives = _collective_fit(comm, reps)
     overlap = {mode: _overlap_fit(comm, mode) for mode in ("poll", "thread")}
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
-        peak = _alone(comm, lambda: peak_matmul(512, repeats=15))
+        peak = alone(comm, lambda: peak_matmul(512, repeats=15))
     if comm.rank != 0:
         return None
     cores = os.cpu_count() or 1

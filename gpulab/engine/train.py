@@ -113,12 +113,15 @@ def inside_mpi() -> bool:
 WARMUP_STEPS = 3  # steps left out of the timeline summary (caches, thread pools, first allocations)
 
 
-def timeline_report(s: dict, memory: dict, tokens_per_s: float) -> str:
+def timeline_report(s: dict, memory: dict, tokens_per_s: float, flops_per_s: float, peak: float) -> str:
     """The per-iteration timeline summary, as ``gpulab train`` prints it."""
     ms = 1e3
     lines = [f"timeline per iteration (mean over ranks): {s['wall_s'] * ms:.1f} ms = compute "
              f"{s['compute_s'] * ms:.1f} ms + exposed communication {s['exposed_comm_s'] * ms:.1f} ms; "
-             f"hidden (overlapped) communication {s['hidden_comm_s'] * ms:.1f} ms; {tokens_per_s:.0f} tokens/s"]
+             f"hidden (overlapped) communication {s['hidden_comm_s'] * ms:.1f} ms",
+             f"throughput {tokens_per_s:.0f} tokens/s, {flops_per_s / 1e9:.2f} model GFLOP/s, MFU "
+             f"{flops_per_s / peak:.1%} of this machine's measured peak ({peak / 1e9:.1f} GFLOP/s, best "
+             "float32 matmul on all cores)"]
     for group, g in sorted(s["groups"].items()):
         lines.append(f"  {group:>6}: {g['calls']:.0f} calls, {g['bytes'] / 1e6:.2f} MB, in flight "
                      f"{g['flight_s'] * ms:.1f} ms, exposed {g['exposed_s'] * ms:.1f} ms")
@@ -147,6 +150,8 @@ def train(args, shape) -> int:
     from gpulab.engine.mesh import Mesh
     from gpulab.engine.model import init_params
     from gpulab.engine import timeline
+    from gpulab.engine.bench import alone, peak_matmul
+    from gpulab.engine.flops import model_flops
     from gpulab.engine.memory import memory_report
     from gpulab.engine.optim import AdamW, clip_grads
     from gpulab.engine.overlap import Overlap
@@ -217,6 +222,8 @@ def train(args, shape) -> int:
             if (step + 1 - start) % args.log_every == 0 or step + 1 == start + args.steps:
                 tqdm.write(f"step {step + 1}: loss {loss:.4f}", file=sys.stdout)
     wall = time.perf_counter() - t0
+    with threadpool_limits(os.cpu_count() or 1):  # the machine's peak: rank 0, the others asleep
+        peak = alone(comm, lambda: peak_matmul(512, repeats=10))
     steady = summaries[min(WARMUP_STEPS, len(summaries) - 1):] if summaries else []
     per_rank = comm.gather(timeline.mean_summary(steady) if steady else None, root=0)
     memories = comm.gather(memory_report(gpt), root=0)
@@ -242,8 +249,12 @@ def train(args, shape) -> int:
             summary["timeline"] = {k: round(v, 6) for k, v in tl_summary.items() if k != "groups"}
             summary["timeline"]["groups"] = tl_summary["groups"]
             summary["tokens_per_s"] = round(args.batch_size * T / tl_summary["wall_s"], 1)
+            flops_per_s = model_flops(config, args.batch_size, T) / tl_summary["wall_s"]
+            summary["model_flops_per_s"], summary["peak_flops"] = flops_per_s, peak
+            summary["mfu"] = flops_per_s / peak
             summary["memory"] = {k: max(m[k] for m in memories) for k in memories[0]}
-            print(timeline_report(tl_summary, summary["memory"], summary["tokens_per_s"]), flush=True)
+            print(timeline_report(tl_summary, summary["memory"], summary["tokens_per_s"], flops_per_s, peak),
+                  flush=True)
         print("summary " + json.dumps(summary), flush=True)
         if args.sample > 0:
             prompt = tok.encode("And ")
