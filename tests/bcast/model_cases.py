@@ -13,7 +13,7 @@ def fit_small(world, sizes, ranks_per_node=None) -> dict:
     from gpulab.bcast.fit import fit_machine, pingpong
 
     step("ping-pong")
-    samples = pingpong(world, sizes, ranks_per_node=ranks_per_node, time_budget=0.002, repeats=1)
+    samples = pingpong(world, sizes, ranks_per_node=ranks_per_node, time_budget=0.002, repeats=3)
     return fit_machine(samples, p=world.size, ranks_per_node=ranks_per_node).to_dict()
 
 
