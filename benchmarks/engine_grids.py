@@ -17,7 +17,6 @@ share these cores.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -179,18 +178,7 @@ the order in which ranks are scheduled.
 """
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="action", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--world", type=int, required=True)
-    r.add_argument("--iters", type=int, default=5)
-    r.add_argument("--rounds", type=int, default=3)
-    r.set_defaults(func=run)
-    sub.add_parser("report").set_defaults(func=report)
-    args = parser.parse_args()
-    args.func(args)
-
-
 if __name__ == "__main__":
-    main()
+    from run_report import main
+
+    main(__doc__, run, report, world=True)

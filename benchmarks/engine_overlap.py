@@ -16,7 +16,6 @@ best round (other jobs only add time) and the load average around each invocatio
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -146,17 +145,7 @@ they hide fully behind the computation they overlap.
 """
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="action", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("--iters", type=int, default=5)
-    r.add_argument("--rounds", type=int, default=3)
-    r.set_defaults(func=run)
-    sub.add_parser("report").set_defaults(func=report)
-    args = parser.parse_args()
-    args.func(args)
-
-
 if __name__ == "__main__":
-    main()
+    from run_report import main
+
+    main(__doc__, run, report)

@@ -1,0 +1,20 @@
+"""The command line both engine benchmark scripts share: ``run`` (measure, write JSON) and ``report``
+(render docs/*.md from the JSON), so that a record can be re-rendered without re-measuring."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def main(doc: str, run, report, *, world: bool = False) -> None:
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    r = sub.add_parser("run", help="measure and write docs/results/*.json")
+    if world:
+        r.add_argument("--world", type=int, required=True, help="MPI ranks")
+    r.add_argument("--iters", type=int, default=5, help="timed iterations per setting")
+    r.add_argument("--rounds", type=int, default=3, help="interleaved rounds (the best is kept)")
+    r.set_defaults(func=run)
+    sub.add_parser("report", help="render the docs record from the JSON").set_defaults(func=report)
+    args = parser.parse_args()
+    args.func(args)
