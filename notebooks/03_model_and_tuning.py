@@ -187,8 +187,9 @@ assert all(r["valid"] for r in scan) and 1 <= best <= CHUNK_MESSAGE
 # ## 5 · The tuning table: which algorithm `auto` runs
 # `gpulab tune bcast` measures every algorithm (chunk sizes, radices) at every
 # size for each process count and keeps the fastest, but only replaces
-# `MPI_Bcast` when the winner beats it by 10% twice (a confirmation run), so
-# that noise never makes `auto` slower than the native broadcast. Here a small
+# `MPI_Bcast` when the winner beats it by 10% in the sweep and again in each of
+# 4 interleaved confirmation rounds, so that one noisy measurement cannot make
+# `auto` slower than the native broadcast. Here a small
 # live version for p = 2..N_ENGINES (a subset of ranks sweeps while the others
 # wait), then `select()` explains its decisions:
 
@@ -217,7 +218,7 @@ Table(decisions, ["p", "nbytes", "algorithm", "options", "source", "reason"])
 assert {d["source"] for d in decisions if d["p"] <= N_ENGINES} == {"table"}
 assert {d["source"] for d in decisions if d["p"] == 64} == {"model"}  # no table for 64 ranks: the fit decides
 if "bcast_tuning" in RECORDED:
-    display(as_image(heatmap({p: r["table"] for p, r in RECORDED["bcast_tuning"].items()})))
+    display(as_image(heatmap(RECORDED["bcast_tuning"]["tables"])))  # the recorded table, p = 2, 3, 4, 8
 
 # %% [markdown]
 # ## 6 · Broadcasting a real network at start-up

@@ -95,7 +95,7 @@ def compare_plot(per_p: dict):
         ax.axhline(1.0, color="black", lw=0.8)
         ax.axhline(1.1, color="red", lw=0.8, ls=":", label="+10%")
         ax.axvline(64 << 10, color="grey", lw=0.8, ls=":")
-        ax.set_yscale("log")
+        ax.set_ylim(0, max(1.5, max(r["auto_over_mpi"] for r in table) * 1.05))
         ax.set_title(f"p = {p}")
         _size_axis(ax, sizes)
     axes[0][0].set_ylabel("time ratio (below 1 = faster than MPI)")

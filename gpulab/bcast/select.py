@@ -13,19 +13,19 @@ Three sources, tried in order (``gpulab.bcast.tuning`` says where the file is):
      binomial for short messages or p < 8, scatter + recursive-doubling allgather
      for medium messages on powers of two, scatter + ring allgather otherwise.
 The choice depends only on (nbytes, p, the file), never on communication, so
-all ranks that read the same file decide alike. Each process reads the file
-once (``reload()`` re-reads it) and remembers each decision, so deciding costs
-a dictionary lookup after the first broadcast of a size.
+all ranks that read the same file decide alike. Each process looks up the
+file (and $GPULAB_TUNING_TABLE) once, reads it once and remembers each
+decision, so deciding costs a dictionary lookup after the first broadcast of a
+size; ``reload()`` starts over.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
 from gpulab.bcast.model import MPICH_LONG, MPICH_MIN_PROCS, MPICH_SHORT, Machine, choose, mpich_choice
 from gpulab.bcast import tuning
-from gpulab.bcast.tuning import ENV, load, lookup
+from gpulab.bcast.tuning import load, lookup
 
 SHORT_MSG, LONG_MSG, MIN_PROCS = MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS
 
@@ -89,14 +89,15 @@ def _decide(nbytes: int, p: int, table) -> Decision:
     return mpich_default(nbytes, p)
 
 
-# (table argument, $GPULAB_TUNING_TABLE, file generation, nbytes, p) -> Decision: bcast(algorithm="auto")
-# calls select() on every broadcast, and a 3 us MPI_Bcast cannot afford 20 us of Python to decide
+# (table argument, file generation, nbytes, p) -> Decision: bcast(algorithm="auto") calls select()
+# on every broadcast, and a 3 us MPI_Bcast cannot afford 20 us of Python (or even the 0.5 us of
+# os.environ.get) to decide; $GPULAB_TUNING_TABLE is therefore read with the file, see reload()
 _decisions: dict = {}
 
 
 def select(nbytes: int, comm, table=None) -> Decision:
     """The algorithm and options for broadcasting ``nbytes`` over ``comm`` (only ``comm.size`` is used)."""
-    key = (table, os.environ.get(ENV), tuning.generation, nbytes, comm.size)
+    key = (table, tuning.generation, nbytes, comm.size)
     decision = _decisions.get(key)
     if decision is None:
         if len(_decisions) > 65536:
@@ -106,6 +107,7 @@ def select(nbytes: int, comm, table=None) -> Decision:
 
 
 def reload() -> None:
-    """Re-read the tuning file at the next select(); call it on every rank of a job, between broadcasts."""
+    """Re-read $GPULAB_TUNING_TABLE and the tuning file at the next select(); call it on every rank
+    of a job, between broadcasts (and after changing the variable in a running process)."""
     tuning.forget()
     _decisions.clear()

@@ -77,6 +77,7 @@ def save(data: dict, path=None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
         json.dump(data, f, indent=1)
+    os.chmod(f.name, 0o644)  # a temporary file is private; the table is meant to be shared
     os.replace(f.name, path)
     forget()
     return path

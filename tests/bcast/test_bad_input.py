@@ -5,6 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from gpulab.bcast import ALGORITHMS, bcast, option_names, select
+from gpulab.bcast.select import reload
 
 SELF = MPI.COMM_SELF
 
@@ -67,6 +68,7 @@ def test_auto_follows_mpich_thresholds(tmp_path, monkeypatch):
 
     # no tuning table and no fitted model (whatever the user's cache holds): MPICH's rule decides
     monkeypatch.setenv("GPULAB_TUNING_TABLE", str(tmp_path / "none.json"))
+    reload()  # select() reads the variable and the file once per process
     assert select(100, Comm(16)).source == "mpich-default"
     assert select(100, Comm(16))[0] == "binomial"
     assert select(100_000, Comm(4))[0] == "binomial"  # MPICH: p < 8 always binomial

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from gpulab.bcast.model import Hockney, Link, Machine
-from gpulab.bcast.select import Decision, select
+from gpulab.bcast.select import Decision, reload, select
 from gpulab.bcast.tuning import ENV, build_table, candidates, choose_measured, load, lookup, table_path, update
 from tests.mpi_harness import ROOT, run_mpi
 
@@ -27,7 +27,9 @@ def row(algorithm, nbytes, us, **options):
 @pytest.fixture
 def no_table(tmp_path, monkeypatch):
     monkeypatch.setenv(ENV, str(tmp_path / "missing.json"))
-    return tmp_path
+    reload()  # select() reads the variable once, like the file
+    yield tmp_path
+    reload()
 
 
 def test_table_path_precedence(tmp_path, monkeypatch):
@@ -71,6 +73,7 @@ def test_candidates_cover_every_algorithm_with_sensible_options():
 
 def test_select_falls_back_to_mpich_rule(no_table):
     d = select(100_000, Comm(16))
+    assert select(100_000, Comm(16)) is d  # decided once, then looked up
     assert isinstance(d, Decision) and d.source == "mpich-default"
     assert (d.name, d.options) == tuple(d) == ("scatter_allgather_rd", {})
     assert "MPICH" in d.reason and "power of two" in d.reason
