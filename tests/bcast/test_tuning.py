@@ -147,3 +147,25 @@ def test_cli_tune_fit_and_bcast_write_the_table(tmp_path):
     data = json.loads(path.read_text())
     assert set(data["tables"]) == {"2"} and set(data["models"]) == {"2"}  # the fit survived the sweep
     assert "algorithm='auto' uses" in tune.stdout and (tmp_path / "h.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_sweep_confirms_the_runner_up_when_the_winner_fails(monkeypatch):
+    """linear wins the sweep by luck and loses every confirmation; chain really is faster."""
+    import gpulab.bench
+    from gpulab.bcast.tuning import sweep
+
+    calls = []
+
+    def fake_measure(comm, name, nbytes, **options):
+        calls.append(name)
+        first = calls.count(name) == 1
+        us = {"mpi": 100.0, "linear": 50.0 if first else 150.0, "chain": 70.0}.get(name, 200.0)
+        return {"algorithm": name, "options": {k: v for k, v in options.items() if k == "chunk_bytes"},
+                "nbytes": nbytes, "avg_us": us, "valid": True}
+
+    monkeypatch.setattr(gpulab.bench, "measure_bcast", fake_measure)
+    rows = sweep(Comm(2), [1 << 20], chunks=(1 << 16,), radices=())
+    table = build_table(rows, p=2)
+    assert [(r["algorithm"], r["options"]) for r in table["ranges"]] == [("chain", {"chunk_bytes": 1 << 16})]
+    confirmed = {r["algorithm"]: r["confirm_speedups"] for r in rows if "confirm_speedups" in r}
+    assert min(confirmed["linear"]) < 1 < min(confirmed["chain"])
