@@ -67,7 +67,8 @@ def accuracy_plot(rows: list[dict], label: str = "fit same p", algorithms=None, 
             if not pts or f"pred_us[{label}]" not in pts[0]:
                 continue
             c = colors[i % len(colors)]
-            ax.plot([r["nbytes"] for r in pts], [r["avg_us"] for r in pts], "o", ms=3, color=c, label=f"p={p}")
+            ax.plot([r["nbytes"] for r in pts], [r.get("max_us", r["avg_us"]) for r in pts], "o", ms=3, color=c,
+                    label=f"p={p}")
             ax.plot([r["nbytes"] for r in pts], [r[f"pred_us[{label}]"] for r in pts], "-", lw=1, color=c)
         ax.set_yscale("log")
         ax.set_title(algorithm, fontsize=9)
@@ -75,7 +76,7 @@ def accuracy_plot(rows: list[dict], label: str = "fit same p", algorithms=None, 
     for ax in axes.flat[len(algorithms):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=6)
-    axes.flat[0].set_ylabel("us (dots measured, lines model)")
+    axes.flat[0].set_ylabel("us (dots: slowest rank, lines: model)")
     fig.suptitle(f"predicted ({label}) vs measured")
     return fig
 
