@@ -97,7 +97,7 @@ def _reanalysed(path: str) -> dict:
             # the switch of the MPI library that ran (without starting MPI here)
             switch = MPICH_SINGLE_COPY if r["metadata"]["mpi"].startswith("MPICH") else None
             r["model"] = fit_machine(m["notes"]["samples"], p=p, cores=m["cores"], switch=switch,
-                                     ranks_per_node=m["ranks_per_node"]).to_dict()
+                                     ranks_per_node=m["ranks_per_node"], call=m.get("call", 0.0)).to_dict()
     return results
 
 

@@ -47,10 +47,11 @@ def _measure(comm, name, nbytes, time_budget, **options):
 
 
 def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library") -> dict | None:
-    from gpulab.bcast.fit import SIZES, fit_machine, pingpong
+    from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
 
     samples = pingpong(comm, sizes or SIZES, ranks_per_node=ranks_per_node, time_budget=time_budget)
-    machine = fit_machine(samples, p=comm.size, ranks_per_node=ranks_per_node, switch=switch)
+    call = comm.bcast(call_overhead() if comm.rank == 0 else None, root=0)  # measured alone, no messages
+    machine = fit_machine(samples, p=comm.size, ranks_per_node=ranks_per_node, switch=switch, call=call)
     return machine.to_dict() if comm.rank == 0 else None
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from gpulab.bcast.model import Hockney, Link, Machine
 
 SIZES = [8, 64, 512, 1024, 2048, 4096, 6144, 8191, 8192, 12288, 16384, 32768, 65536, 131072, 262144,
-         524288, 1 << 20, 2 << 20, 4 << 20]
+         524288, 1 << 20, 2 << 20, 4 << 20, 16 << 20, 64 << 20]  # up to the largest broadcast predicted
 # MPICH ch4 (the mpich wheel, 4.x/5.0): from this size an intra-node message goes single-copy
 # through CMA (the receiver reads the sender's memory with process_vm_readv) instead of
 # through 8 KiB eager cells: MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD, default 8192 (`mpivars`)
@@ -94,6 +94,25 @@ def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budge
     return comm.bcast(samples, root=0)
 
 
+def call_overhead(repeats: int = 5, calls: int = 2000) -> float:
+    """Seconds of Python in one ``bcast`` call before any message: a 0-byte broadcast on COMM_SELF
+    (argument checks, byte view, group set-up), fastest of ``repeats`` loops. No communication."""
+    import time
+
+    from mpi4py import MPI
+
+    from gpulab.bcast.algorithms import run_algorithm
+
+    buf = np.empty(0, np.uint8)
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            run_algorithm("binomial", buf, 0, MPI.COMM_SELF)
+        best = min(best, (time.perf_counter() - start) / calls)
+    return best
+
+
 def _lsq(n: np.ndarray, t: np.ndarray) -> Hockney:
     """alpha, beta >= 0 minimising sum(((alpha + beta n) - t) / t)^2."""
     a = np.column_stack([1 / t, n / t])
@@ -153,7 +172,7 @@ def library_switch() -> int | None:
 
 
 def fit_machine(samples: list[dict], *, p: int, cores: int | None = None, ranks_per_node: int | None = None,
-                name: str | None = None, switch: int | str | None = "library") -> Machine:
+                name: str | None = None, switch: int | str | None = "library", call: float = 0.0) -> Machine:
     """A ``Machine`` from ping-pong samples: a link per level, the Python overhead and the core count.
 
     ``switch``: "library" (the MPI library's documented protocol switch; alpha and
@@ -185,12 +204,13 @@ def fit_machine(samples: list[dict], *, p: int, cores: int | None = None, ranks_
                         "pairs on one emulated node fit 'intra', across emulated nodes 'inter'; on one "
                         "machine both are the same hardware"),
              "samples": samples}
-    return Machine(name or f"fitted on {p} ranks", intra, inter, ranks_per_node, overhead, cores, p, notes)
+    return Machine(name or f"fitted on {p} ranks", intra, inter, ranks_per_node, overhead, cores, p, notes, call)
 
 
 def summary(machine: Machine) -> str:
     """Human-readable alpha/beta per level and regime, with the fit's RMS relative error."""
-    lines = [f"{machine.name}: Python overhead {machine.overhead * 1e6:.2f} us/message, {machine.cores} cores"]
+    lines = [f"{machine.name}: Python overhead {machine.overhead * 1e6:.2f} us/message and "
+             f"{machine.call * 1e6:.2f} us/call, {machine.cores} cores"]
     for level in ("intra", "inter"):
         link, report = getattr(machine, level), machine.notes.get("fit", {}).get(level)
         regimes = [("all sizes" if link.switch is None else f"< {link.switch} B", link.small)]
@@ -206,6 +226,6 @@ def summary(machine: Machine) -> str:
 if __name__ == "__main__":
     from mpi4py import MPI
 
-    fitted = fit_machine(pingpong(MPI.COMM_WORLD), p=MPI.COMM_WORLD.size)
+    fitted = fit_machine(pingpong(MPI.COMM_WORLD), p=MPI.COMM_WORLD.size, call=call_overhead())
     if MPI.COMM_WORLD.rank == 0:
         print(summary(fitted))

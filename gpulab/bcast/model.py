@@ -15,7 +15,8 @@ Beyond the textbook, a ``Machine`` can describe what a real machine adds:
     receiver copies), with different alpha and beta, and
     with receiver copies a rank's concurrent sends overlap instead of queueing;
   * ``overhead``: seconds of Python per message in gpulab's algorithms (MPI's
-    own Bcast, 'mpi', runs its messages in C and does not pay it);
+    own Bcast, 'mpi', runs its messages in C and does not pay it), and ``call``:
+    seconds of Python per broadcast call before the first message;
   * ``cores``: more ranks than cores share a node here, and MPI ranks wait by
     polling, so each gets cores/ranks of a core: every step of the critical
     path is ranks/cores slower (``stretch``), and all copies together must fit
@@ -76,6 +77,7 @@ class Machine:
     cores: int | None = None  # cores the ranks of one node share (None: not a limit)
     fitted_p: int | None = None  # process count of the ping-pong it was fitted at
     notes: dict = field(default_factory=dict, compare=False, hash=False)  # sources, residuals
+    call: float = 0.0  # seconds of Python per broadcast call before any message (argument checks, set-up)
 
     def link(self, p: int) -> Link:
         """Flat algorithms over p ranks: the slow link as soon as they span nodes."""
@@ -90,7 +92,7 @@ class Machine:
             return Link(Hockney(**x["small"]), Hockney(**x["large"]) if x.get("large") else None,
                         x.get("switch"), x.get("receiver_copies", False))
         return cls(d["name"], link(d["intra"]), link(d["inter"]), d.get("ranks_per_node"), d.get("overhead", 0.0),
-                   d.get("cores"), d.get("fitted_p"), d.get("notes", {}))
+                   d.get("cores"), d.get("fitted_p"), d.get("notes", {}), d.get("call", 0.0))
 
 
 @dataclass(frozen=True)
@@ -165,8 +167,20 @@ def _flat(algorithm: str, nbytes: float, p: int, link: Link, machine: Machine, o
 
 
 def breakdown(algorithm: str, nbytes: int, p: int, machine: Machine | None = None, **options) -> Prediction:
-    """Predicted time of one broadcast, split into latency and bandwidth terms."""
+    """Predicted time of one broadcast, split into latency and bandwidth terms.
+
+    Every call of gpulab's ``bcast`` (MPI's own 'mpi' too: it is reached through
+    the same entry) first spends ``machine.call`` seconds of Python, counted as latency.
+    """
     machine = machine or load_machine()
+    result = _messages(algorithm, nbytes, p, machine, options)
+    if p < 2 or not machine.call:
+        return result
+    call = machine.call * stretch(machine, p)
+    return Prediction(result.seconds + call, result.latency + call, result.bandwidth, result.bound)
+
+
+def _messages(algorithm: str, nbytes: int, p: int, machine: Machine, options: dict) -> Prediction:
     if algorithm == "hierarchical":
         rpn = options.get("ranks_per_node") or machine.ranks_per_node or p
         nodes, local = math.ceil(p / rpn), min(rpn, p)
@@ -255,7 +269,7 @@ def textbook(machine: Machine) -> Machine:
         line = machine.notes.get("fit", {}).get(level, {}).get("one_line")
         return Link(Hockney(line["alpha"], line["beta"])) if line else Link(getattr(machine, level).small)
     return replace(machine, name=machine.name + " (textbook)", intra=plain("intra"), inter=plain("inter"),
-                   overhead=0.0, cores=None)
+                   overhead=0.0, cores=None, call=0.0)
 
 
 def load_machine(path=None, p: int | None = None) -> Machine:
