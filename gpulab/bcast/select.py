@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gpulab.bcast.model import MPICH_LONG, MPICH_MIN_PROCS, MPICH_SHORT, Machine, choose, mpich_choice
 from gpulab.bcast import tuning
+from gpulab.bcast.model import MPICH_LONG, MPICH_MIN_PROCS, MPICH_SHORT, Machine, choose, mpich_choice
 from gpulab.bcast.tuning import load, lookup
 
 SHORT_MSG, LONG_MSG, MIN_PROCS = MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS
