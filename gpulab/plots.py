@@ -13,6 +13,7 @@ from collections import defaultdict
 from matplotlib.figure import Figure
 
 from gpulab.sizes import format_size
+from gpulab.trace_order import phase_order
 
 
 def series_of(row: dict) -> str:
@@ -55,9 +56,7 @@ def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
 
 def step_columns(events: list[dict]) -> list[tuple[str, int]]:
     """The logical rounds in order: (phase, step) pairs, phases in the order they first happen."""
-    order = {}
-    for e in sorted(events, key=lambda e: e["t_start"]):
-        order.setdefault(e["phase"], len(order))
+    order = phase_order(events, phase=lambda e: e["phase"])
     return sorted({(e["phase"], e["step"]) for e in events}, key=lambda k: (order[k[0]], k[1]))
 
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
+from gpulab.trace_order import phase_order
+
 _events: list | None = [] if os.environ.get("GPULAB_TRACE") else None
 
 
@@ -50,7 +52,5 @@ def gather_trace(events: list, comm) -> list | None:
     if gathered is None:
         return None
     merged = [event for per_rank in gathered for event in per_rank]
-    phase_order = {}
-    for event in sorted(merged, key=lambda e: e["t_start"]):
-        phase_order.setdefault((event["algorithm"], event["phase"]), len(phase_order))
-    return sorted(merged, key=lambda e: (phase_order[e["algorithm"], e["phase"]], e["step"], e["src"], e["dst"]))
+    order = phase_order(merged)
+    return sorted(merged, key=lambda e: (order[e["algorithm"], e["phase"]], e["step"], e["src"], e["dst"]))
