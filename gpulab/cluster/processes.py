@@ -29,6 +29,16 @@ def alive(proc) -> bool:
         return False
 
 
+def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
+    """SIGKILL these processes (those already gone are skipped) and wait up to timeout s for them."""
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(procs, timeout=timeout)
+
+
 def kill_trees(pids) -> None:
     """SIGKILL these processes and all their descendants, if still alive."""
     procs = []
@@ -38,12 +48,7 @@ def kill_trees(pids) -> None:
             procs += [proc, *proc.children(recursive=True)]
         except psutil.NoSuchProcess:
             pass
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=5)
+    kill_all(procs)
 
 
 def start_reaper(cluster) -> subprocess.Popen:
@@ -78,6 +83,16 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> N
         time.sleep(poll)
 
 
+def stop_cluster(cluster_file) -> None:
+    """Stop the controller and engines that this ipyparallel cluster file describes, if still running."""
+    try:
+        import ipyparallel as ipp
+
+        ipp.Cluster.from_file(str(cluster_file), log_level=40).stop_cluster_sync()
+    except Exception:  # its processes are already gone: the file is all that is left
+        pass
+
+
 def stop_stale_clusters(profile_dir: str) -> list[str]:
     """Stop clusters in this profile whose starting process (the pid in the cluster id) is gone."""
     stopped = []
@@ -85,12 +100,7 @@ def stop_stale_clusters(profile_dir: str) -> list[str]:
         owner = int(path.stem.split("-")[2])
         if psutil.pid_exists(owner):
             continue
-        try:
-            import ipyparallel as ipp
-
-            ipp.Cluster.from_file(str(path), log_level=40).stop_cluster_sync()
-        except Exception:  # its processes are already gone: the file is all that is left
-            pass
+        stop_cluster(path)
         path.unlink(missing_ok=True)
         stopped.append(path.stem.removeprefix("cluster-"))
     return stopped

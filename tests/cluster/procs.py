@@ -2,6 +2,7 @@
 
 Tests give every cluster a private IPYTHONDIR, so its mpiexec, proxies, engines,
 controller and reaper can be told apart from other MPI jobs on the machine.
+Stopping and killing is gpulab.cluster.processes' own, as used by the reaper.
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from pathlib import Path
 
 import psutil
 
+from gpulab.cluster.processes import alive, kill_all, stop_cluster
+
 
 def cluster_processes(ipython_dir) -> list[psutil.Process]:
     """Processes whose command line or environment names this IPYTHONDIR."""
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
-            if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+            if proc.pid == os.getpid() or not alive(proc):
                 continue
             if str(ipython_dir) in " ".join(proc.info["cmdline"] or []) or \
                     proc.environ().get("IPYTHONDIR") == str(ipython_dir):
@@ -34,22 +37,11 @@ def stop_leftovers(ipython_dir, grace: float = 10) -> list[str]:
     Returns the command lines of the processes still there after the grace time
     (an empty list means everything shut down by itself).
     """
-    import ipyparallel as ipp
-
     deadline = time.monotonic() + grace
     while cluster_processes(ipython_dir) and time.monotonic() < deadline:
         time.sleep(0.5)
     left = [" ".join(p.cmdline()[:3]) for p in cluster_processes(ipython_dir)]
     for cluster_file in Path(ipython_dir).glob("profile_*/security/cluster-*.json"):
-        try:
-            ipp.Cluster.from_file(str(cluster_file), log_level=40).stop_cluster_sync()
-        except Exception:
-            pass
-    procs = cluster_processes(ipython_dir)
-    for proc in procs:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(procs, timeout=10)
+        stop_cluster(cluster_file)
+    kill_all(cluster_processes(ipython_dir), timeout=10)
     return left
