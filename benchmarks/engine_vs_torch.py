@@ -98,7 +98,7 @@ def run_gpulab(cfg, params, batch, steps):
     from mpi4py import MPI
 
     from gpulab.engine import Mesh, ParallelGPT
-    from gpulab.engine.optim import AdamW, clip_grads
+    from gpulab.engine.optim import AdamW, train_step
 
     mesh = Mesh(1, 1, 1, 1, comm=MPI.COMM_SELF)
     gpt = ParallelGPT(cfg, mesh)
@@ -106,9 +106,7 @@ def run_gpulab(cfg, params, batch, steps):
     opt = AdamW(gpt.params, lr=1e-4)
     losses, start = [], time.perf_counter()
     for _ in range(steps):
-        losses.append(gpt.forward_backward(*batch))
-        clip_grads(gpt.grads, 1.0, gpt.grad_norm())
-        opt.step(gpt.grads)
+        losses.append(train_step(gpt, opt, batch)["loss"])
     elapsed = time.perf_counter() - start
     mesh.free()
     return elapsed, losses

@@ -36,9 +36,11 @@ def is_device_array(x) -> bool:
 
 
 def array_module(x):
-    """numpy for host arrays, cupy for device arrays."""
+    """numpy for host arrays, cupy for device arrays (``gpulab.fakedevice.xp`` for fake ones)."""
     if hasattr(x, "__gpulab_device__"):
-        raise TypeError("fake device arrays take no array math, only copies (gpulab.fakedevice)")
+        from gpulab.fakedevice import xp
+
+        return xp
     if is_device_array(x):
         return sys.modules["cupy"]  # a device array implies cupy is imported
     return np
@@ -107,6 +109,9 @@ class CupyDevice:
             self.cp.cuda.runtime.memcpyAsync(dev.data.ptr, host.ctypes.data, host.nbytes,
                                              _HOST_TO_DEVICE, stream.ptr)
 
+    def current_stream(self):
+        return self.cp.cuda.get_current_stream()
+
     def synchronize(self) -> None:
         self.cp.cuda.get_current_stream().synchronize()
 
@@ -121,20 +126,32 @@ def device_of(x):
     return None
 
 
-def empty_bytes(nbytes: int, device: str = "host"):
-    """``nbytes`` uninitialised bytes on ``device``: "host" (numpy), "cupy" or "fake"."""
+def module_for(device: str):
+    """The array module of ``device``: "host" (numpy), "cupy" or "fake" (``gpulab.fakedevice.xp``)."""
     if device == "host":
-        return np.empty(nbytes, dtype=np.uint8)
+        return np
     if device == "cupy":
         cp = cupy_or_none()
         if cp is None:
             raise RuntimeError("device='cupy' needs CuPy and a CUDA driver (pip install gpulab[gpu])")
-        return cp.empty(nbytes, dtype=np.uint8)
+        return cp
     if device == "fake":
-        from gpulab import fakedevice
+        from gpulab.fakedevice import xp
 
-        return fakedevice.empty(nbytes)
+        return xp
     raise ValueError(f"device must be 'host', 'cupy' or 'fake', got {device!r}")
+
+
+def to_device(x, device: str):
+    """``x`` (host or device) as an array on ``device``: one copy when it moves, none when it is there."""
+    if device == "host":
+        return to_host(x)
+    return module_for(device).asarray(x)
+
+
+def empty_bytes(nbytes: int, device: str = "host"):
+    """``nbytes`` uninitialised bytes on ``device``: "host" (numpy), "cupy" or "fake"."""
+    return module_for(device).empty(nbytes, dtype=np.uint8)
 
 
 def copy_from_host(x, host) -> None:

@@ -14,9 +14,10 @@ in one part is contained, recorded with its error, and the next part runs):
 3. broadcast timings on CuPy buffers (staged, and NCCL at p = 1), plus the
    pipelining experiment: one unsegmented staged chain against a pipelined one
 4. the dense matmul peak (float32, TF32, float16; bfloat16 through PyTorch)
-5. the engine on CuPy: equivalence with the serial numpy model, then
-   tokens/s and MFU against the measured peak (recorded as errors if the
-   engine cannot run on CuPy yet)
+5. the engine on CuPy: equivalence with the serial numpy model (float32 on
+   every 2-rank grid, staged and CUDA-aware; float16 mixed precision against
+   float64), then tokens/s and MFU of training steps against the measured
+   peak of the same dtype, and ``gpulab train --device cupy --dtype float16``
 
 Needs: numpy, mpi4py with an MPI and its mpiexec (GPULAB_MPIEXEC to point at
 one), CuPy; PyTorch optional. The JSON is rewritten after every part, so a
@@ -122,27 +123,60 @@ def part_matmul(until, state):
 
 
 def part_engine_equivalence(until, state):
-    out = [run_mpi(1, "tests.gpu.check_cases:engine_equivalence", shape=[1, 1, 1, 1], timeout=left(until))[0]]
-    # 2 ranks: the engine's collectives on device buffers (needs a CUDA-aware MPI or staging in the engine)
-    try:
-        out.append(run_mpi(2, "tests.gpu.check_cases:engine_equivalence", shape=[1, 2, 1, 1], timeout=left(until))[0])
-    except Exception as error:  # noqa: BLE001 - recorded, the serial result above still counts
-        out.append({"shape": [1, 2, 1, 1], "error": f"{type(error).__name__}: {str(error)[-1500:]}"})
+    """The engine on CuPy against the serial numpy model: float32 on every 2-rank grid (staged, and
+    CUDA-aware when the MPI is), float16 mixed precision against float64."""
+    shapes = [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 1, 1, 2)]
+    keep = ("shape", "dtype", "loss_err", "grad_err", "train_loss_err", "norm_err", "param_err")
+    out = {"float32_staged": [{k: r[k] for k in keep} for r in run_mpi(
+        2, "tests.engine.cases:equivalence", shapes=shapes, dtype="float32", device="cupy", expect_path="staged",
+        env=STAGED, timeout=left(until))[0]]}
+    out["float16_staged"] = run_mpi(2, "tests.engine.cases:float16_accuracy", shapes=shapes[1:3], device="cupy",
+                                    expect_path="staged", env=STAGED, timeout=left(until))[0]
+    if state.get("aware"):
+        out["float32_cuda_aware"] = [{k: r[k] for k in keep} for r in run_mpi(
+            2, "tests.engine.cases:equivalence", shapes=shapes[1:2], dtype="float32", device="cupy",
+            expect_path="cuda-aware", env={"GPULAB_CUDA_AWARE": "1"}, timeout=left(until))[0]]
     return out
 
 
 def part_engine_mfu(until, state):
-    peak = {k: v for k, v in state.get("peak", {}).items() if k in ("cupy_float32", "cupy_float32_tf32")}
-    if not peak:
-        raise RuntimeError("no measured matmul peak to compute MFU against")
-    return run_mpi(1, "tests.gpu.check_cases:engine_mfu", peak_tflops=peak, timeout=left(until))[0]
+    """Training steps of a GPT-2-small-wide model on one GPU: MFU against the same dtype's measured peak."""
+    peak = state.get("peak", {})
+    out = {}
+    for dtype, peaks in (("float32", ("cupy_float32", "cupy_float32_tf32")), ("float16", ("cupy_float16",))):
+        mine = {k: peak[k] for k in peaks if k in peak}
+        if not mine:
+            raise RuntimeError(f"no measured {dtype} matmul peak to compute MFU against")
+        out[dtype] = run_mpi(1, "tests.gpu.check_cases:engine_mfu", peak_tflops=mine, dtype=dtype,
+                             timeout=left(until))[0]
+    return out
+
+
+def part_train_cli(until, state):
+    """``gpulab train --device cupy --dtype float16`` on 2 ranks sharing the GPU: the command a learner runs."""
+    import importlib.util
+    import tempfile
+
+    missing = [m for m in ("tqdm", "threadpoolctl") if importlib.util.find_spec(m) is None]
+    if missing:  # the command's own dependencies (pip install -e .); the engine parts above do without
+        return {"skipped": f"gpulab train needs {', '.join(missing)}, not installed here"}
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "gpulab.cli", "train", "--mesh", "1,2,1,1", "--device", "cupy", "--dtype",
+               "float16", "--steps", "60", "--no-progress", "--sample", "0", "--out", f"{tmp}/gpt.npz"]
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=left(until), cwd=ROOT,
+                             env={**os.environ, **STAGED})
+    if run.returncode:
+        raise RuntimeError(f"exit {run.returncode}: {(run.stdout + run.stderr)[-3000:]}")
+    line = next(ln for ln in run.stdout.splitlines() if ln.startswith("summary "))
+    return json.loads(line[len("summary "):])
 
 
 # (name, function, seconds it may take at most); the sum fits the default budget
 PARTS = [("environment", part_environment, 60), ("bcast_staged_p2", part_bcast_staged(2), 90),
          ("bcast_staged_p4", part_bcast_staged(4), 120), ("bcast_cuda_aware_p2", part_bcast_cuda_aware, 90),
          ("nccl_p1", part_nccl, 60), ("bcast_timings", part_timings, 150), ("matmul_peak", part_matmul, 60),
-         ("engine_equivalence", part_engine_equivalence, 90), ("engine_mfu", part_engine_mfu, 60)]
+         ("engine_equivalence", part_engine_equivalence, 90), ("engine_mfu", part_engine_mfu, 60),
+         ("train_cli", part_train_cli, 90)]
 
 
 def summary_lines(report: dict) -> list[str]:
@@ -155,9 +189,8 @@ def summary_lines(report: dict) -> list[str]:
         lines.append(f"{name:22s} {state:6s} {part['seconds']:6.1f} s{detail}")
     peak = report["parts"].get("matmul_peak", {}).get("result") or {}
     lines += [f"  matmul {k}: {v['tflops']:.1f} TFLOP/s" for k, v in peak.items()]
-    mfu = report["parts"].get("engine_mfu", {}).get("result") or {}
-    if "tokens_per_s" in mfu:
-        lines.append(f"  engine: {mfu['tokens_per_s']:.0f} tokens/s, MFU {mfu['mfu']}")
+    for dtype, mfu in (report["parts"].get("engine_mfu", {}).get("result") or {}).items():
+        lines.append(f"  engine {dtype}: {mfu['tokens_per_s']:.0f} tokens/s, MFU {mfu['mfu']}")
     return lines
 
 

@@ -8,13 +8,14 @@ They come as dual pairs, because the backward of one is the other:
 Each has a non-blocking twin (``iall_gather``, ``iall_reduce``,
 ``ireduce_scatter``) that returns a ``Handle``; ``handle.wait()`` gives the
 result. All return at once (no copy, no MPI call) when the group has one
-member, take numpy or CuPy arrays (made contiguous), and synchronize the CUDA
-stream before handing a device buffer to MPI. ``all_reduce`` works in place
-on a contiguous array.
+member, and take numpy or CuPy arrays (made contiguous). Device arrays reach
+MPI directly when it is CUDA-aware, else staged through pinned host memory
+(``gpulab.engine.exchange``); the path is in every traced call and timeline
+event. ``all_reduce`` works in place on a contiguous array.
 
 ``with trace() as calls:`` records every call that reaches MPI as a dict
 (op, group name, group size, nbytes = the size of the full buffer: the summed
-array, the gathered result, the array to be scattered), which is how the
+array, the gathered result, the array to be scattered; path), which is how the
 tests check ``gpulab.engine.volume``'s byte counts against real runs. Inside
 ``gpulab.engine.timeline.record()`` every call also becomes a timed event.
 
@@ -32,8 +33,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from time import perf_counter
 
-from gpulab.backend import array_module, synchronize
+from gpulab.backend import array_module
 from gpulab.engine import timeline
+from gpulab.engine.exchange import Exchange
 
 _records: list | None = None
 _in_flight: list["Handle"] = []  # non-blocking collectives not yet seen complete
@@ -50,10 +52,10 @@ def trace():
         _records = outer
 
 
-def _note(op: str, comm, nbytes: int) -> None:
+def _note(op: str, comm, nbytes: int, path: str) -> None:
     if _records is not None:
         _records.append({"op": op, "group": comm.Get_name(), "size": comm.Get_size(),
-                         "nbytes": int(nbytes)})
+                         "nbytes": int(nbytes), "path": path})
 
 
 def _mpi():
@@ -67,25 +69,28 @@ def _op(name: str):
     return {"sum": MPI.SUM, "max": MPI.MAX}[name]
 
 
-def _blocking(op, comm, nbytes, call) -> None:
+def _blocking(op, comm, nbytes, ex: Exchange, call) -> None:
     start = perf_counter()
     call()
+    ex.finish()
     tl = timeline.current()
     if tl is not None:
         end = perf_counter()
         tl.add("comm", start, end, op=op, group=comm.Get_name(), size=comm.Get_size(),
-               nbytes=int(nbytes), blocked=[[start, end]], **{"async": False})
+               nbytes=int(nbytes), path=ex.path, blocked=[[start, end]], **{"async": False})
 
 
 class Handle:
     """A collective in flight; ``wait()`` completes it and returns the result."""
 
-    def __init__(self, result, request=None, event: dict | None = None, tl=None):
+    def __init__(self, result, request=None, event: dict | None = None, tl=None, exchange=None):
         self._result, self._request, self._event, self._timeline = result, request, event, tl
+        self._exchange = exchange
         if request is not None:
             _in_flight.append(self)
 
     def _done(self, blocked_from: float | None) -> None:
+        self._exchange.finish()  # a staged result reaches the device here
         end = perf_counter()
         self._request = None
         _in_flight.remove(self)
@@ -114,16 +119,16 @@ class Handle:
         return self._result
 
 
-def _start(op, comm, nbytes, result, call) -> Handle:
+def _start(op, comm, nbytes, result, ex: Exchange, call) -> Handle:
     """Issue a non-blocking collective: ``call()`` returns its MPI request."""
     start = perf_counter()
     request = call()
     tl = timeline.current()
     event = None if tl is None else {
         "kind": "comm", "start": start, "end": None, "op": op, "group": comm.Get_name(),
-        "size": comm.Get_size(), "nbytes": int(nbytes), "async": True,
+        "size": comm.Get_size(), "nbytes": int(nbytes), "path": ex.path, "async": True,
         "blocked": [[start, perf_counter()]]}  # the call itself; the wait is added at the end
-    return Handle(result, request, event, tl)
+    return Handle(result, request, event, tl, ex)
 
 
 def progress() -> None:
@@ -193,49 +198,52 @@ def in_flight() -> int:
     return len(_in_flight)
 
 
+def _reduce_setup(x, comm):
+    x = array_module(x).ascontiguousarray(x)
+    ex = Exchange(x)
+    _note("all_reduce", comm, x.nbytes, ex.path)
+    return x, ex, ex.inout(x)
+
+
 def all_reduce(x, comm, op: str = "sum"):
     """Sum (or max) ``x`` over the group, in place; returns the (contiguous) result."""
     if comm.Get_size() == 1:
         return x
-    x = array_module(x).ascontiguousarray(x)
-    _note("all_reduce", comm, x.nbytes)
-    synchronize(x)
-    _blocking("all_reduce", comm, x.nbytes, lambda: comm.Allreduce(_mpi().IN_PLACE, x, op=_op(op)))
+    x, ex, buf = _reduce_setup(x, comm)
+    _blocking("all_reduce", comm, x.nbytes, ex, lambda: comm.Allreduce(_mpi().IN_PLACE, buf, op=_op(op)))
     return x
 
 
 def iall_reduce(x, comm, op: str = "sum") -> Handle:
     if comm.Get_size() == 1:
         return Handle(x)
-    x = array_module(x).ascontiguousarray(x)
-    _note("all_reduce", comm, x.nbytes)
-    synchronize(x)
-    return _start("all_reduce", comm, x.nbytes, x, lambda: comm.Iallreduce(_mpi().IN_PLACE, x, op=_op(op)))
+    x, ex, buf = _reduce_setup(x, comm)
+    return _start("all_reduce", comm, x.nbytes, x, ex, lambda: comm.Iallreduce(_mpi().IN_PLACE, buf, op=_op(op)))
 
 
 def _gather_setup(shard, comm):
     xp = array_module(shard)
     shard = xp.ascontiguousarray(shard).reshape(-1)
     out = xp.empty(shard.size * comm.Get_size(), dtype=shard.dtype)  # member i's part at i*n
-    _note("all_gather", comm, out.nbytes)
-    synchronize(shard)
-    return shard, out
+    ex = Exchange(shard)
+    _note("all_gather", comm, out.nbytes, ex.path)
+    return out, ex, ex.send(shard), ex.recv(out)
 
 
 def all_gather(shard, comm):
     """Concatenate every member's 1-D ``shard`` (same size on all) in group-rank order."""
     if comm.Get_size() == 1:
         return shard.reshape(-1)
-    shard, out = _gather_setup(shard, comm)
-    _blocking("all_gather", comm, out.nbytes, lambda: comm.Allgather(shard, out))
+    out, ex, send, recv = _gather_setup(shard, comm)
+    _blocking("all_gather", comm, out.nbytes, ex, lambda: comm.Allgather(send, recv))
     return out
 
 
 def iall_gather(shard, comm) -> Handle:
     if comm.Get_size() == 1:
         return Handle(shard.reshape(-1))
-    shard, out = _gather_setup(shard, comm)
-    return _start("all_gather", comm, out.nbytes, out, lambda: comm.Iallgather(shard, out))
+    out, ex, send, recv = _gather_setup(shard, comm)
+    return _start("all_gather", comm, out.nbytes, out, ex, lambda: comm.Iallgather(send, recv))
 
 
 def _scatter_setup(flat, comm):
@@ -246,23 +254,23 @@ def _scatter_setup(flat, comm):
                          f"over {size} ranks")
     flat = xp.ascontiguousarray(flat).reshape(-1)
     out = xp.empty(flat.size // size, dtype=flat.dtype)
-    _note("reduce_scatter", comm, flat.nbytes)
-    synchronize(flat)
-    return flat, out
+    ex = Exchange(flat)
+    _note("reduce_scatter", comm, flat.nbytes, ex.path)
+    return flat, out, ex, ex.send(flat), ex.recv(out)
 
 
 def reduce_scatter(flat, comm):
     """Sum ``flat`` over the group and keep this member's 1/size slice (block i on member i)."""
     if comm.Get_size() == 1:
         return flat.reshape(-1)
-    flat, out = _scatter_setup(flat, comm)
-    _blocking("reduce_scatter", comm, flat.nbytes, lambda: comm.Reduce_scatter_block(flat, out, op=_op("sum")))
+    flat, out, ex, send, recv = _scatter_setup(flat, comm)
+    _blocking("reduce_scatter", comm, flat.nbytes, ex, lambda: comm.Reduce_scatter_block(send, recv, op=_op("sum")))
     return out
 
 
 def ireduce_scatter(flat, comm) -> Handle:
     if comm.Get_size() == 1:
         return Handle(flat.reshape(-1))
-    flat, out = _scatter_setup(flat, comm)
-    return _start("reduce_scatter", comm, flat.nbytes, out,
-                  lambda: comm.Ireduce_scatter_block(flat, out, op=_op("sum")))
+    flat, out, ex, send, recv = _scatter_setup(flat, comm)
+    return _start("reduce_scatter", comm, flat.nbytes, out, ex,
+                  lambda: comm.Ireduce_scatter_block(send, recv, op=_op("sum")))

@@ -3,7 +3,11 @@
     cfg = GPTConfig(vocab_size=32, block_size=8, n_layer=2, n_head=2, n_embd=16)
 
 Names follow nanoGPT. ``dtype`` is the floating type of parameters and
-activations ("float64" for gradient checks, "float32" for training).
+activations ("float64" for gradient checks, "float32" for training,
+"float16" for mixed precision: float32 master weights in the optimizer, loss
+scaling, float32 sums for the loss and the gradient norm; see
+``gpulab.engine.optim``). bfloat16 is not offered: neither numpy nor CuPy has
+the dtype.
 """
 
 from __future__ import annotations
@@ -12,7 +16,12 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-_DTYPES = ("float32", "float64")
+_DTYPES = ("float16", "float32", "float64")
+
+
+def accum_dtype(dtype) -> str:
+    """The type long sums are taken in: float32 for float16 values (their sum overflows at 65504)."""
+    return np.promote_types(dtype, np.float32).name
 
 
 @dataclass(frozen=True)

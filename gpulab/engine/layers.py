@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from gpulab.backend import array_module
+from gpulab.engine.config import accum_dtype
 
 LN_EPS = 1e-5
 _GELU_C = math.sqrt(2.0 / math.pi)
@@ -170,12 +171,13 @@ def embedding_backward(dout, cache):
 
 def scatter_add(target, rows, values):
     """target[rows] += values, accumulating repeated rows (np.add.at / cupyx.scatter_add)."""
-    if array_module(target).__name__ == "numpy":
-        array_module(target).add.at(target, rows, values)
-    else:
+    xp = array_module(target)
+    if xp.__name__ == "cupy":
         import cupyx  # only reached with CuPy arrays
 
         cupyx.scatter_add(target, rows, values)
+    else:  # numpy, and the fake device's numpy
+        xp.add.at(target, rows, values)
 
 
 # --- Softmax cross-entropy, mean over all B*T tokens --------------------------------------------
@@ -189,7 +191,7 @@ def cross_entropy_forward(logits, targets):
     sumexp = e.sum(axis=-1)  # (M,)
     t = targets.reshape(-1)
     picked = z[xp.arange(z.shape[0]), t]  # (M,) logit of the right token
-    loss = (xp.log(sumexp) - picked).mean()
+    loss = (xp.log(sumexp) - picked).mean(dtype=accum_dtype(z.dtype))
     return loss, (e / sumexp[:, None], t, logits.shape)
 
 

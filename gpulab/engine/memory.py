@@ -5,7 +5,8 @@
     #  "weight_cache": ..., "total": ...}
 
 Parameters and gradients are this rank's pieces; the optimizer state is
-AdamW's two moments, shaped like the parameters (``optim.AdamW``);
+AdamW's two moments, shaped like the parameters, plus float32 master weights
+for float16 models, all in float32 then (``optim.AdamW``);
 activations are the arrays the last forward kept for backward (the caches,
 counted once each, parameters excluded); weight_cache is the most gathered
 weight blocks held at once by prefetching and caching (``overlap_weights``):
@@ -13,6 +14,10 @@ the memory that those two options trade for communication.
 """
 
 from __future__ import annotations
+
+import numpy as np
+
+from gpulab.engine.config import accum_dtype
 
 ADAM_MOMENTS = 2  # m and v
 
@@ -47,10 +52,19 @@ def _base(a):
     return a
 
 
+def optimizer_nbytes(params: dict) -> int:
+    """AdamW's state for ``params``: two moments, and a master copy for float16 values, in float32."""
+    total = 0
+    for p in params.values():
+        kept = ADAM_MOMENTS + (1 if p.dtype.itemsize < 4 else 0)
+        total += kept * p.size * np.dtype(accum_dtype(p.dtype)).itemsize
+    return int(total)
+
+
 def memory_report(gpt) -> dict:
     params = sum(int(p.nbytes) for p in gpt.params.values())
     grads = sum(int(g.nbytes) for g in gpt.grads.values()) if gpt.grads else params
-    report = {"parameters": params, "gradients": grads, "optimizer": ADAM_MOMENTS * params,
+    report = {"parameters": params, "gradients": grads, "optimizer": optimizer_nbytes(gpt.params),
               "activations": int(gpt.memory.get("activations", 0)),
               "weight_cache": int(gpt.memory.get("weight_cache", 0))}
     report["total"] = sum(report.values())

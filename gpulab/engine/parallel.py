@@ -30,9 +30,11 @@ from gpulab.backend import array_module, to_host
 from gpulab.engine import collectives as coll
 from gpulab.engine import layers as L
 from gpulab.engine import tp_layers as TP
+from gpulab.engine.config import accum_dtype
 from gpulab.engine.layout import assemble, local_piece, owns, param_specs
 from gpulab.engine.memory import tree_nbytes
 from gpulab.engine.model import WPE, WTE
+from gpulab.engine.optim import squared_sum
 from gpulab.engine.overlap import Overlap
 from gpulab.engine.overlap_grads import GradSync
 from gpulab.engine.overlap_weights import WeightFetcher, backward_uses, forward_uses
@@ -102,8 +104,9 @@ class ParallelGPT:
 
     # --- parameters in and out --------------------------------------------------------------------
 
-    def local_pieces(self, full: dict) -> dict:
-        """This rank's pieces of a full-shaped dict (parameters, or optimizer moments)."""
+    def local_pieces(self, full: dict, dtype: str | None = None) -> dict:
+        """This rank's pieces of a full-shaped dict (parameters, or optimizer moments), as ``dtype``
+        (default: the model's)."""
         missing = [n for n in self.specs if n not in full]
         if missing:
             raise KeyError(f"missing parameters: {missing}")
@@ -112,7 +115,7 @@ class ParallelGPT:
             value = full[name]
             if tuple(value.shape) != spec.shape:
                 raise ValueError(f"{name}: shape {tuple(value.shape)} != expected {spec.shape}")
-            value = array_module(value).asarray(value, dtype=self.config.dtype)
+            value = array_module(value).asarray(value, dtype=dtype or self.config.dtype)
             out[name] = local_piece(spec, value, self.mesh.shape, self.coords)
         return out
 
@@ -194,7 +197,7 @@ class ParallelGPT:
 
     def _global_loss(self, loss_sum, n_tokens):
         xp = array_module(self.params[WTE])
-        total = coll.all_reduce(xp.asarray([loss_sum], dtype=self.config.dtype), self.mesh.batch)
+        total = coll.all_reduce(xp.asarray([loss_sum], dtype=accum_dtype(self.config.dtype)), self.mesh.batch)
         return float(total[0]) / n_tokens
 
     def loss(self, idx, targets) -> float:
@@ -207,8 +210,12 @@ class ParallelGPT:
         loss_sum, _ = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
         return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
 
-    def forward_backward(self, idx, targets) -> float:
-        """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``."""
+    def forward_backward(self, idx, targets, loss_scale: float = 1.0) -> float:
+        """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``.
+
+        The gradients are those of ``loss_scale`` times the loss (float16 loss scaling,
+        ``gpulab.engine.optim.LossScaler``); the loss returned is not scaled.
+        """
         idx_l, tgt_l = self._local_batch(idx, targets)
         n_tokens = idx.shape[0] * idx.shape[1]
         fetch = self._fetcher(forward_uses(self.config) + backward_uses(self.config))
@@ -219,7 +226,7 @@ class ParallelGPT:
                 loss_sum, c_ce = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row)
             self.memory["activations"] = tree_nbytes((caches, c_ce), skip=self.params.values())
             with phase("backward"):
-                self._backward(idx_l.shape[1], n_tokens, caches, c_ce, fetch, sync)
+                self._backward(idx_l.shape[1], loss_scale / n_tokens, caches, c_ce, fetch, sync)
             fetch.end()
             self.memory["weight_cache"] = fetch.peak_bytes
             with phase("grad-sync"):
@@ -227,7 +234,7 @@ class ParallelGPT:
                 loss = self._global_loss(loss_sum, n_tokens)
         return loss
 
-    def _backward(self, T, n_tokens, caches, c_ce, fetch, sync) -> None:
+    def _backward(self, T, dloss, caches, c_ce, fetch, sync) -> None:
         """Backward in exact reverse order of ``_forward``; gradients go to ``sync`` as they appear."""
         c_tok, blocks, c_lnf, c_head = caches
         lin, async_grads = self.linears, self.overlap.async_grads
@@ -242,7 +249,7 @@ class ParallelGPT:
             for key, value in dparams.items():
                 sync.add(f"{prefix}.{key}", value)
 
-        dlogits, _ = TP.cross_entropy_backward(1.0 / n_tokens, c_ce)
+        dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
         dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False, W=fetch.get(WTE),
                                    async_grads=async_grads)  # keep the block: wte is tied
         dW_head = d["weight"]
@@ -276,7 +283,6 @@ class ParallelGPT:
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""
         xp = array_module(self.params[WTE])
-        sq = sum(float((self.grads[n] * self.grads[n]).sum())
-                 for n, s in self.specs.items() if owns(s, self.coords))
+        sq = sum(squared_sum(self.grads[n]) for n, s in self.specs.items() if owns(s, self.coords))
         total = coll.all_reduce(xp.asarray([sq], dtype="float64"), self.mesh.tensor)
         return math.sqrt(float(total[0]))

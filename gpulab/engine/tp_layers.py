@@ -18,6 +18,7 @@ each one needs:
 from __future__ import annotations
 
 from gpulab.backend import array_module
+from gpulab.engine.config import accum_dtype
 from gpulab.engine import collectives as coll
 from gpulab.engine.layers import LN_EPS, scatter_add
 
@@ -76,7 +77,7 @@ def cross_entropy_forward(logits, targets, vocab_lo: int, row_comm):
     rows = xp.arange(z.shape[0])
     picked = xp.where(mine, z[rows, xp.where(mine, t, 0)] - zmax, 0)  # target logit, if ours
     sums = coll.all_reduce(xp.stack([e.sum(axis=-1), picked]), row_comm)  # (2, M)
-    loss_sum = (xp.log(sums[0]) - sums[1]).sum()
+    loss_sum = (xp.log(sums[0]) - sums[1]).sum(dtype=accum_dtype(z.dtype))
     return loss_sum, (e / sums[0][:, None], t, mine, logits.shape)
 
 

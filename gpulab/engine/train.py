@@ -3,6 +3,7 @@
     gpulab train --mesh 1,2,2,1 -n 4              # row,col,depth,data; 4 ranks
     gpulab train --mesh 2,1,1,1 --resume results/gpt.npz --steps 100   # other grid, go on
     gpulab train --mesh 1,1,2,2 --overlap all     # overlap communication (gpulab.engine.overlap)
+    gpulab train --mesh 1,2,1,1 --device cupy --dtype float16   # on GPUs, mixed precision
 
 Outside an MPI job the command re-launches itself under ``mpiexec -n N``
 (``gpulab.launch``). Every rank draws the same global batch (seeded by step)
@@ -12,7 +13,11 @@ any grid) and prints a text sample at the end. Every step is recorded as a
 timeline (``gpulab.engine.timeline``); the end of the run reports, per
 iteration and averaged over ranks and steps (the first few left out as
 warm-up), compute, exposed and hidden communication by group, tokens/s and
-memory per rank.
+memory per rank. MFU is measured against the best matmul of the same dtype on
+the same device (``peak_matmul``). ``--device cupy`` gives each rank the GPU of
+its node-local rank; collectives go to a CUDA-aware MPI or are staged through
+host memory (``gpulab.engine.exchange``). ``--dtype float16`` trains with
+float32 master weights and dynamic loss scaling (``gpulab.engine.optim``).
 """
 
 from __future__ import annotations
@@ -37,7 +42,10 @@ _OPTIONS = [
     (("--n-layer",), dict(type=int, default=2)),
     (("--n-head",), dict(type=int, default=4)),
     (("--n-embd",), dict(type=int, default=64)),
-    (("--dtype",), dict(default="float32", choices=["float32", "float64"])),
+    (("--dtype",), dict(default="float32", choices=["float16", "float32", "float64"])),
+    (("--device",), dict(default="host", choices=["host", "cupy", "fake"],
+                         help="where arrays live: host (numpy), cupy (one GPU per rank), fake (CPU "
+                              "stand-in for a GPU, gpulab.fakedevice)")),
     (("--lr",), dict(type=float, default=5e-3, help="peak learning rate (default 5e-3)")),
     (("--warmup",), dict(type=int, default=20, help="linear warm-up steps (default 20)")),
     (("--weight-decay",), dict(type=float, default=0.1)),
@@ -113,15 +121,19 @@ def inside_mpi() -> bool:
 WARMUP_STEPS = 3  # steps left out of the timeline summary (caches, thread pools, first allocations)
 
 
-def timeline_report(s: dict, memory: dict, tokens_per_s: float, flops_per_s: float, peak: float) -> str:
+PEAK_WHERE = {"host": "all cores", "cupy": "this GPU", "fake": "all cores (fake device)"}
+
+
+def timeline_report(s: dict, memory: dict, tokens_per_s: float, flops_per_s: float, peak: float,
+                    peak_what: str = "best float32 matmul on all cores") -> str:
     """The per-iteration timeline summary, as ``gpulab train`` prints it."""
     ms = 1e3
     lines = [f"timeline per iteration (mean over ranks): {s['wall_s'] * ms:.1f} ms = compute "
              f"{s['compute_s'] * ms:.1f} ms + exposed communication {s['exposed_comm_s'] * ms:.1f} ms; "
              f"hidden (overlapped) communication {s['hidden_comm_s'] * ms:.1f} ms",
              f"throughput {tokens_per_s:.0f} tokens/s, {flops_per_s / 1e9:.2f} model GFLOP/s, MFU "
-             f"{flops_per_s / peak:.1%} of this machine's measured peak ({peak / 1e9:.1f} GFLOP/s, best "
-             "float32 matmul on all cores)"]
+             f"{flops_per_s / peak:.1%} of this machine's measured peak ({peak / 1e9:.1f} GFLOP/s, "
+             f"{peak_what})"]
     for group, g in sorted(s["groups"].items()):
         lines.append(f"  {group:>6}: {g['calls']:.0f} calls, {g['bytes'] / 1e6:.2f} MB, in flight "
                      f"{g['flight_s'] * ms:.1f} ms, exposed {g['exposed_s'] * ms:.1f} ms")
@@ -145,7 +157,7 @@ def train(args, shape) -> int:
     from tqdm import tqdm
 
     from gpulab.engine import checkpoint
-    from gpulab.engine.config import GPTConfig
+    from gpulab.engine.config import GPTConfig, accum_dtype
     from gpulab.engine.corpus import CharTokenizer, get_batch, load_text
     from gpulab.engine.mesh import Mesh
     from gpulab.engine.model import init_params
@@ -153,13 +165,18 @@ def train(args, shape) -> int:
     from gpulab.engine.bench import alone, peak_matmul
     from gpulab.engine.flops import model_flops
     from gpulab.engine.memory import memory_report
-    from gpulab.engine.optim import AdamW, clip_grads
+    from gpulab.backend import to_device
+    from gpulab.engine.optim import AdamW, LossScaler, train_step
     from gpulab.engine.overlap import Overlap
     from gpulab.engine.parallel import ParallelGPT
     from gpulab.engine.sample import generate
 
     comm = MPI.COMM_WORLD
     rank0 = comm.rank == 0
+    if args.device == "cupy":
+        from gpulab.cluster.engine_side import pin_gpu
+
+        pin_gpu(comm)  # before CuPy starts CUDA: one GPU per node-local rank
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
     threadpool_limits(max(1, (os.cpu_count() or 1) // local))  # ranks sharing a node share cores
 
@@ -184,12 +201,17 @@ def train(args, shape) -> int:
         raise SystemExit(f"--overlap: {err}")
     mesh = Mesh(*shape)
     gpt = ParallelGPT(config, mesh, overlap=overlap)
-    gpt.load_params(params)
-    del params  # from here on each rank keeps only its pieces
+    gpt.load_params({n: to_device(v, args.device) for n, v in params.items()})
     opt = AdamW(gpt.params, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
     if ck and ck.opt_state:
-        opt.load_state_dict({"t": ck.opt_state["t"], "m": gpt.local_pieces(ck.opt_state["m"]),
-                             "v": gpt.local_pieces(ck.opt_state["v"])})
+        acc = accum_dtype(config.dtype)  # the optimizer's dtype: float32 for float16 models
+        state = {k: gpt.local_pieces({n: to_device(v, args.device) for n, v in ck.opt_state[k].items()}, acc)
+                 for k in ("m", "v")}
+        if opt.master:  # the checkpoint holds the float32 masters of float16 runs
+            state["master"] = gpt.local_pieces({n: to_device(v, args.device) for n, v in params.items()}, acc)
+        opt.load_state_dict({"t": ck.opt_state["t"], **state})
+    del params  # from here on each rank keeps only its pieces
+    scaler = LossScaler(enabled=config.dtype == "float16")
     out = Path(args.out)
     log_path = Path(args.log) if args.log else out.with_suffix(".loss.jsonl")
     if rank0:
@@ -204,18 +226,17 @@ def train(args, shape) -> int:
                desc="train", unit="step", file=sys.stdout)
     for step in bar:
         x, y = get_batch(train_ids, args.batch_size, T, np.random.default_rng([args.seed, step]))
+        lr = lr_at(step, start + args.steps, args)
         with timeline.record() as tl:
-            loss = gpt.forward_backward(x, y)
-            with timeline.phase("step"):
-                norm = gpt.grad_norm()
-                clip_grads(gpt.grads, args.grad_clip, norm)
-                lr = lr_at(step, start + args.steps, args)
-                opt.step(gpt.grads, lr=lr)
+            result = train_step(gpt, opt, (x, y), lr=lr, max_norm=args.grad_clip, scaler=scaler)
         summaries.append(timeline.summarize(tl.events))
+        loss = result["loss"]
         losses.append(loss)
         if rank0:
-            record = {"step": step + 1, "loss": loss, "grad_norm": norm, "lr": lr,
+            record = {"step": step + 1, "loss": loss, "grad_norm": result["grad_norm"], "lr": lr,
                       "time_s": round(time.perf_counter() - t0, 3)}
+            if scaler.enabled:
+                record.update(loss_scale=scaler.scale, skipped=result["skipped"])
             log.write(json.dumps(record) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{loss:.3f}", refresh=False)  # tqdm redraws on its own clock
@@ -223,14 +244,14 @@ def train(args, shape) -> int:
                 tqdm.write(f"step {step + 1}: loss {loss:.4f}", file=sys.stdout)
     wall = time.perf_counter() - t0
     with threadpool_limits(os.cpu_count() or 1):  # the machine's peak: rank 0, the others asleep
-        peak = alone(comm, lambda: peak_matmul(512, repeats=10))
+        peak = alone(comm, lambda: peak_matmul(dtype=config.dtype, repeats=10, device=args.device))
     steady = summaries[min(WARMUP_STEPS, len(summaries) - 1):] if summaries else []
     per_rank = comm.gather(timeline.mean_summary(steady) if steady else None, root=0)
     memories = comm.gather(memory_report(gpt), root=0)
 
     rng = np.random.default_rng([args.seed, 10**9])  # validation batches, the same on all ranks
     vals = [gpt.loss(*get_batch(val_ids, args.batch_size, T, rng)) for _ in range(args.eval_batches)]
-    full = gpt.full_params(root=0)
+    full = gpt.gather_full({**gpt.params, **opt.master}, root=0)  # float16 runs: the float32 masters
     moments = {"m": gpt.gather_full(opt.m, root=0), "v": gpt.gather_full(opt.v, root=0)}
     if rank0:
         log.close()
@@ -243,7 +264,9 @@ def train(args, shape) -> int:
                    "first10_mean": head, "last10_mean": tail,
                    "val_loss": float(np.mean(vals)) if vals else None, "steps": args.steps,
                    "wall_s": round(wall, 2), "mesh": list(shape), "checkpoint": str(out),
-                   "overlap": overlap.label()}
+                   "overlap": overlap.label(), "device": args.device, "dtype": config.dtype}
+        if scaler.enabled:
+            summary.update(loss_scale=scaler.scale, skipped_steps=scaler.skipped)
         if per_rank[0] is not None:
             tl_summary = timeline.mean_summary(per_rank)
             summary["timeline"] = {k: round(v, 6) for k, v in tl_summary.items() if k != "groups"}
@@ -253,8 +276,8 @@ def train(args, shape) -> int:
             summary["model_flops_per_s"], summary["peak_flops"] = flops_per_s, peak
             summary["mfu"] = flops_per_s / peak
             summary["memory"] = {k: max(m[k] for m in memories) for k in memories[0]}
-            print(timeline_report(tl_summary, summary["memory"], summary["tokens_per_s"], flops_per_s, peak),
-                  flush=True)
+            print(timeline_report(tl_summary, summary["memory"], summary["tokens_per_s"], flops_per_s, peak,
+                                  f"best {config.dtype} matmul on {PEAK_WHERE[args.device]}"), flush=True)
         print("summary " + json.dumps(summary), flush=True)
         if args.sample > 0:
             prompt = tok.encode("And ")

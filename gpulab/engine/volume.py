@@ -24,6 +24,8 @@ from collections import defaultdict
 
 import numpy as np
 
+from gpulab.engine.config import accum_dtype
+
 from gpulab.engine.layout import param_specs, piece_numel, shard_numel
 from gpulab.engine.overlap_grads import group_plans
 
@@ -102,7 +104,8 @@ def collective_calls(config, shape, batch_size: int, seq_len: int | None = None,
     for group, plan in group_plans(config, shape, buckets, specs).items():  # data, then batch
         for bucket in plan:
             add("grads", "grad-sync", "all_reduce", group, sum(piece_numel(specs[n], shape) for n in bucket))
-    add("loss", "grad-sync", "all_reduce", "batch", 1)  # the reported mean loss
+    # the reported mean loss, summed in float32 at least (accum_dtype)
+    add("loss", "grad-sync", "all_reduce", "batch", 1, itemsize=np.dtype(accum_dtype(config.dtype)).itemsize)
     if grad_norm:
         add("grad_norm", "optimizer", "all_reduce", "tensor", 1, itemsize=8)
     return rows

@@ -6,11 +6,12 @@ import copy
 
 import numpy as np
 
+from gpulab.backend import is_device_array, to_device
 from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
 from gpulab.engine import collectives as coll
 from gpulab.engine import model as serial
 from gpulab.engine.mesh import rank_of
-from gpulab.engine.optim import AdamW, clip_grads, global_norm
+from gpulab.engine.optim import AdamW, LossScaler, clip_grads, global_norm, train_step
 from gpulab.engine.volume import collective_calls
 from tests.engine.util import random_batch, random_params, rel_err, tiny_config
 from tests.mpi_steps import step
@@ -23,13 +24,14 @@ LR, MAX_NORM = 1e-2, 0.5  # a clip norm below the gradients' norm, so clipping a
 # not compared in float32: Adam's first steps move each value by about lr * sign(g), so a
 # gradient entry that is rounding noise in both runs can flip its update (seen: 2e-3 of max).
 TOL = {"float64": dict(loss=1e-10, grad=1e-10, train=1e-10, param=1e-10),
-       "float32": dict(loss=1e-5, grad=1e-5, train=1e-5, param=None)}
+       "float32": dict(loss=1e-5, grad=1e-5, train=1e-5, param=None),
+}
 
 
 def _numel(tree, seen=None) -> int:
-    """Values in all arrays inside nested tuples/lists (each array once)."""
+    """Values in all arrays (host or device) inside nested tuples/lists (each array once)."""
     seen = set() if seen is None else seen
-    if isinstance(tree, np.ndarray):
+    if hasattr(tree, "shape") and hasattr(tree, "size"):
         if id(tree) in seen:
             return 0
         seen.add(id(tree))
@@ -52,8 +54,12 @@ def _check_groups(mesh) -> None:
         assert comm.Get_rank() == {"row": r, "col": c, "depth": d, "data": p}[axis]
 
 
-def equivalence(comm, shapes, dtype="float64", steps=3, seed=0):
-    """For each grid shape: loss, every gradient and a few AdamW steps against the serial model."""
+def equivalence(comm, shapes, dtype="float64", steps=3, seed=0, device="host", expect_path="host"):
+    """For each grid shape: loss, every gradient and a few AdamW steps against the serial model.
+
+    ``device``: where the engine's arrays live ("host", "fake" or "cupy"; the
+    serial reference is numpy); every collective must take ``expect_path``.
+    """
     out = []
     for shape in map(tuple, shapes):
         step(f"{shape} {dtype}: mesh")
@@ -63,7 +69,7 @@ def equivalence(comm, shapes, dtype="float64", steps=3, seed=0):
         params = random_params(cfg, seed=seed)
         idx, targets = random_batch(cfg, B, seed=seed)
         gpt = ParallelGPT(cfg, mesh)
-        gpt.load_params(params)
+        gpt.load_params({n: to_device(v, device) for n, v in params.items()})
         back = gpt.full_params()
         assert all(np.array_equal(back[n], params[n]) for n in params), "load/full_params"
         held = sum(v.size for v in gpt.params.values())
@@ -77,6 +83,7 @@ def equivalence(comm, shapes, dtype="float64", steps=3, seed=0):
         predicted = collective_calls(cfg, shape, B, idx.shape[1])
         got = [(c["op"], c["group"], c["nbytes"]) for c in calls]
         assert got == [(r["op"], r["group"], r["nbytes"]) for r in predicted], (got, predicted)
+        assert {c["path"] for c in calls} <= {expect_path}, {c["path"] for c in calls}
         ref_loss, ref_grads = loss_and_grads(params, idx, targets, cfg)
         grads = gpt.full_grads()
         grad_err = max(rel_err(grads[n], ref_grads[n]) for n in ref_grads)
@@ -102,6 +109,7 @@ def equivalence(comm, shapes, dtype="float64", steps=3, seed=0):
             par_opt.step(gpt.grads)
             train_loss_err = max(train_loss_err, abs(lp - ls) / abs(ls))
             norm_err = max(norm_err, abs(norm - ns) / ns)
+        assert all(is_device_array(v) == (device != "host") for v in gpt.params.values()), "params left the device"
         trained = gpt.full_params()
         param_err = max(rel_err(trained[n], ser_params[n]) for n in params)
         moved = max(rel_err(ser_params[n], params[n]) for n in params)
@@ -118,6 +126,59 @@ def equivalence(comm, shapes, dtype="float64", steps=3, seed=0):
                     "norm_err": norm_err,
                     "param_err": param_err, "moved": moved, "held": held, "total": total,
                     "acts": acts_par, "acts_serial": acts_ser, "n_calls": len(got)})
+    return out
+
+
+def float16_accuracy(comm, shapes, device="host", expect_path="host", steps=4, seed=0):
+    """float16 (mixed precision) on each grid against float64: as accurate as the serial model in float16.
+
+    Rounding in float16 (unit roundoff 4.9e-4) makes parallel and serial
+    float16 differ from each other by as much as from the truth, so both are
+    measured against the serial float64 model, and the parallel error must
+    stay within 3x the serial float16 error (or 1e-3 where that is tiny).
+    Then a few loss-scaled steps (``train_step`` + ``LossScaler``) follow the
+    float64 run's losses.
+    """
+    out = []
+    for shape in map(tuple, shapes):
+        step(f"{shape} float16: mesh")
+        mesh = Mesh(*shape, comm=comm)
+        cfg64, cfg16 = tiny_config(shape, "float64"), tiny_config(shape, "float16")
+        params = random_params(cfg64, seed=seed)
+        idx, targets = random_batch(cfg64, B, seed=seed)
+        ref_loss, ref_grads = loss_and_grads(params, idx, targets, cfg64)
+        ser_loss, ser_grads = loss_and_grads({n: v.astype("float16") for n, v in params.items()}, idx, targets, cfg16)
+        gpt = ParallelGPT(cfg16, mesh)
+        gpt.load_params({n: to_device(v, device) for n, v in params.items()})
+        scale = 1024.0
+        with coll.trace() as calls:
+            loss = gpt.forward_backward(idx, targets, loss_scale=scale)
+        assert {c["path"] for c in calls} <= {expect_path}, {c["path"] for c in calls}
+        grads = {n: g.astype("float64") / scale for n, g in gpt.full_grads().items()}
+        err = {"loss": abs(loss - ref_loss) / ref_loss,
+               "grad": max(rel_err(grads[n], ref_grads[n]) for n in ref_grads)}
+        ser_err = {"loss": abs(ser_loss - ref_loss) / ref_loss,
+                   "grad": max(rel_err(ser_grads[n], ref_grads[n]) for n in ref_grads)}
+        for k in err:
+            assert err[k] <= max(3 * ser_err[k], 1e-3), (shape, k, err[k], ser_err[k])
+
+        step(f"{shape} float16: loss-scaled training")
+        ser64 = copy.deepcopy(params)
+        ser_opt, par_opt = AdamW(ser64, lr=LR), AdamW(gpt.params, lr=LR)
+        scaler, train_err = LossScaler(init_scale=scale), 0.0
+        for k in range(steps):
+            x, y = random_batch(cfg64, B, seed=seed + 10 + k)
+            ls, gs = loss_and_grads(ser64, x, y, cfg64)
+            clip_grads(gs, MAX_NORM, global_norm(gs))
+            ser_opt.step(gs)
+            result = train_step(gpt, par_opt, (x, y), max_norm=MAX_NORM, scaler=scaler)
+            assert not result["skipped"], (shape, k, scaler.scale)
+            train_err = max(train_err, abs(result["loss"] - ls) / ls)
+        assert train_err < 2e-3, (shape, train_err)  # measured <= 1.7e-4
+        assert all(is_device_array(v) == (device != "host") and v.dtype == "float16" for v in gpt.params.values())
+        mesh.free()
+        out.append({"shape": list(shape), "loss_err": err["loss"], "grad_err": err["grad"],
+                    "serial_loss_err": ser_err["loss"], "serial_grad_err": ser_err["grad"], "train_err": train_err})
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpulab.backend import to_device, to_host
 from gpulab.engine import Mesh, ParallelGPT
 from gpulab.engine import collectives as coll
 from gpulab.engine import timeline
@@ -46,15 +47,15 @@ def _max_diff(a: dict, b: dict) -> float:
     return max(float(np.abs(a[n] - b[n]).max()) for n in a)
 
 
-def identical_numbers(comm, shapes, variants=None, steps=2, seed=0):
+def identical_numbers(comm, shapes, variants=None, steps=2, seed=0, device="host"):
     """Loss, gradients and a few AdamW steps with each overlap variant against overlap off, and
-    the collectives issued against ``collective_calls(..., overlap=)``; float64."""
+    the collectives issued against ``collective_calls(..., overlap=)``; float64, arrays on ``device``."""
     out = []
     for shape in map(tuple, shapes):
         mesh = Mesh(*shape, comm=comm)
         cfg = tiny_config(shape)
-        params = random_params(cfg, seed=seed)
-        pristine = {n: v.copy() for n, v in params.items()}
+        params = {n: to_device(v, device) for n, v in random_params(cfg, seed=seed).items()}
+        pristine = {n: to_host(v) for n, v in params.items()}
         idx, targets = random_batch(cfg, B, seed=seed)
         step(f"{shape}: overlap off")
         ref = ParallelGPT(cfg, mesh)
@@ -89,7 +90,8 @@ def identical_numbers(comm, shapes, variants=None, steps=2, seed=0):
                         "async_calls": sum(e["async"] for e in comm_events),
                         "hidden_s": summary["hidden_comm_s"], "exposed_s": summary["exposed_comm_s"],
                         "memory": memory_report(gpt)})
-        assert _max_diff(params, pristine) == 0.0, "training wrote into the caller's parameters"
+        assert _max_diff({n: to_host(v) for n, v in params.items()}, pristine) == 0.0, \
+            "training wrote into the caller's parameters"
         mesh.free()
     return out
 

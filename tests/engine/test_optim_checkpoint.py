@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from gpulab.engine import checkpoint, init_params
-from gpulab.engine.optim import AdamW, clip_grads, global_norm, is_decayed
+from gpulab.engine.memory import optimizer_nbytes
+from gpulab.engine.optim import AdamW, LossScaler, clip_grads, global_norm, is_decayed
 from tests.engine.util import tiny_config
 
 
@@ -50,6 +51,50 @@ def test_clip_by_global_norm():
     assert abs(coef - 0.2) < 1e-6 and abs(global_norm(grads) - 1.0) < 1e-6
     assert clip_grads(grads, 10.0, global_norm(grads)) == 1.0  # under the limit: untouched
     assert abs(global_norm(grads) - 1.0) < 1e-6
+
+
+def test_float16_parameters_get_float32_masters_that_keep_small_updates():
+    p16 = {"w.weight": np.ones(4, np.float16)}
+    p32 = {"w.weight": np.ones(4, np.float64)}
+    opt16 = AdamW(p16, lr=1e-4, weight_decay=0.0)
+    opt64 = AdamW(p32, lr=1e-4, weight_decay=0.0)
+    assert opt16.master["w.weight"].dtype == np.float32 and opt16.m["w.weight"].dtype == np.float32
+    assert not opt64.master  # float32/float64 parameters are updated in place, as before
+    for _ in range(10):  # each step moves the weight by lr = 1e-4: below float16's spacing at 1.0 (9.8e-4)
+        g = np.full(4, 0.5)
+        opt16.step({"w.weight": g.astype(np.float16)})
+        opt64.step({"w.weight": g})
+    np.testing.assert_allclose(opt16.master["w.weight"], p32["w.weight"], rtol=1e-6)  # 1 - 1e-3
+    assert p16["w.weight"].dtype == np.float16
+    np.testing.assert_array_equal(p16["w.weight"], opt16.master["w.weight"].astype(np.float16))
+    pure = np.ones(4, np.float16)
+    pure -= np.float16(1e-4)  # what a float16-only update would do: nothing
+    assert (pure == 1).all() and (p16["w.weight"] < 1).all()
+
+
+def test_grad_scale_unscales_and_clips_like_a_scaled_gradient():
+    rng = np.random.default_rng(1)
+    g = {"w.weight": rng.normal(size=5)}
+    a, b = {"w.weight": np.ones(5)}, {"w.weight": np.ones(5)}
+    AdamW(a, lr=0.1).step({"w.weight": g["w.weight"] * 1024.0}, grad_scale=0.3 / 1024.0)
+    AdamW(b, lr=0.1).step({"w.weight": g["w.weight"] * 0.3})
+    np.testing.assert_allclose(a["w.weight"], b["w.weight"], rtol=1e-14)
+
+
+def test_loss_scaler_skips_overflowed_steps_halves_and_grows():
+    s = LossScaler(init_scale=1024.0, growth_interval=3)
+    assert s.update(5.0) and s.scale == 1024.0
+    assert not s.update(float("inf")) and s.scale == 512.0 and s.skipped == 1
+    assert not s.update(float("nan")) and s.scale == 256.0
+    assert all(s.update(1.0) for _ in range(3)) and s.scale == 512.0  # three good steps in a row
+    off = LossScaler(enabled=False)
+    assert off.scale == 1.0 and off.update(float("inf"))  # float32: nothing skipped
+
+
+def test_optimizer_memory_counts_float32_masters_for_float16():
+    assert optimizer_nbytes({"a": np.zeros(10, np.float32)}) == 2 * 10 * 4
+    assert optimizer_nbytes({"a": np.zeros(10, np.float64)}) == 2 * 10 * 8
+    assert optimizer_nbytes({"a": np.zeros(10, np.float16)}) == 3 * 10 * 4  # m, v and the master
 
 
 def _state(cfg):

@@ -42,6 +42,12 @@ def test_every_grid_shape_of_four_float32():
     assert max(r["grad_err"] for r in rows) < 1e-5
 
 
+def test_float16_on_every_axis_is_as_accurate_as_the_serial_float16_model():
+    shapes = [(2, 1, 2, 1), (1, 2, 1, 2), (2, 2, 1, 1), (1, 4, 1, 1)]
+    rows = run_mpi(4, "tests.engine.cases:float16_accuracy", timeout=300, shapes=shapes)[0]
+    assert [tuple(r["shape"]) for r in rows] == shapes
+
+
 def test_checkpoint_resumes_on_another_grid(tmp_path):
     errs = run_mpi(4, "tests.engine.cases:checkpoint_across_grids", timeout=120,
                    path=str(tmp_path / "ck.npz"), first=[1, 2, 2, 1], second=[2, 1, 1, 2])

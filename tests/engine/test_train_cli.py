@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gpulab.engine import checkpoint
@@ -83,6 +84,26 @@ def test_train_with_overlap_reports_the_timeline_and_learns_the_same(tmp_path):
     t = s["timeline"]
     assert abs(t["compute_s"] + t["exposed_comm_s"] - t["wall_s"]) < 1e-5 and t["hidden_comm_s"] >= 0
     assert s["memory"]["weight_cache"] > 0 and summary(runs["none"][0])["memory"]["weight_cache"] == 0
+
+
+def test_float16_on_the_fake_device_learns_and_resumes_from_float32_masters(tmp_path):
+    out = tmp_path / "f16.npz"
+    run = gpulab("train", "--mesh", "1,2,1,1", "--steps", "40", "--out", str(out), "--dtype", "float16",
+                 "--device", "fake", *TINY)
+    assert run.returncode == 0, run.stdout + run.stderr
+    s = summary(run.stdout)
+    assert s["device"] == "fake" and s["dtype"] == "float16" and s["loss_scale"] > 1
+    assert s["last10_mean"] < s["first10_mean"] - 0.5, s
+    assert "best float16 matmul on all cores (fake device)" in run.stdout and 0 < s["mfu"]
+    ck = checkpoint.load(out)
+    assert ck.config.dtype == "float16"
+    assert all(p.dtype == np.float32 for p in ck.params.values())  # the masters, not their float16 copies
+    log = [json.loads(line) for line in out.with_suffix(".loss.jsonl").read_text().splitlines()]
+    assert all("loss_scale" in r and "skipped" in r for r in log)
+    more = gpulab("train", "--mesh", "2,1,1,1", "--steps", "5", "--out", str(out), "--dtype", "float16",
+                  "--device", "fake", "--resume", str(out), *TINY)
+    assert more.returncode == 0, more.stdout + more.stderr
+    assert summary(more.stdout)["first_loss"] < s["first10_mean"] - 0.5 and checkpoint.load(out).step == 45
 
 
 def test_unknown_overlap_switch_fails_cleanly():

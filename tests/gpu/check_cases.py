@@ -30,7 +30,7 @@ def environment(world: MPI.Comm) -> dict:
     import cupy as cp
 
     from gpulab.bcast import nccl
-    from gpulab.bcast.gpu import mpi_cuda_support
+    from gpulab.mpi_cuda import mpi_cuda_support
 
     props = cp.cuda.runtime.getDeviceProperties(0)
     aware, why = mpi_cuda_support()
@@ -93,62 +93,38 @@ def matmul_peak(world: MPI.Comm, sizes: dict | None = None, iters: int = 10) -> 
     return out
 
 
-def engine_equivalence(world: MPI.Comm, shape=(1, 1, 1, 1), dtype: str = "float32") -> dict:
-    """The engine on CuPy arrays against the serial numpy model: loss and every gradient."""
-    import cupy as cp
+def engine_mfu(world: MPI.Comm, peak_tflops: dict, dtype: str = "float32", shape=(1, 1, 1, 1), n_layer: int = 4,
+               n_embd: int = 768, n_head: int = 12, block_size: int = 256, batch: int = 16, steps: int = 5) -> dict:
+    """Tokens/s of full training steps on CuPy, and MFU against the *measured* matmul peak.
 
-    from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
-    from tests.engine.util import random_batch, random_params, rel_err, tiny_config
-
-    cfg = tiny_config(tuple(shape), dtype)
-    params = random_params(cfg)
-    idx, targets = random_batch(cfg, 24)
-    ref_loss, ref_grads = loss_and_grads(params, idx, targets, cfg)
-    serial_loss, serial_grads = loss_and_grads({n: cp.asarray(p) for n, p in params.items()},
-                                               cp.asarray(idx), cp.asarray(targets), cfg)
-    gpt = ParallelGPT(cfg, Mesh(*shape, comm=world))
-    gpt.load_params({n: cp.asarray(p) for n, p in params.items()})
-    on_device = all(isinstance(v, cp.ndarray) for v in gpt.params.values())
-    loss = gpt.forward_backward(cp.asarray(idx), cp.asarray(targets))
-    grads = gpt.full_grads()
-    return {"shape": list(shape), "dtype": dtype, "params_on_device": on_device,
-            "serial_loss_rel_err": abs(float(serial_loss) - ref_loss) / abs(ref_loss),
-            "serial_grad_max_rel_err": max(rel_err(cp.asnumpy(serial_grads[n]), ref_grads[n]) for n in ref_grads),
-            "parallel_loss_rel_err": abs(float(loss) - ref_loss) / abs(ref_loss),
-            "parallel_grad_max_rel_err": max(rel_err(grads[n], ref_grads[n]) for n in ref_grads)}
-
-
-def engine_mfu(world: MPI.Comm, peak_tflops: dict, shape=(1, 1, 1, 1), n_layer: int = 4, n_embd: int = 768,
-               n_head: int = 12, block_size: int = 256, batch: int = 16, steps: int = 5) -> dict:
-    """Tokens/s of forward+backward on CuPy, and MFU against the *measured* matmul peak.
-
-    FLOPs per token as in nanoGPT's estimate_mfu (PaLM appendix B):
-    6 N (every weight, forward and backward) + 12 L T C (attention scores and values).
+    A step is ``train_step``: forward, backward, gradient sync, norm, AdamW
+    (float16: loss-scaled, float32 masters). FLOPs per token as in nanoGPT's
+    estimate_mfu (PaLM appendix B): 6 N + 12 L T C, counted for forward and
+    backward only, so the optimizer's time lowers MFU as it should.
     """
     import cupy as cp
 
+    from gpulab.backend import to_device
     from gpulab.engine import GPTConfig, Mesh, ParallelGPT, init_params
+    from gpulab.engine.flops import model_flops
+    from gpulab.engine.optim import AdamW, LossScaler, train_step
 
     cfg = GPTConfig(vocab_size=128, block_size=block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
-                    dtype="float32")
-    full = init_params(cfg)
+                    dtype=dtype)
     gpt = ParallelGPT(cfg, Mesh(*shape, comm=world))
-    gpt.load_params({n: cp.asarray(p) for n, p in full.items()})
+    gpt.load_params({n: to_device(p, "cupy") for n, p in init_params(cfg).items()})
+    opt, scaler = AdamW(gpt.params, lr=1e-4), LossScaler(enabled=dtype == "float16")
     rng = np.random.default_rng(0)
-    idx = cp.asarray(rng.integers(0, cfg.vocab_size, (batch, block_size)))
-    targets = cp.asarray(rng.integers(0, cfg.vocab_size, (batch, block_size)))
-    gpt.forward_backward(idx, targets)  # warm-up: kernels compile, pools fill
+    batch = tuple(rng.integers(0, cfg.vocab_size, (batch, block_size)) for _ in range(2))
+    train_step(gpt, opt, batch, scaler=scaler)  # warm-up: kernels compile, pools fill
     cp.cuda.get_current_stream().synchronize()
     world.Barrier()
     start = time.perf_counter()
-    for _ in range(steps):
-        gpt.forward_backward(idx, targets)  # includes the data-parallel gradient sync
+    skipped = sum(train_step(gpt, opt, batch, scaler=scaler)["skipped"] for _ in range(steps))
     cp.cuda.get_current_stream().synchronize()
     seconds = world.allreduce(time.perf_counter() - start, op=MPI.MAX) / steps
-    n_params = sum(int(np.prod(p.shape)) for name, p in full.items() if "wpe" not in name)
-    flops_per_token = 6 * n_params + 12 * n_layer * block_size * n_embd
-    tokens_per_s = batch * block_size / seconds
-    achieved = flops_per_token * tokens_per_s / 1e12 / world.size  # per GPU
-    return {"shape": list(shape), "config": cfg.to_dict(), "batch": batch, "step_s": seconds,
-            "tokens_per_s": tokens_per_s, "tflops_per_gpu": achieved, "params": n_params,
+    achieved = model_flops(cfg, batch[0].shape[0], block_size) / seconds / 1e12 / world.size  # per rank
+    gpt.free()
+    return {"shape": list(shape), "config": cfg.to_dict(), "batch": batch[0].shape[0], "step_s": seconds,
+            "tokens_per_s": batch[0].size / seconds, "tflops_per_rank": achieved, "skipped_steps": skipped,
             "mfu": {name: achieved / peak["tflops"] for name, peak in peak_tflops.items()}}

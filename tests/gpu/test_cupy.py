@@ -29,7 +29,7 @@ def test_staged_cupy_broadcast_is_bit_identical(algorithm, n):
 
 @pytest.mark.parametrize("algorithm", ["binomial", "chain", "scatter_allgather_ring", "mpi"])
 def test_cuda_aware_cupy_broadcast(algorithm):
-    from gpulab.bcast.gpu import mpi_cuda_support
+    from gpulab.mpi_cuda import mpi_cuda_support
 
     aware, why = mpi_cuda_support()
     if not aware:
@@ -53,3 +53,29 @@ def test_measurements_on_cupy_report_the_path():
 def test_auto_selection_on_cupy():
     sizes = run_mpi(2, "tests.gpu.cases:auto_on_device", device="cupy", env={"GPULAB_CUDA_AWARE": "0"}, timeout=120)
     assert sizes[0] == [0, 100, 12288, 600_000]
+
+
+SHAPES_2 = [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 1, 1, 2)]
+
+
+def test_engine_on_cupy_matches_the_serial_model_staged():
+    rows = run_mpi(2, "tests.engine.cases:equivalence", shapes=SHAPES_2, dtype="float32", device="cupy",
+                   expect_path="staged", env={"GPULAB_CUDA_AWARE": "0"}, timeout=300)[0]
+    assert max(r["grad_err"] for r in rows) < 1e-5
+
+
+def test_engine_on_cupy_float16_mixed_precision():
+    rows = run_mpi(2, "tests.engine.cases:float16_accuracy", shapes=SHAPES_2, device="cupy",
+                   expect_path="staged", env={"GPULAB_CUDA_AWARE": "0"}, timeout=300)[0]
+    assert len(rows) == len(SHAPES_2)
+
+
+def test_engine_on_cupy_cuda_aware():
+    from gpulab.mpi_cuda import mpi_cuda_support
+
+    aware, why = mpi_cuda_support()
+    if not aware:
+        pytest.skip(f"this MPI is not CUDA-aware ({why})")
+    rows = run_mpi(2, "tests.engine.cases:equivalence", shapes=SHAPES_2, dtype="float32", device="cupy",
+                   expect_path="cuda-aware", env={"GPULAB_CUDA_AWARE": ""}, timeout=300)[0]
+    assert max(r["grad_err"] for r in rows) < 1e-5

@@ -5,9 +5,10 @@ import pytest
 from mpi4py import MPI
 
 from gpulab import fakedevice
-from gpulab.backend import device_of, is_device_array, to_host
+from gpulab.backend import array_module, device_of, is_device_array, to_host
 from gpulab.bcast import ALGORITHMS, bcast
-from gpulab.bcast.gpu import choose_path, mpi_cuda_support, path_of
+from gpulab.bcast.gpu import path_of
+from gpulab.mpi_cuda import choose_path, mpi_cuda_support
 from gpulab.bcast.staging import Stager
 
 FAKE = fakedevice.FAKE
@@ -16,7 +17,7 @@ FAKE = fakedevice.FAKE
 def test_host_code_and_mpi_cannot_read_fake_device_memory():
     x = fakedevice.from_host(np.arange(4.0))
     assert is_device_array(x) and device_of(x) is FAKE
-    for read in (np.asarray, lambda a: memoryview(a), lambda a: a[0]):
+    for read in (np.asarray, lambda a: memoryview(a), lambda a: np.asarray(a[0]), lambda a: a + np.ones(4)):
         with pytest.raises(TypeError):
             read(x)
     with pytest.raises(TypeError):  # mpi4py finds no buffer protocol, CUDA array interface or DLPack
@@ -39,6 +40,7 @@ def test_copies_run_only_when_someone_waits():
 
 def test_set_is_queued_on_the_current_stream_and_get_waits_for_it():
     x = fakedevice.empty(3, np.int16)
+    FAKE.synchronize()  # nothing left from earlier tests
     x.set(np.array([7, 8, 9], np.int16))
     assert FAKE.current.pending == 1
     assert x.get().tolist() == [7, 8, 9] and FAKE.current.pending == 0
@@ -117,3 +119,45 @@ def test_device_buffers_on_one_rank_and_bad_device_options():
         ALGORITHMS["binomial"](np.zeros(2), 0, MPI.COMM_SELF, path="gpudirect")
     with pytest.raises(TypeError, match="does not take option"):  # checked for device buffers too
         ALGORITHMS["binomial"](x, 0, MPI.COMM_SELF, chunk_bytes=4)
+
+
+def test_math_follows_cupys_rules():
+    x = fakedevice.from_host(np.arange(6.0).reshape(2, 3))
+    xp = array_module(x)
+    y = xp.exp(x) * 2 + 1  # functions, ufuncs and operators stay on the device
+    assert is_device_array(y) and np.allclose(y.get(), np.exp(np.arange(6.0).reshape(2, 3)) * 2 + 1)
+    total = y.sum()
+    assert is_device_array(total) and total.shape == ()  # reductions give 0-d device arrays, as on CuPy
+    assert float(total) == float(y.get().sum())  # float() is an explicit, synchronizing read
+    assert is_device_array(np.concatenate([x, x]))  # numpy functions dispatch (__array_function__)
+    with pytest.raises(TypeError, match="host \\(numpy\\) array in device math"):
+        x + np.ones(3)
+    with pytest.raises(TypeError, match="host \\(numpy\\) array in device math"):
+        xp.where(x > 1, np.zeros((2, 3)), x)
+    rows = xp.asarray(np.array([0, 0, 1]))  # asarray copies host data in, like cupy.asarray
+    target = xp.zeros((2, 3))
+    xp.add.at(target, rows, xp.ones((3, 3)))  # repeated rows accumulate
+    assert target.get()[:, 0].tolist() == [2.0, 1.0]
+
+
+def test_kernels_leave_the_stream_busy_views_and_allocations_do_not():
+    x = fakedevice.from_host(np.arange(12.0))
+    FAKE.synchronize()
+    v = x.reshape(3, 4)[1:]
+    assert FAKE.current.pending == 0 and v.base is x  # a view: same memory, no kernel
+    x * 2
+    assert FAKE.current.pending == 1  # a kernel is in flight until someone waits
+    FAKE.synchronize()
+    e = array_module(x).empty(3)
+    assert FAKE.current.pending == 0 and (e.get().view(np.uint8) == fakedevice.POISON).all()
+
+
+def test_uninitialised_and_unsynchronized_reads_show():
+    x = fakedevice.from_host(np.zeros(4))
+    x.set(np.ones(4))  # queued on the current stream
+    assert (x + 0).get().tolist() == [1.0] * 4  # a kernel runs after earlier work on its stream
+    copy_stream, host = FAKE.stream(), FAKE.host_buffer(32)
+    FAKE.d2h(host, x, copy_stream)
+    x += 1  # a kernel on the current stream does not wait for the copy stream
+    copy_stream.synchronize()
+    assert host.view(np.float64).tolist() == [2.0] * 4  # the copy ran late: it saw the kernel's write
