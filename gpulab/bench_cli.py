@@ -17,7 +17,7 @@ import platform
 import subprocess
 import sys
 
-from gpulab.launch import inside_mpi_job, mpiexec_command
+from gpulab.launch import inside_mpi_job, mpiexec_command, pin_gpu
 
 
 def add_parser(subparsers) -> None:
@@ -72,7 +72,7 @@ def _measure(args) -> int:
                   file=sys.stderr)
         return 2
     if args.device == "cupy" or "nccl" in algorithms:
-        _pin_gpu(comm)
+        pin_gpu(comm)  # one GPU per rank by node-local rank, before CuPy starts
     if "nccl" in algorithms:
         from gpulab.bcast import nccl
 
@@ -96,17 +96,6 @@ def _measure(args) -> int:
     print(format_table(records))
     _write_outputs(args, records, comm.size)
     return 0 if all(r["valid"] for r in records) else 1
-
-
-def _pin_gpu(comm) -> None:
-    """One GPU per rank by node-local rank, before CuPy starts (gpulab.cluster's pinning)."""
-    try:
-        from gpulab.cluster.engine_side import pin_gpu
-    except ImportError as error:  # the notebook extras (ipyparallel) are not installed
-        print(f"gpulab bench: GPUs not pinned per rank ({error}); relying on CUDA_VISIBLE_DEVICES",
-              file=sys.stderr)
-        return
-    pin_gpu(comm)
 
 
 def _progress(total: int):

@@ -21,11 +21,13 @@ at, and a ``%%px`` cell running past ``cell_timeout`` (default 300 s) ends the
 engines, the notebook showing the stuck line; ``engines.restart()`` recovers.
 
 Modules: ``engines`` (start_engines, Engines, the errors), ``engine_side``
-(what runs on each engine: pin_gpu, the hang watchdog), ``slurm`` (batch
-template), ``processes`` (reaper, stale-cluster cleanup).
+(what runs on each engine: the hang watchdog; the GPU pinning, ``pin_gpu``,
+lives in ``gpulab.launch`` because ``gpulab train`` and ``gpulab bench`` pin
+too, without ipyparallel), ``slurm`` (batch template), ``processes``
+(reaper, stale-cluster cleanup).
 """
 
-from gpulab.cluster.engine_side import pin_gpu
+from gpulab.launch import pin_gpu
 from gpulab.cluster.engines import (EngineDied, EngineFailed, EngineProblem, Engines, EngineTimeout,
                                     start_engines)
 from gpulab.cluster.processes import stop_stale_clusters

@@ -1,4 +1,5 @@
-"""What gpulab runs on each engine: GPU pinning and the watchdog that records where a task hangs.
+"""What gpulab runs on each engine besides GPU pinning (``gpulab.launch.pin_gpu``): the watchdog that
+records where a task hangs.
 
 These functions are shipped to the engines by ``Engines.run``; they import MPI
 there, never in the notebook kernel.
@@ -8,38 +9,9 @@ from __future__ import annotations
 
 import faulthandler
 import json
-import os
 import re
-import socket
-import sys
 from pathlib import Path
 
-
-def pin_gpu(comm=None) -> dict:
-    """Learn the node-local rank and make one GPU visible to this rank; return where it runs.
-
-    Must run before CUDA is initialised (before cupy allocates anything): the CUDA
-    runtime reads CUDA_VISIBLE_DEVICES once. GPUs are counted from the driver's
-    /proc entries, because asking CUDA would initialise it.
-    """
-    from mpi4py import MPI
-
-    comm = comm or MPI.COMM_WORLD
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks sharing this node's memory
-    local_rank, local_size = local.Get_rank(), local.Get_size()
-    local.Free()
-    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
-    if not visible and "CUDA_VISIBLE_DEVICES" not in os.environ:
-        gpus = Path("/proc/driver/nvidia/gpus")
-        visible = [str(i) for i in range(len(list(gpus.iterdir())))] if gpus.is_dir() else []
-    gpu = None
-    if visible:
-        gpu = visible[local_rank % len(visible)]
-        if "cupy" in sys.modules:
-            raise RuntimeError("pin_gpu() ran after cupy was imported: CUDA may already use GPU 0")
-        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    return {"rank": comm.Get_rank(), "host": socket.gethostname(), "pid": os.getpid(),
-            "local_rank": local_rank, "local_size": local_size, "gpu": gpu}
 
 
 def watched(fn, args, kwargs, timeout, what, dump_file):

@@ -21,7 +21,8 @@ import ipyparallel as ipp
 from IPython import get_ipython
 from traitlets.config import Config
 
-from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, pin_gpu, stuck_at, watched
+from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, stuck_at, watched
+from gpulab.launch import pin_gpu
 from gpulab.cluster.processes import alive, kill_trees, start_reaper, stop_stale_clusters
 from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_config
 from gpulab.launch import find_mpiexec

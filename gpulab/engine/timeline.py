@@ -30,6 +30,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from time import perf_counter
 
+from gpulab.backend import synchronize
+
 _current: "Timeline | None" = None
 _after_kernel = None  # set by collectives.polling(): progress MPI between kernels
 
@@ -71,10 +73,16 @@ def set_after_kernel(fn):
 @contextmanager
 def kernel(name: str):
     """A compute kernel: recorded when a timeline is on; afterwards MPI gets a progress poll
-    when ``collectives.polling()`` is on (the "test-polling between kernels" of overlap)."""
+    when ``collectives.polling()`` is on (the "test-polling between kernels" of overlap).
+
+    On a GPU, kernels only start when Python returns: a recorded kernel waits
+    for the GPU (the CUDA stream) so that the timeline shows when the work ran,
+    not when it was launched. Recording thus costs some CPU/GPU overlap.
+    """
     start = perf_counter()
     yield
     if _current is not None:
+        synchronize()
         _current.add("compute", start, perf_counter(), name=name)
     if _after_kernel is not None:
         _after_kernel()

@@ -174,7 +174,7 @@ def train(args, shape) -> int:
     comm = MPI.COMM_WORLD
     rank0 = comm.rank == 0
     if args.device == "cupy":
-        from gpulab.cluster.engine_side import pin_gpu
+        from gpulab.launch import pin_gpu
 
         pin_gpu(comm)  # before CuPy starts CUDA: one GPU per node-local rank
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
