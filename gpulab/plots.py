@@ -17,10 +17,13 @@ from gpulab.trace_order import phase_order
 
 
 def series_of(row: dict) -> str:
-    """The legend label of a measurement row: its run number, algorithm and options."""
+    """The legend label of a measurement row: its run number, algorithm and options, and for
+    device buffers the device and the path taken (``[cupy staged]``)."""
     options = ",".join(f"{k}={format_size(v) if k.endswith('bytes') else v}"
-                       for k, v in sorted(row.get("options", {}).items()))
+                       for k, v in sorted(row.get("options", {}).items()) if k != "path")
     label = row["algorithm"] + (f"({options})" if options else "")
+    if row.get("device", "host") != "host":
+        label += f" [{row['device']} {row['path']}]"
     return f"#{row['run']} {label}" if "run" in row else label
 
 

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -96,6 +98,21 @@ assert patterns.events, "the traced broadcast sent no messages"
 #
 # On a laptop the ranks share a few cores and memory is the network, so the
 # curves are noisy and the gaps small; on GPUs across InfiniBand they are not.
+#
+# **On a GPU cluster** the *buffers* menu offers GPU (CuPy) buffers when every
+# engine has a GPU (one per engine, by node-local rank). Then:
+#
+# 7. Broadcast GPU buffers with *GPU path* = **staged** and then
+#    **cuda-aware** (if your MPI is; the legend shows the path taken). Staging
+#    adds two PCIe copies per rank: at what size does it stop mattering, and
+#    does the pipelined chain hide them (its copies of chunk *i+1* overlap the
+#    network transfer of chunk *i*)?
+# 8. Tick **NCCL alongside**: how far are the MPI-side algorithms from NCCL at
+#    1 MiB and at 64 MiB, and why (NCCL drives NVLink/InfiniBand from GPU
+#    kernels, with no host in the loop)?
+#
+# Without a GPU, *fake GPU* runs the same staging code on a CPU stand-in:
+# the curves then show only the extra host copies.
 
 # %%
 engines.stop()

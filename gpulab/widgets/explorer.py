@@ -8,6 +8,11 @@
 Each run measures every chosen algorithm at every power-of-two size in the
 range (native MPI_Bcast alongside), appends the rows to ``explorer.results``
 and redraws; earlier runs stay on the plot so runs can be compared.
+
+Buffers: host (numpy), GPU (CuPy, where every engine has one) or the fake
+GPU; for device buffers the path (auto, staged through host memory,
+CUDA-aware) and NCCL's broadcast alongside (CuPy only). Curves of device
+buffers are labelled with the device and the path taken.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from gpulab.widgets.plots import as_image, series_of, size_label, sweep_figure
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 DEFAULT_ALGORITHMS = ("binomial", "chain", "scatter_allgather_ring")
+DEVICES = {"host": "host (numpy)", "cupy": "GPU (CuPy)", "fake": "fake GPU (CPU stand-in)"}
 
 
 class BcastExplorer(W.VBox):
@@ -43,6 +49,12 @@ class BcastExplorer(W.VBox):
         self.ranks_per_node = W.IntSlider(value=max(runner.p // 2, 1), min=1, max=max(runner.p, 1),
                                           description="ranks/node")
         self.root = W.IntSlider(value=0, min=0, max=max(runner.p - 1, 0), description="root")
+        devices = getattr(runner, "devices", ["host"])
+        self.device = W.Dropdown(options=[(DEVICES[d], d) for d in devices], value="host", description="buffers")
+        self.path = W.Dropdown(options=["auto", "staged", "cuda-aware"], value="auto", description="GPU path",
+                               disabled=True)
+        self.with_nccl = W.Checkbox(value=False, description="NCCL alongside (GPU buffers)", disabled=True)
+        self.device.observe(lambda _: self._device_changed(), names="value")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.clear_button = W.Button(description="Clear", icon="trash")
         self.progress = W.IntProgress(value=0, min=0, max=1, description="progress")
@@ -52,20 +64,34 @@ class BcastExplorer(W.VBox):
         self.run_button.on_click(lambda _: self.run(raise_errors=False))
         self.clear_button.on_click(lambda _: self.clear())
         controls = W.HBox([W.VBox([self.sizes, self.chunk, self.radix, self.ranks_per_node, self.root]),
-                           W.VBox([self.algorithms, self.with_mpi])])
+                           W.VBox([self.algorithms, self.with_mpi]),
+                           W.VBox([self.device, self.path, self.with_nccl])])
         super().__init__([controls, W.HBox([self.run_button, self.clear_button, self.progress, self.status]),
                           self.plot, self.table])
 
+    def _device_changed(self) -> None:
+        self.path.disabled = self.device.value == "host"
+        self.with_nccl.disabled = self.device.value != "cupy"
+        if self.with_nccl.disabled:
+            self.with_nccl.value = False
+
     def options_for(self, algorithm: str) -> dict:
-        """The current slider values this algorithm accepts (hierarchical gets ranks_per_node, etc.)."""
+        """The current slider values this algorithm accepts (hierarchical gets ranks_per_node, etc.);
+        for device buffers, the path when one is forced (every algorithm takes it)."""
+        if algorithm == "nccl":
+            return {}
         current = {"chunk_bytes": self.chunk.value, "radix": self.radix.value,
                    "ranks_per_node": self.ranks_per_node.value}
-        return {k: v for k, v in current.items() if k in self.runner.algorithms[algorithm]}
+        options = {k: v for k, v in current.items() if k in self.runner.algorithms[algorithm]}
+        if self.device.value != "host" and self.path.value != "auto":
+            options["path"] = self.path.value
+        return options
 
     def plan(self) -> list[tuple[str, int, dict]]:
         """(algorithm, nbytes, options) for every measurement the next run makes, in order."""
         lo, hi = self.sizes.value
-        algorithms = list(self.algorithms.value) + (["mpi"] if self.with_mpi.value else [])
+        algorithms = (list(self.algorithms.value) + (["mpi"] if self.with_mpi.value else [])
+                      + (["nccl"] if self.with_nccl.value else []))
         return [(a, n, self.options_for(a)) for a in algorithms for n in SIZES if lo <= n <= hi]
 
     def run(self, *, raise_errors: bool = True) -> list[dict]:
@@ -79,7 +105,8 @@ class BcastExplorer(W.VBox):
         try:
             for i, (algorithm, nbytes, options) in enumerate(plan):
                 self.status.value = f"run #{self._runs}: {algorithm} {size_label(nbytes)}B ({i + 1}/{len(plan)})"
-                row = dict(self.runner.measure(algorithm, nbytes, self.root.value, options), run=self._runs)
+                row = dict(self.runner.measure(algorithm, nbytes, self.root.value, options, device=self.device.value),
+                           run=self._runs)
                 self.results.append(row)
                 new.append(row)
                 self.progress.value = i + 1

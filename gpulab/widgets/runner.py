@@ -1,8 +1,10 @@
 """What the widgets call to measure and trace: the live MPI engines, or a fake in tests.
 
 A runner has ``p`` (number of ranks), ``algorithms`` (name -> option names),
-``measure(algorithm, nbytes, root, options)`` -> one ``measure_bcast`` summary,
-and ``trace(algorithm, p, nbytes, root, options)`` -> all ranks' trace events.
+``devices`` (the buffer kinds every engine can use: "host", "cupy" where each
+engine has a GPU, "fake"), ``measure(algorithm, nbytes, root, options,
+device)`` -> one ``measure_bcast`` summary, and ``trace(algorithm, p, nbytes,
+root, options)`` -> all ranks' trace events.
 
     runner = EngineRunner(engines)      # engines = gpulab.cluster.start_engines(4)
     runner.measure("chain", 1 << 20, 0, {"chunk_bytes": 1 << 16})
@@ -20,13 +22,25 @@ def _algorithms_on_engine() -> dict:
     return {name: option_names(name) for name in ALGORITHMS}
 
 
-def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_budget):
+def _devices_on_engine() -> list:
+    """Buffer kinds this engine can broadcast: host and the fake GPU always, CuPy when it sees a GPU."""
+    from gpulab.backend import cupy_or_none
+
+    cp = cupy_or_none()
+    try:
+        gpu = cp is not None and cp.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - CuPy without a driver or a device
+        gpu = False
+    return ["host", "cupy", "fake"] if gpu else ["host", "fake"]
+
+
+def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_budget, device):
     from mpi4py import MPI
 
     from gpulab.bench import measure_bcast
 
     return measure_bcast(MPI.COMM_WORLD, algorithm, nbytes, root=root, iters=iters, warmup=warmup,
-                         validate=True, time_budget=time_budget, **options)
+                         validate=True, time_budget=time_budget, device=device, **options)
 
 
 def _trace_on_engine(algorithm, p, nbytes, root, options):
@@ -61,7 +75,7 @@ class EngineRunner:
                  time_budget: float | None = 0.5, timeout: float = 120):
         self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
         self.time_budget = time_budget
-        self._algorithms = None
+        self._algorithms = self._devices = None
 
     @property
     def p(self) -> int:
@@ -73,10 +87,18 @@ class EngineRunner:
             self._algorithms = self.engines.run(_algorithms_on_engine, timeout=self.timeout)[0]
         return self._algorithms
 
-    def measure(self, algorithm: str, nbytes: int, root: int = 0, options: dict | None = None) -> dict:
-        what = f"measure_bcast({algorithm!r}, {nbytes} B, root={root}, {options or {}})"
+    @property
+    def devices(self) -> list:
+        if self._devices is None:
+            per_engine = self.engines.run(_devices_on_engine, timeout=self.timeout)
+            self._devices = [d for d in per_engine[0] if all(d in mine for mine in per_engine)]
+        return self._devices
+
+    def measure(self, algorithm: str, nbytes: int, root: int = 0, options: dict | None = None,
+                device: str = "host") -> dict:
+        what = f"measure_bcast({algorithm!r}, {nbytes} B, root={root}, {options or {}}, device={device!r})"
         rows = self.engines.run(_measure_on_engine, algorithm, nbytes, root, dict(options or {}),
-                                self.iters, self.warmup, self.time_budget, timeout=self.timeout, what=what)
+                                self.iters, self.warmup, self.time_budget, device, timeout=self.timeout, what=what)
         bad = [rank for rank, row in enumerate(rows) if not row["valid"]]
         if bad:
             raise AssertionError(f"{what}: ranks {bad} did not receive the root's data")

@@ -3,7 +3,7 @@
 import pytest
 
 from gpulab.widgets import BcastExplorer, PatternView, patterns_figure, size_label, sweep_figure
-from gpulab.widgets.plots import step_columns
+from gpulab.widgets.plots import series_of, step_columns
 
 OPTIONS = {"binomial": [], "chain": ["chunk_bytes"], "knomial": ["radix"], "hierarchical":
            ["ranks_per_node", "inter", "intra"], "mpi": []}
@@ -18,14 +18,15 @@ class FakeRunner:
     def __init__(self, fail_on=None):
         self.calls, self.fail_on = [], fail_on
 
-    def measure(self, algorithm, nbytes, root=0, options=None):
-        self.calls.append((algorithm, nbytes, root, options))
+    def measure(self, algorithm, nbytes, root=0, options=None, device="host"):
+        self.calls.append((algorithm, nbytes, root, options) + ((device,) if device != "host" else ()))
         if algorithm == self.fail_on:
             raise RuntimeError(f"engine 2 died while running {algorithm}")
         avg = 10.0 * (3 if algorithm == "chain" else 1) + nbytes / 1e3
+        path = "host" if device == "host" else "nccl" if algorithm == "nccl" else (options or {}).get("path", "staged")
         return {"algorithm": algorithm, "nbytes": nbytes, "p": self.p, "root": root, "options": options or {},
                 "avg_us": avg, "min_us": avg * 0.9, "max_us": avg * 1.1, "algbw_GBps": nbytes / avg / 1e3,
-                "busbw_GBps": nbytes / avg / 1e3, "valid": True}
+                "busbw_GBps": nbytes / avg / 1e3, "valid": True, "device": device, "path": path}
 
     def trace(self, algorithm, p, nbytes, root=0, options=None):
         return [{"algorithm": algorithm, "phase": "pipeline", "step": s, "src": s, "dst": s + 1,
@@ -73,6 +74,30 @@ def test_options_follow_the_sliders():
     explorer.sizes.value = (64, 64)
     explorer.run()
     assert explorer.results[0]["root"] == 1
+
+
+class GpuRunner(FakeRunner):
+    devices = ["host", "cupy", "fake"]
+
+
+def test_device_buffers_path_and_nccl_alongside():
+    ex = BcastExplorer(FakeRunner(), sizes=(1 << 10, 1 << 10))
+    assert [v for _, v in ex.device.options] == ["host"]  # a runner without devices: host buffers only
+    runner = GpuRunner()
+    ex = BcastExplorer(runner, sizes=(1 << 10, 1 << 10), algorithms=("chain",))
+    assert ex.path.disabled and ex.with_nccl.disabled
+    ex.device.value = "fake"
+    assert not ex.path.disabled and ex.with_nccl.disabled  # NCCL needs a real GPU
+    ex.path.value = "staged"
+    assert ex.options_for("chain") == {"chunk_bytes": 1 << 16, "path": "staged"}
+    ex.device.value = "cupy"
+    ex.with_nccl.value, ex.with_mpi.value = True, False
+    assert [a for a, _, _ in ex.plan()] == ["chain", "nccl"] and ex.plan()[1][2] == {}
+    rows = ex.run()
+    assert all(call[-1] == "cupy" for call in runner.calls)
+    assert {series_of(r) for r in rows} == {"#1 chain(chunk_bytes=64K) [cupy staged]", "#1 nccl [cupy nccl]"}
+    ex.device.value = "host"
+    assert ex.with_nccl.value is False and "path" not in ex.options_for("chain")
 
 
 def test_a_failure_shows_in_the_status_and_keeps_earlier_rows():
