@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gpulab.backend import module_for, synchronize
+from gpulab.backend import module_for, synchronize, to_device
 from gpulab.engine import timeline
 from gpulab.engine.flops import model_flops
 
@@ -86,8 +86,9 @@ def _iteration(gpt, opt, batch, clip: float = 1.0) -> None:
 
 def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int | None = None,
             iters: int = 5, warmup: int = 2, peak_flops: float | None = None, seed: int = 0,
-            keep_events: bool = False):
-    """Time ``iters`` iterations on grid ``shape``; the result dict on rank 0, None elsewhere."""
+            keep_events: bool = False, device: str = "host"):
+    """Time ``iters`` iterations on grid ``shape`` with arrays on ``device``; the result dict on rank 0,
+    None elsewhere. An iteration ends with a synchronizing read (the gradient norm), so GPU work is timed."""
     from gpulab.engine import Mesh, ParallelGPT, init_params
     from gpulab.engine.memory import memory_report
     from gpulab.engine.optim import AdamW
@@ -97,7 +98,7 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
     T = seq_len or config.block_size
     mesh = Mesh(*shape, comm=comm)
     gpt = ParallelGPT(config, mesh, overlap=overlap)
-    gpt.load_params(init_params(config, seed=seed))
+    gpt.load_params({n: to_device(v, device) for n, v in init_params(config, seed=seed).items()})
     opt = AdamW(gpt.params, lr=1e-4)
     rng = np.random.default_rng(seed)
     batch = (rng.integers(0, config.vocab_size, (batch_size, T)),
@@ -124,7 +125,7 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
         return None
     iter_s = statistics.median(times)
     flops = model_flops(config, batch_size, T)
-    row = {"shape": list(shape), "world": comm.size, "overlap": overlap.to_dict(),
+    row = {"shape": list(shape), "world": comm.size, "device": device, "overlap": overlap.to_dict(),
            "overlap_label": overlap.label(), "config": config.to_dict(), "batch_size": batch_size,
            "seq_len": T, "iters": iters, "iter_s": iter_s, "iter_s_all": times,
            "tokens_per_s": batch_size * T / iter_s, "model_flops": flops, "flops_per_s": flops / iter_s,
@@ -169,9 +170,14 @@ def main(argv=None) -> None:
                         help="sweep every (shape, overlap) this many times, interleaved; keep the best round")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--peak", type=float, default=None, help="machine peak FLOP/s for MFU")
+    parser.add_argument("--device", default="host", choices=["host", "cupy", "fake"], help="where the arrays live")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     comm = MPI.COMM_WORLD
+    if args.device == "cupy":
+        from gpulab.launch import pin_gpu
+
+        pin_gpu(comm)  # one GPU per node-local rank, before CuPy starts CUDA
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
     threadpool_limits(max(1, (os.cpu_count() or 1) // local))
     config = GPTConfig.from_dict(json.loads(args.config)) if args.config else bench_config()
@@ -186,7 +192,7 @@ def main(argv=None) -> None:
     for _ in range(args.rounds):  # interleaved: a burst of load elsewhere hits one round of each
         for i, (shape, overlap) in enumerate(runs):
             row = measure(comm, config, shape, args.batch_size, overlap, iters=args.iters,
-                          warmup=args.warmup, peak_flops=args.peak)
+                          warmup=args.warmup, peak_flops=args.peak, device=args.device)
             if comm.rank == 0:
                 results[i].append(row)
                 print(f"{shape} {overlap.label():>30}: {row['iter_s'] * 1e3:8.1f} ms "

@@ -26,11 +26,13 @@ from IPython.display import display
 
 from gpulab.engine.overlap import SWITCHES, Overlap
 from gpulab.engine.timeline_plot import breakdown, gantt
+from gpulab.widgets.explorer import DEVICES
 from gpulab.widgets.plots import as_image
+from gpulab.widgets.runner import engine_devices
 from gpulab.widgets.tables import Table
 
 
-def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup):
+def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device):
     from mpi4py import MPI
 
     from gpulab.engine import GPTConfig
@@ -42,7 +44,7 @@ def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup)
         return None
     try:
         return measure(comm, GPTConfig.from_dict(config), tuple(shape), batch_size, Overlap.from_dict(overlap),
-                       iters=iters, warmup=warmup, keep_events=True)
+                       iters=iters, warmup=warmup, keep_events=True, device=device)
     finally:
         comm.Free()
 
@@ -61,15 +63,23 @@ class MeshRunner:
 
     def __init__(self, engines, *, iters: int = 3, warmup: int = 1, timeout: float = 120):
         self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
+        self._devices = None
 
     @property
     def p(self) -> int:
         return self.engines.n
 
-    def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap) -> dict:
-        what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()})"
+    @property
+    def devices(self) -> list:
+        """Where the engines can keep the model: "host", "cupy" (every engine has a GPU), "fake"."""
+        if self._devices is None:
+            self._devices = engine_devices(self.engines, self.timeout)
+        return self._devices
+
+    def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap, device: str = "host") -> dict:
+        what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()}, {device})"
         rows = self.engines.run(_measure_on_engine, world, config.to_dict(), list(shape), batch_size,
-                                overlap.to_dict(), self.iters, self.warmup, timeout=self.timeout, what=what)
+                                overlap.to_dict(), self.iters, self.warmup, device, timeout=self.timeout, what=what)
         return rows[0]
 
     def fit_machine(self, reps: int = 3):
@@ -101,6 +111,8 @@ class MeshExplorer(W.VBox):
         self.switches = {name: W.Checkbox(value=False, description=name) for name in SWITCHES}
         self.progress = W.Dropdown(options=["poll", "thread", "none"], value="poll", description="progress")
         self.bucket_kb = W.IntSlider(value=256, min=16, max=4096, step=16, description="bucket KiB")
+        self.device = W.Dropdown(options=[(DEVICES[d], d) for d in getattr(runner, "devices", ["host"])],
+                                 value="host", description="arrays on")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.status, self.table = W.HTML(f"ready: {runner.p} engines"), W.Output()
         self.timeline_plot, self.breakdown_plot = W.Output(), W.Output()
@@ -112,7 +124,7 @@ class MeshExplorer(W.VBox):
         self.run_button.on_click(lambda _: self.run(raise_errors=False))
         self._refresh("world")
         grid = W.VBox([self.world, self.row, self.col, self.depth, self.data])
-        options = W.VBox([*self.switches.values(), self.progress, self.bucket_kb])
+        options = W.VBox([*self.switches.values(), self.progress, self.bucket_kb, self.device])
         super().__init__([W.HBox([grid, options]), W.HBox([self.run_button, self.status]),
                           self.table, self.timeline_plot, self.breakdown_plot])
 
@@ -155,11 +167,11 @@ class MeshExplorer(W.VBox):
                        bucket_bytes=self.bucket_kb.value << 10)
 
     def run(self, *, raise_errors: bool = True) -> dict | None:
-        shape, overlap = self.shape, self.overlap
+        shape, overlap, device = self.shape, self.overlap, self.device.value
         self.status.value = f"running {shape} with overlap {overlap.label()}..."
         self.run_button.disabled = True
         try:
-            row = self.runner.measure(self.world.value, self.config, shape, self.batch_size, overlap)
+            row = self.runner.measure(self.world.value, self.config, shape, self.batch_size, overlap, device=device)
         except Exception as err:  # shown in the status line; the button must not raise into the event loop
             self.status.value = f"<span style='color:#b00'>{html.escape(type(err).__name__)}: {html.escape(str(err))}</span>"
             if raise_errors:
@@ -167,7 +179,8 @@ class MeshExplorer(W.VBox):
             return None
         finally:
             self.run_button.disabled = self.shape is None
-        row["label"] = f"#{len(self.results) + 1} {tuple(shape)} {overlap.label()}"
+        row["label"] = f"#{len(self.results) + 1} {tuple(shape)} {overlap.label()}" + (
+            f" on {device}" if device != "host" else "")
         self.results.append(row)
         self.predictions.append(self._predict(shape, overlap))
         self.status.value = f"{row['label']}: {row['iter_s'] * 1e3:.1f} ms per iteration"

@@ -22,6 +22,12 @@ def _algorithms_on_engine() -> dict:
     return {name: option_names(name) for name in ALGORITHMS}
 
 
+def engine_devices(engines, timeout: float) -> list:
+    """The buffer kinds every engine can use, in the order "host", "cupy", "fake"."""
+    per_engine = engines.run(_devices_on_engine, timeout=timeout, what="which devices the engines have")
+    return [d for d in per_engine[0] if all(d in mine for mine in per_engine)]
+
+
 def _devices_on_engine() -> list:
     """Buffer kinds this engine can broadcast: host and the fake GPU always, CuPy when it sees a GPU."""
     from gpulab.backend import cupy_or_none
@@ -90,8 +96,7 @@ class EngineRunner:
     @property
     def devices(self) -> list:
         if self._devices is None:
-            per_engine = self.engines.run(_devices_on_engine, timeout=self.timeout)
-            self._devices = [d for d in per_engine[0] if all(d in mine for mine in per_engine)]
+            self._devices = engine_devices(self.engines, self.timeout)
         return self._devices
 
     def measure(self, algorithm: str, nbytes: int, root: int = 0, options: dict | None = None,

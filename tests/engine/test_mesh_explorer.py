@@ -33,8 +33,8 @@ class FakeRunner:
     def __init__(self):
         self.calls = []
 
-    def measure(self, world, config, shape, batch_size, overlap):
-        self.calls.append((world, tuple(shape), batch_size, overlap))
+    def measure(self, world, config, shape, batch_size, overlap, device="host"):
+        self.calls.append((world, tuple(shape), batch_size, overlap) + ((device,) if device != "host" else ()))
         events = [fake_events(r, overlap.any) for r in range(world)]
         summary = summarize(events[0])
         return {"shape": list(shape), "iter_s": summary["wall_s"], "summary": summary, "events": events,
@@ -91,7 +91,7 @@ def test_run_measures_draws_and_compares_with_the_model():
 
 def test_a_failed_run_shows_in_the_status():
     class Broken(FakeRunner):
-        def measure(self, *args):
+        def measure(self, *args, **kwargs):
             raise RuntimeError("engine 2 died")
 
     explorer = MeshExplorer(Broken())
@@ -113,3 +113,16 @@ def test_gantt_and_breakdown_draw_every_rank_and_run():
     fig = breakdown(rows, [{"iter_s": 0.01, "compute_s": 0.005}] * 2)
     assert len(fig.axes[0].patches) == 6  # compute, exposed, hidden for each run
     assert bench_config().n_head == 8
+
+
+def test_the_device_menu_follows_the_runner_and_reaches_the_measurement():
+    assert [v for _, v in MeshExplorer(FakeRunner()).device.options] == ["host"]
+
+    class GpuRunner(FakeRunner):
+        devices = ["host", "cupy", "fake"]
+
+    runner = GpuRunner()
+    explorer = MeshExplorer(runner)
+    explorer.device.value = "cupy"
+    row = explorer.run()
+    assert runner.calls[-1][-1] == "cupy" and row["label"].endswith(" on cupy")

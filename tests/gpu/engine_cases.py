@@ -77,3 +77,16 @@ def collectives_on_device(world: MPI.Comm, device: str = "fake", expect_path: st
                 wrong.append(f"{name} {dtype}: values differ")
     comm.Free()
     return wrong
+
+
+def bench_on_device(world: MPI.Comm, device: str = "fake") -> dict | None:
+    """``gpulab.engine.bench.measure`` (what the mesh explorer runs) with the model on ``device``."""
+    from gpulab.engine.bench import measure
+    from tests.engine.util import tiny_config
+
+    shape = (1, world.size, 1, 1)
+    row = measure(world, tiny_config(shape, "float32"), shape, 4, iters=2, warmup=1, keep_events=True, device=device)
+    if row is None:
+        return None
+    paths = {e.get("path") for events in row["events"] for e in events if e["kind"] == "comm"}
+    return {"device": row["device"], "iter_s": row["iter_s"], "paths": sorted(paths)}

@@ -73,3 +73,8 @@ def test_every_overlap_option_on_fake_device_gives_the_same_numbers():
     rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", shapes=[(2, 1, 2, 1), (1, 1, 2, 2)],
                    device="fake", env=STAGED, timeout=300)[0]
     assert rows and all(r["bitwise"] for r in rows)
+
+
+def test_engine_benchmark_runs_on_the_fake_device_and_its_timeline_names_the_path():
+    row = run_mpi(2, "tests.gpu.engine_cases:bench_on_device", env=STAGED, timeout=120)[0]
+    assert row["device"] == "fake" and row["iter_s"] > 0 and row["paths"] == ["staged"]
