@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -151,6 +153,11 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 #    (docs/engine_overlap.md has the measurements.)
 # 5. How far off are the model's absolute numbers, and is the *ranking* still
 #    useful? What does the model leave out? (`gpulab.engine.perfmodel`)
+# 6. **On a GPU node** the *arrays on* menu offers GPU (CuPy) when every
+#    engine has a GPU. Run the same grid on host and on GPU: compute shrinks,
+#    so communication becomes the larger share. In the timeline, are the
+#    collectives `staged` through host memory or `cuda-aware` (hover data:
+#    every comm event has a `path`)? Does overlap now hide more?
 
 # %%
 engines.stop()
