@@ -156,8 +156,8 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 # 6. **On a GPU node** the *arrays on* menu offers GPU (CuPy) when every
 #    engine has a GPU. Run the same grid on host and on GPU: compute shrinks,
 #    so communication becomes the larger share. In the timeline, are the
-#    collectives `staged` through host memory or `cuda-aware` (hover data:
-#    every comm event has a `path`)? Does overlap now hide more?
+#    collectives `staged` through host memory or `cuda-aware` (each comm
+#    event in `explorer.results[-1]["events"]` has a `path`)? Does overlap hide more?
 
 # %%
 engines.stop()
