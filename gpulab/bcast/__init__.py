@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gpulab.bcast.algorithms import ALGORITHMS, byte_view, option_names, run_algorithm
 from gpulab.bcast.group import BcastSizeError
-from gpulab.bcast.select import select
+from gpulab.bcast.select import Decision, select
 from gpulab.bcast.trace import gather_trace, tracing
 
 
@@ -28,4 +28,5 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
     return run_algorithm(algorithm, buf, root, comm, **options)
 
 
-__all__ = ["ALGORITHMS", "BcastSizeError", "bcast", "gather_trace", "option_names", "select", "tracing"]
+__all__ = ["ALGORITHMS", "BcastSizeError", "Decision", "bcast", "gather_trace", "option_names", "select",
+           "tracing"]

@@ -32,6 +32,8 @@ SHORT_MSG, LONG_MSG, MIN_PROCS = MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS
 
 @dataclass(frozen=True)
 class Decision:
+    """What ``select()`` chose: the algorithm, its options, why, and from which source."""
+
     name: str
     options: dict = field(default_factory=dict)
     reason: str = ""

@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
+from gpulab.bcast import Decision
 from gpulab.bcast.model import Hockney, Link, Machine
-from gpulab.bcast.select import Decision, reload, select
+from gpulab.bcast.select import reload, select
 from gpulab.bcast.tuning import ENV, build_table, candidates, choose_measured, load, lookup, table_path, update
 from tests.mpi_harness import ROOT, run_mpi
 
