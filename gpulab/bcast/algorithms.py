@@ -25,7 +25,7 @@ from mpi4py import MPI
 
 from gpulab.backend import is_device_array
 from gpulab.bcast import gpu, pipelined, scatter_allgather, trees
-from gpulab.bcast.group import Group, mpi_buffer
+from gpulab.bcast.group import Group, mpi_buffer, private_comm
 from gpulab.bcast.hierarchical import hierarchical
 
 
@@ -84,8 +84,10 @@ def _check_options(name: str, options: dict) -> None:
 
 
 def _run(name: str, g: Group, data, root: int, options: dict) -> None:
-    """Execute algorithm ``name`` on a group (hierarchical calls back here for its two levels)."""
-    _check_options(name, options)
+    """Execute algorithm ``name`` on a group (hierarchical calls back here for its two levels).
+
+    ``run_algorithm`` has checked the options, both levels' too.
+    """
     if name == "hierarchical":
         options = {**options, "run": _run}
     _CORES[name](g, data, root, **options)
@@ -120,8 +122,9 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
     device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options}
     gpu.check_device_options(**device_options)
     data = byte_view(buf)
+    _check_options(name, options)
+    comm = private_comm(comm)  # after every check: bad input raises before any message
     if is_device_array(data):
-        _check_options(name, options)  # before the path is chosen, as on the host
         gpu.run_on_device(_run, name, data, int(root), comm, options, **device_options)
     else:
         _run(name, Group(comm, range(comm.size), comm.rank, name, comm), data, int(root), options)

@@ -29,19 +29,22 @@ def forward_chunks(g: Group, data, parent: int | None, children: list[int], chun
     Group indices are absolute; ``depth`` is the number of hops from the
     source, so chunk c leaves this rank in logical step c + depth. Returns the
     send requests still in flight (the caller waits, so it can combine trees).
+    The last chunk is marked (``Group.isend``'s ``last``), so ranks whose
+    buffers differ by whole chunks raise ``BcastSizeError`` instead of waiting.
     """
     chunks = _chunks(data.nbytes, chunk_bytes)
+    final = len(chunks) - 1
     sends = []
     if parent is None:
         for c, part in enumerate(chunks):
-            sends += [g.isend(child, data[part], phase, c + depth) for child in children]
+            sends += [g.isend(child, data[part], phase, c + depth, last=c == final) for child in children]
         return sends
-    posted = deque(g.irecv(parent, data[part]) for part in chunks[:RECV_WINDOW])
+    posted = deque(g.irecv(parent, data[part], last=c == final) for c, part in enumerate(chunks[:RECV_WINDOW]))
     for c, part in enumerate(chunks):
         posted.popleft().wait()
         if c + RECV_WINDOW < len(chunks):
-            posted.append(g.irecv(parent, data[chunks[c + RECV_WINDOW]]))
-        sends += [g.isend(child, data[part], phase, c + depth) for child in children]
+            posted.append(g.irecv(parent, data[chunks[c + RECV_WINDOW]], last=c + RECV_WINDOW == final))
+        sends += [g.isend(child, data[part], phase, c + depth, last=c == final) for child in children]
     return sends
 
 

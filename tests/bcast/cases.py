@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from mpi4py import MPI
 
-from gpulab.bcast import ALGORITHMS, bcast, gather_trace, tracing
+from gpulab.bcast import ALGORITHMS, bcast, gather_trace, option_names, tracing
 from tests.mpi_steps import step
 
 # (dtype, shape): every numeric kind, 16-bit types, empty and awkward sizes, nd shapes
@@ -79,12 +79,42 @@ def check_auto(world: MPI.Comm) -> list:
     return chosen
 
 
-def size_mismatch(world: MPI.Comm, algorithm: str, extra_bytes: int) -> None:
+def size_mismatch(world: MPI.Comm, algorithm: str, extra_bytes: int, nbytes: int = 1000) -> None:
     """The last rank passes a buffer of a different size; it must raise (the harness then aborts the job)."""
-    n = 1000 + (extra_bytes if world.rank == world.size - 1 else 0)
+    n = nbytes + (extra_bytes if world.rank == world.size - 1 else 0)
     buf = np.full(n, world.rank, dtype=np.uint8)
-    options = {"chunk_bytes": 300} if algorithm == "chain" else {}
+    options = {"chunk_bytes": 300} if "chunk_bytes" in option_names(algorithm) else {}
     ALGORITHMS[algorithm](buf, 0, world, **options)
+
+
+def user_messages_untouched(world: MPI.Comm) -> list:
+    """Messages of the user's own, pending on the same communicator with any tag (gpulab's included),
+    are neither taken nor disturbed by broadcasts, pipelined or not."""
+    from gpulab.bcast.group import LAST_TAG, TAG
+
+    tags = [TAG, LAST_TAG, 7]
+    sent = [world.isend(f"user {tag}", dest=1, tag=tag) for tag in tags] if world.rank == 0 else []
+    for algorithm, options in [("chain", {"chunk_bytes": 300}), ("binary_tree", {"chunk_bytes": 500}),
+                               ("binomial", {})]:
+        buf = np.full(1200, 5 if world.rank == 0 else 0, np.uint8)
+        ALGORITHMS[algorithm](buf, 0, world, **options)
+        assert (buf == 5).all(), algorithm
+    got = [world.recv(source=0, tag=tag) for tag in reversed(tags)] if world.rank == 1 else []
+    assert got == [f"user {tag}" for tag in reversed(tags)][:len(got)]
+    MPI.Request.waitall(sent)
+    return len(got)
+
+
+def freed_communicators_free_their_duplicates(world: MPI.Comm) -> int:
+    """Each communicator broadcast over gets a private duplicate; freeing it frees that too."""
+    from gpulab.bcast import group
+
+    before = len(group._private)
+    for _ in range(100):
+        comm = world.Dup()
+        bcast(np.zeros(10), comm=comm, algorithm="chain")
+        comm.Free()
+    return len(group._private) - before
 
 
 def trace_pattern(world: MPI.Comm, algorithm: str, nbytes: int, options: dict) -> list | None:

@@ -27,3 +27,22 @@ def test_size_mismatch_raises_on_the_rank_that_sees_it(algorithm, extra_bytes):
     # (as `python -m mpi4py` would), instead of a hang or a silently stale buffer
     with pytest.raises(MPIJobFailed, match=r"(?s)rank 3 raised:.*BcastSizeError: rank 3 expected \d+ bytes"):
         run_mpi(4, "tests.bcast.cases:size_mismatch", algorithm=algorithm, extra_bytes=extra_bytes, timeout=60)
+
+
+@pytest.mark.parametrize("extra_bytes", [600, -600])
+@pytest.mark.parametrize("algorithm", ["chain", "binary_tree", "split_binary_tree"])
+def test_size_mismatch_by_whole_chunks_raises(algorithm, extra_bytes):
+    # 1200 against 1800 or 600 bytes in 300-byte chunks (the split tree's halves too): every chunk is
+    # the size rank 3 expects, only their number differs; the last chunk's own tag tells rank 3 at once
+    with pytest.raises(MPIJobFailed, match=r"(?s)rank 3 raised:.*BcastSizeError: rank 3 expected 300 bytes "
+                                           r"from rank \d+ (to end the message|and more after them)"):
+        run_mpi(4, "tests.bcast.cases:size_mismatch", algorithm=algorithm, extra_bytes=extra_bytes,
+                nbytes=1200, timeout=60)
+
+
+def test_broadcasts_leave_the_users_messages_alone():
+    assert run_mpi(2, "tests.bcast.cases:user_messages_untouched", timeout=60) == [0, 3]
+
+
+def test_freeing_a_communicator_frees_its_private_duplicate():
+    assert run_mpi(2, "tests.bcast.cases:freed_communicators_free_their_duplicates", timeout=60) == [0, 0]
