@@ -57,10 +57,17 @@ def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
     return fig
 
 
+def phase_label(event: dict) -> str:
+    """A trace event's phase as drawn: with its level for a two-level broadcast ("inter tree",
+    "intra tree": the same phase name and step at two levels are two different rounds)."""
+    level = event.get("algorithm", "").partition("/")[2]
+    return f"{level} {event['phase']}" if level else event["phase"]
+
+
 def step_columns(events: list[dict]) -> list[tuple[str, int]]:
-    """The logical rounds in order: (phase, step) pairs, phases in the order they first happen."""
-    order = phase_order(events, phase=lambda e: e["phase"])
-    return sorted({(e["phase"], e["step"]) for e in events}, key=lambda k: (order[k[0]], k[1]))
+    """The logical rounds in order: (phase label, step) pairs, phases in the order they first happen."""
+    order = phase_order(events, phase=phase_label)
+    return sorted({(phase_label(e), e["step"]) for e in events}, key=lambda k: (order[k[0]], k[1]))
 
 
 def pattern_figure(events: list[dict], p: int, *, title: str = "", ax=None) -> Figure:
@@ -76,9 +83,9 @@ def pattern_figure(events: list[dict], p: int, *, title: str = "", ax=None) -> F
     for rank in range(p):
         ax.axhline(rank, color="0.85", lw=1, zorder=0)
     for e in events:
-        x = col[e["phase"], e["step"]]
+        x = col[phase_label(e), e["step"]]
         ax.annotate("", xy=(x + 0.8, e["dst"]), xytext=(x, e["src"]),
-                    arrowprops=dict(arrowstyle="->", color=colors[e["phase"]], lw=1.2))
+                    arrowprops=dict(arrowstyle="->", color=colors[phase_label(e)], lw=1.2))
     for phase in phases:  # legend entries for the phases
         ax.plot([], [], color=colors[phase], label=phase)
     ax.set_xlim(-0.3, max(len(columns), 1) + 0.1)

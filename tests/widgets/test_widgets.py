@@ -125,6 +125,13 @@ def test_patterns_figure_has_a_panel_per_algorithm():
     assert len(visible) == 3 and all(len(ax.texts) == 3 for ax in visible)
 
 
+def test_the_two_levels_of_a_hierarchical_broadcast_are_separate_rounds():
+    events = [{"algorithm": "hierarchical/inter", "phase": "tree", "step": 0, "src": 0, "dst": 2, "t_start": 0.0},
+              {"algorithm": "hierarchical/intra", "phase": "tree", "step": 0, "src": 0, "dst": 1, "t_start": 1.0},
+              {"algorithm": "hierarchical/intra", "phase": "tree", "step": 0, "src": 2, "dst": 3, "t_start": 1.1}]
+    assert step_columns(events) == [("inter tree", 0), ("intra tree", 0)]
+
+
 def test_step_columns_order_phases_by_time():
     events = [{"phase": "allgather", "step": 0, "t_start": 2.0}, {"phase": "scatter", "step": 1, "t_start": 1.0},
               {"phase": "scatter", "step": 0, "t_start": 0.5}]
