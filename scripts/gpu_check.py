@@ -131,10 +131,11 @@ def part_engine_equivalence(until, state):
     CUDA-aware when the MPI is), float16 mixed precision against float64."""
     shapes = [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 1, 1, 2)]
     keep = ("shape", "dtype", "loss_err", "grad_err", "train_loss_err", "norm_err", "param_err")
+    device = state["device"]
     out = {"float32_staged": [{k: r[k] for k in keep} for r in run_mpi(
-        2, "tests.engine.cases:equivalence", shapes=shapes, dtype="float32", device="cupy", expect_path="staged",
+        2, "tests.engine.cases:equivalence", shapes=shapes, dtype="float32", device=device, expect_path="staged",
         env=STAGED, timeout=left(until))[0]]}
-    out["float16_staged"] = run_mpi(2, "tests.engine.cases:float16_accuracy", shapes=shapes[1:3], device="cupy",
+    out["float16_staged"] = run_mpi(2, "tests.engine.cases:float16_accuracy", shapes=shapes[1:3], device=device,
                                     expect_path="staged", env=STAGED, timeout=left(until))[0]
     if state.get("aware"):
         out["float32_cuda_aware"] = [{k: r[k] for k in keep} for r in run_mpi(
@@ -205,7 +206,7 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(ROOT / "docs" / "gpu_check.json"))
     parser.add_argument("--only", default="", help="comma-separated part names (default: all)")
     parser.add_argument("--device", choices=("cupy", "fake"), default="cupy",
-                        help="fake: a CPU dry run of the broadcast parts (gpulab.fakedevice)")
+                        help="fake: a CPU dry run of the broadcast and engine-equivalence parts (gpulab.fakedevice)")
     parser.add_argument("--sizes", default="4K,256K,4M,64M", help="broadcast timing sizes (default 4K,256K,4M,64M)")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.budget

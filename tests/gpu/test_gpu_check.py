@@ -9,12 +9,14 @@ from tests.mpi_harness import ROOT
 
 def test_dry_run_records_results_and_errors(tmp_path):
     out = tmp_path / "check.json"
-    parts = "environment,bcast_staged_p2,bcast_timings"
+    parts = "environment,bcast_staged_p2,bcast_timings,engine_equivalence"
     done = subprocess.run([sys.executable, "scripts/gpu_check.py", "--device", "fake", "--only", parts,
                            "--sizes", "4K,64K", "--budget", "120", "--out", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=180)
     report = json.loads(out.read_text())
-    assert list(report["parts"]) == parts.split(",") and report["device"] == "fake"
+    # in the script's order of priority, whatever the order asked
+    assert list(report["parts"]) == ["environment", "bcast_staged_p2", "engine_equivalence", "bcast_timings"]
+    assert report["device"] == "fake"
     staged = report["parts"]["bcast_staged_p2"]
     assert staged["ok"] and min(staged["result"]["cases_checked_per_algorithm"].values()) > 0
     timings = report["parts"]["bcast_timings"]["result"]
@@ -22,6 +24,8 @@ def test_dry_run_records_results_and_errors(tmp_path):
     assert {r["p"] for r in timings} == {2, 4}
     assert {r["series"] for r in timings if "series" in r} == {
         "chain unpipelined", "chain pipelined 1M", "chain pipelined 4M"}
+    engine = report["parts"]["engine_equivalence"]
+    assert engine["ok"] and len(engine["result"]["float32_staged"]) == 4 and len(engine["result"]["float16_staged"]) == 2
     try:
         import cupy  # noqa: F401
     except ImportError:  # no GPU stack here: the probe fails, the run says so, the other parts still ran
