@@ -197,7 +197,9 @@ class ParallelGPT:
 
     def _global_loss(self, loss_sum, n_tokens):
         xp = array_module(self.params[WTE])
-        total = coll.all_reduce(xp.asarray([loss_sum], dtype=accum_dtype(self.config.dtype)), self.mesh.batch)
+        # a 1-element array made from the (0-d, maybe device) sum: CuPy takes no list of device arrays
+        total = coll.all_reduce(xp.asarray(loss_sum, dtype=accum_dtype(self.config.dtype)).reshape(1),
+                                self.mesh.batch)
         return float(total[0]) / n_tokens
 
     def loss(self, idx, targets) -> float:
