@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from gpulab.backend import module_for, synchronize, to_device
+from gpulab.backend import module_for, synchronize
 from gpulab.engine import timeline
 from gpulab.engine.flops import model_flops
 
@@ -98,7 +98,7 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
     T = seq_len or config.block_size
     mesh = Mesh(*shape, comm=comm)
     gpt = ParallelGPT(config, mesh, overlap=overlap)
-    gpt.load_params({n: to_device(v, device) for n, v in init_params(config, seed=seed).items()})
+    gpt.load_params(init_params(config, seed=seed), device=device)
     opt = AdamW(gpt.params, lr=1e-4)
     rng = np.random.default_rng(seed)
     batch = (rng.integers(0, config.vocab_size, (batch_size, T)),

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from contextlib import contextmanager
 
-from gpulab.backend import array_module, to_host
+from gpulab.backend import array_module, to_device, to_host
 from gpulab.engine import collectives as coll
 from gpulab.engine import layers as L
 from gpulab.engine import tp_layers as TP
@@ -104,9 +104,10 @@ class ParallelGPT:
 
     # --- parameters in and out --------------------------------------------------------------------
 
-    def local_pieces(self, full: dict, dtype: str | None = None) -> dict:
+    def local_pieces(self, full: dict, dtype: str | None = None, device: str | None = None) -> dict:
         """This rank's pieces of a full-shaped dict (parameters, or optimizer moments), as ``dtype``
-        (default: the model's)."""
+        (default: the model's), cut where ``full`` lives and then moved to ``device`` ("host",
+        "cupy", "fake"; default: stay): a GPU receives only its rank's pieces, never the whole model."""
         missing = [n for n in self.specs if n not in full]
         if missing:
             raise KeyError(f"missing parameters: {missing}")
@@ -116,11 +117,12 @@ class ParallelGPT:
             if tuple(value.shape) != spec.shape:
                 raise ValueError(f"{name}: shape {tuple(value.shape)} != expected {spec.shape}")
             value = array_module(value).asarray(value, dtype=dtype or self.config.dtype)
-            out[name] = local_piece(spec, value, self.mesh.shape, self.coords)
+            piece = local_piece(spec, value, self.mesh.shape, self.coords)
+            out[name] = piece if device is None else to_device(piece, device)
         return out
 
-    def load_params(self, full_params: dict) -> None:
-        self.params = self.local_pieces(full_params)
+    def load_params(self, full_params: dict, device: str | None = None) -> None:
+        self.params = self.local_pieces(full_params, device=device)
         self.grads = {}
 
     def gather_full(self, local: dict, root: int | None = None):

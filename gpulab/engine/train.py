@@ -165,7 +165,6 @@ def train(args, shape) -> int:
     from gpulab.engine.bench import alone, peak_matmul
     from gpulab.engine.flops import model_flops
     from gpulab.engine.memory import memory_report
-    from gpulab.backend import to_device
     from gpulab.engine.optim import AdamW, LossScaler, train_step
     from gpulab.engine.overlap import Overlap
     from gpulab.engine.parallel import ParallelGPT
@@ -201,14 +200,13 @@ def train(args, shape) -> int:
         raise SystemExit(f"--overlap: {err}")
     mesh = Mesh(*shape)
     gpt = ParallelGPT(config, mesh, overlap=overlap)
-    gpt.load_params({n: to_device(v, args.device) for n, v in params.items()})
+    gpt.load_params(params, device=args.device)
     opt = AdamW(gpt.params, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
     if ck and ck.opt_state:
         acc = accum_dtype(config.dtype)  # the optimizer's dtype: float32 for float16 models
-        state = {k: gpt.local_pieces({n: to_device(v, args.device) for n, v in ck.opt_state[k].items()}, acc)
-                 for k in ("m", "v")}
+        state = {k: gpt.local_pieces(ck.opt_state[k], acc, args.device) for k in ("m", "v")}
         if opt.master:  # the checkpoint holds the float32 masters of float16 runs
-            state["master"] = gpt.local_pieces({n: to_device(v, args.device) for n, v in params.items()}, acc)
+            state["master"] = gpt.local_pieces(params, acc, args.device)
         opt.load_state_dict({"t": ck.opt_state["t"], **state})
     del params  # from here on each rank keeps only its pieces
     scaler = LossScaler(enabled=config.dtype == "float16")

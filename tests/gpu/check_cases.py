@@ -104,7 +104,6 @@ def engine_mfu(world: MPI.Comm, peak_tflops: dict, dtype: str = "float32", shape
     """
     import cupy as cp
 
-    from gpulab.backend import to_device
     from gpulab.engine import GPTConfig, Mesh, ParallelGPT, init_params
     from gpulab.engine.flops import model_flops
     from gpulab.engine.optim import AdamW, LossScaler, train_step
@@ -112,7 +111,7 @@ def engine_mfu(world: MPI.Comm, peak_tflops: dict, dtype: str = "float32", shape
     cfg = GPTConfig(vocab_size=128, block_size=block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
                     dtype=dtype)
     gpt = ParallelGPT(cfg, Mesh(*shape, comm=world))
-    gpt.load_params({n: to_device(p, "cupy") for n, p in init_params(cfg).items()})
+    gpt.load_params(init_params(cfg), device="cupy")
     opt, scaler = AdamW(gpt.params, lr=1e-4), LossScaler(enabled=dtype == "float16")
     rng = np.random.default_rng(0)
     batch = tuple(rng.integers(0, cfg.vocab_size, (batch, block_size)) for _ in range(2))
