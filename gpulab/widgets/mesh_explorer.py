@@ -20,6 +20,7 @@ tested with a fake runner.
 from __future__ import annotations
 
 import html
+from functools import cached_property
 
 import ipywidgets as W
 from IPython.display import display
@@ -63,18 +64,15 @@ class MeshRunner:
 
     def __init__(self, engines, *, iters: int = 3, warmup: int = 1, timeout: float = 120):
         self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
-        self._devices = None
 
     @property
     def p(self) -> int:
         return self.engines.n
 
-    @property
+    @cached_property
     def devices(self) -> list:
         """Where the engines can keep the model: "host", "cupy" (every engine has a GPU), "fake"."""
-        if self._devices is None:
-            self._devices = engine_devices(self.engines, self.timeout)
-        return self._devices
+        return engine_devices(self.engines, self.timeout)
 
     def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap, device: str = "host") -> dict:
         what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()}, {device})"

@@ -15,6 +15,8 @@ kernel itself must not initialise MPI.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 
 def _algorithms_on_engine() -> dict:
     from gpulab.bcast import ALGORITHMS, option_names
@@ -81,7 +83,7 @@ class EngineRunner:
                  time_budget: float | None = 0.5, timeout: float = 120):
         self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
         self.time_budget = time_budget
-        self._algorithms = self._devices = None
+        self._algorithms = None
 
     @property
     def p(self) -> int:
@@ -93,11 +95,9 @@ class EngineRunner:
             self._algorithms = self.engines.run(_algorithms_on_engine, timeout=self.timeout)[0]
         return self._algorithms
 
-    @property
+    @cached_property
     def devices(self) -> list:
-        if self._devices is None:
-            self._devices = engine_devices(self.engines, self.timeout)
-        return self._devices
+        return engine_devices(self.engines, self.timeout)
 
     def measure(self, algorithm: str, nbytes: int, root: int = 0, options: dict | None = None,
                 device: str = "host") -> dict:
