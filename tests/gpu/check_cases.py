@@ -61,36 +61,32 @@ def matmul_peak(world: MPI.Comm, sizes: dict | None = None, iters: int = 10) -> 
         a = cp.random.random((n, n), dtype=cp.float32).astype(dtype)
         b = cp.random.random((n, n), dtype=cp.float32).astype(dtype)
         c = cp.empty((n, n), dtype=dtype)
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        for _ in range(3):  # warm-up: cuBLAS picks its kernel, clocks rise
-            cp.matmul(a, b, out=c)
-        start.record()
-        for _ in range(iters):
-            cp.matmul(a, b, out=c)
-        stop.record()
-        stop.synchronize()
-        seconds = cp.cuda.get_elapsed_time(start, stop) / 1e3 / iters
-        out[f"cupy_{dtype}"] = {"n": n, "ms": seconds * 1e3, "tflops": 2 * n**3 / seconds / 1e12}
+        out[f"cupy_{dtype}"] = _timed_matmul(lambda: cp.matmul(a, b, out=c), cp.cuda.Event(), cp.cuda.Event(),
+                                             cp.cuda.get_elapsed_time, n, iters)
         del a, b, c
     try:
         import torch
     except ImportError:
         return out
     n = sizes.get("float16", 16384)
-    a = torch.rand((n, n), device="cuda", dtype=torch.bfloat16)
-    b = torch.rand((n, n), device="cuda", dtype=torch.bfloat16)
-    c = torch.empty((n, n), device="cuda", dtype=torch.bfloat16)
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    for _ in range(3):
-        torch.matmul(a, b, out=c)
+    a, b, c = (torch.rand((n, n), device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    out["torch_bfloat16"] = _timed_matmul(lambda: torch.matmul(a, b, out=c), torch.cuda.Event(enable_timing=True),
+                                          torch.cuda.Event(enable_timing=True),
+                                          lambda start, stop: start.elapsed_time(stop), n, iters)
+    return out
+
+
+def _timed_matmul(matmul, start, stop, elapsed_ms, n: int, iters: int) -> dict:
+    """Time ``iters`` n x n matmuls between two CUDA events (CuPy's or PyTorch's)."""
+    for _ in range(3):  # warm-up: cuBLAS picks its kernel, clocks rise
+        matmul()
     start.record()
     for _ in range(iters):
-        torch.matmul(a, b, out=c)
+        matmul()
     stop.record()
     stop.synchronize()
-    seconds = start.elapsed_time(stop) / 1e3 / iters
-    out["torch_bfloat16"] = {"n": n, "ms": seconds * 1e3, "tflops": 2 * n**3 / seconds / 1e12}
-    return out
+    seconds = elapsed_ms(start, stop) / 1e3 / iters
+    return {"n": n, "ms": seconds * 1e3, "tflops": 2 * n**3 / seconds / 1e12}
 
 
 def engine_mfu(world: MPI.Comm, peak_tflops: dict, dtype: str = "float32", shape=(1, 1, 1, 1), n_layer: int = 4,
