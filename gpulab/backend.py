@@ -116,6 +116,14 @@ class CupyDevice:
         self.cp.cuda.get_current_stream().synchronize()
 
 
+def mpi_view(x):
+    """What mpi4py is handed for ``x``: the array itself, or for a fake device array what its
+    ``__gpulab_mpi_buffer__`` door gives (it refuses unless the simulated MPI is CUDA-aware and
+    the stream is synchronized, so mpi4py can never read fake device memory by accident)."""
+    door = getattr(x, "__gpulab_mpi_buffer__", None)
+    return x if door is None else door()
+
+
 def device_of(x):
     """The device object that moves ``x``'s memory, or None for a host array."""
     fake = getattr(x, "__gpulab_device__", None)

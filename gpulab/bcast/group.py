@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 from mpi4py import MPI
 
+from gpulab.backend import mpi_view
 from gpulab.bcast import trace
 
 # One tag for all gpulab broadcast traffic but a pipeline's last chunk: MPI's non-overtaking
@@ -48,14 +49,8 @@ class BcastSizeError(RuntimeError):
 
 
 def mpi_buffer(data) -> list:
-    """The ``[buffer, MPI.BYTE]`` spec for mpi4py.
-
-    A fake device array (``gpulab.fakedevice``) opens only through its
-    ``__gpulab_mpi_buffer__`` door, which refuses unless the simulated MPI is
-    CUDA-aware and the stream is synchronized: mpi4py can never read it by accident.
-    """
-    door = getattr(data, "__gpulab_mpi_buffer__", None)
-    return [data if door is None else door(), MPI.BYTE]
+    """The ``[buffer, MPI.BYTE]`` spec for mpi4py (fake device arrays through their door, ``mpi_view``)."""
+    return [mpi_view(data), MPI.BYTE]
 
 
 # the user communicator's handle -> its private duplicate (a dict: 0.08 us a lookup against

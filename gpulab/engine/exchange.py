@@ -21,14 +21,8 @@ tests' ``gpulab.fakedevice``) take one of the paths of ``gpulab.mpi_cuda``:
 
 from __future__ import annotations
 
-from gpulab.backend import device_of
+from gpulab.backend import device_of, mpi_view
 from gpulab.mpi_cuda import choose_path
-
-
-def _mpi_view(x):
-    """What MPI is handed for a device array on the CUDA-aware path (the fake device has a door)."""
-    door = getattr(x, "__gpulab_mpi_buffer__", None)
-    return x if door is None else door()
 
 
 class Exchange:
@@ -47,7 +41,7 @@ class Exchange:
         if self.path == "host":
             return x
         if self.path == "cuda-aware":
-            return _mpi_view(x)
+            return mpi_view(x)
         host = self._mirror(x)
         self.device.d2h(host, x, self.device.current_stream())
         self.device.synchronize()  # the copy (and every kernel before it) done before MPI reads
@@ -58,7 +52,7 @@ class Exchange:
         if self.path == "host":
             return out
         if self.path == "cuda-aware":
-            return _mpi_view(out)
+            return mpi_view(out)
         host = self._mirror(out)
         self._back.append((out, host))
         return host
