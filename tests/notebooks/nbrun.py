@@ -6,6 +6,19 @@ the reply and a stderr line) is reported as passed. Here every reply is checked,
 a cell that runs past ``cell_timeout`` fails, and the MPI engines a notebook
 started are found afterwards by their IPYTHONDIR and stopped.
 
+Why a client of our own (``StrictClient``): while a cell runs, nbclient waits
+for the execute_reply with one asyncio poll on the shell socket. Messages that
+nbclient sends on that socket meanwhile (its stand-in for an
+``ipywidgets.Output`` answers every display into the widget with a comm_msg)
+go through ``Session.send``, which writes to a plain synchronous shadow of the
+asyncio socket. That raw send makes libzmq process the socket's pending
+commands, which clears the edge-triggered readiness of its file descriptor: if
+the reply had just arrived, the pending poll is never told and wakes only at
+the cell timeout (the notebook-02 stalls: exactly ``cell_timeout`` seconds,
+then success). ``wake_pending_poll`` routes those sends through the asyncio
+socket itself, whose send re-checks the socket's events and wakes a waiting
+poll. Upstream: nbclient issue #312, jupyter_client PR #1059.
+
     nb = execute("notebooks/00_start_here.ipynb", {"N_ENGINES": 2}, ipython_dir=tmp)
 """
 
@@ -19,7 +32,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
-__all__ = ["NOTEBOOKS", "CellExecutionError", "CellTimeoutError", "ReplyNotOk", "execute", "inject_parameters"]
+__all__ = ["NOTEBOOKS", "CellExecutionError", "CellTimeoutError", "ReplyNotOk", "StrictClient", "execute",
+           "inject_parameters", "wake_pending_poll"]
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -27,6 +41,34 @@ NOTEBOOKS = ROOT / "notebooks"
 
 class ReplyNotOk(AssertionError):
     """A cell's execute_reply had a status other than "ok"."""
+
+
+class _SendThroughAsyncio:
+    """What ``Session.send`` writes to: hands its frames to the asyncio socket instead of a raw shadow."""
+
+    def __init__(self, socket):
+        self.socket = socket
+
+    def send_multipart(self, frames, **kwargs):
+        # zmq.asyncio sends at once when it can and then re-checks the socket's
+        # events, resolving a poll that waits for a message already queued
+        self.socket.send_multipart(frames, **kwargs)
+
+
+def wake_pending_poll(channel):
+    """Make ``channel.send`` (a jupyter_client asyncio channel) wake a poll pending on the same socket."""
+    stream = _SendThroughAsyncio(channel.socket)
+    channel.send = lambda msg: channel.session.send(stream, msg)
+    return channel
+
+
+class StrictClient(NotebookClient):
+    """nbclient's NotebookClient whose shell-channel sends cannot swallow the execute_reply's wake-up."""
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        wake_pending_poll(kc.shell_channel)
+        return kc
 
 
 def inject_parameters(nb, parameters: dict):
@@ -42,7 +84,7 @@ def inject_parameters(nb, parameters: dict):
     return nb
 
 
-def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: float = 120):
+def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: float = 180):
     """Run the notebook top to bottom in a fresh python3 kernel; return the executed notebook.
 
     Raises nbclient's CellExecutionError / CellTimeoutError, or ReplyNotOk.
@@ -50,7 +92,7 @@ def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: 
     path = Path(path)
     nb = inject_parameters(nbformat.read(path, as_version=4), parameters or {})
     replies = []
-    client = NotebookClient(
+    client = StrictClient(
         nb, timeout=cell_timeout, kernel_name="python3", allow_errors=False,
         resources={"metadata": {"path": str(path.parent)}},
         on_cell_executed=lambda cell, cell_index, execute_reply: replies.append((cell_index, execute_reply)))
