@@ -67,15 +67,29 @@ def check_algorithm(world: MPI.Comm, algorithm: str) -> int:
     return checked
 
 
-def check_auto(world: MPI.Comm) -> list:
-    """``algorithm="auto"`` moves the data correctly at sizes around MPICH's switch points."""
+AUTO_SIZES = (0, 100, 12288, 600_000)  # around MPICH's switch points
+
+
+def check_auto(world: MPI.Comm, make=lambda expected, is_root: expected.copy() if is_root else np.zeros_like(expected),
+               read=lambda buf: buf) -> list:
+    """``algorithm="auto"`` moves the data correctly and runs what ``select`` decided, around the switch points.
+
+    ``make(expected, is_root)`` builds each rank's buffer (host by default), ``read(buf)`` brings it to the host.
+    Returns (nbytes, the decision's algorithm and source, the algorithms the trace saw) per size, on rank 0.
+    """
+    from gpulab.bcast import gather_trace, select, tracing
+
     chosen = []
-    for nbytes in (0, 100, 12288, 600_000):
+    for nbytes in AUTO_SIZES:
         expected = _payload("uint8", (nbytes,), seed=nbytes)
-        buf = expected.copy() if world.rank == 0 else np.zeros_like(expected)
-        bcast(buf)
-        assert buf.tobytes() == expected.tobytes()
-        chosen.append(nbytes)
+        buf = make(expected, world.rank == 0)
+        with tracing() as events:
+            assert bcast(buf, comm=world) is buf
+        assert read(buf).tobytes() == expected.tobytes(), nbytes
+        ran = gather_trace(events, world)
+        if ran is not None:
+            decision = select(nbytes, world)
+            chosen.append((nbytes, decision.name, decision.source, sorted({e["algorithm"] for e in ran})))
     return chosen
 
 

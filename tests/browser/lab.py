@@ -95,8 +95,13 @@ class Lab:
     def url(self, notebook: str) -> str:
         return f"http://127.0.0.1:{self.port}/lab/tree/{notebook}?token={self.token}&reset"
 
-    def descendants(self, names=("mpiexec", "hydra_pmi_proxy", "ipengine", "ipcontroller")) -> list[str]:
-        """Processes below the server whose command line mentions MPI engines (the kernel's cluster)."""
+    def descendants(self, names=("mpiexec", "hydra_pmi_proxy", "ipyparallel.engine", "ipyparallel.controller",
+                                 "ipyparallel.cluster")) -> list[str]:
+        """Processes below the server whose command line mentions MPI engines (the kernel's cluster).
+
+        ipyparallel 9 starts ``python -m ipyparallel.engine`` / ``ipyparallel.controller``
+        (no ``ipengine``/``ipcontroller`` executables any more).
+        """
         found = []
         for child in psutil.Process(self.proc.pid).children(recursive=True):
             try:

@@ -8,8 +8,6 @@ from gpulab.engine.timeline import summarize
 from gpulab.engine.timeline_plot import breakdown, gantt
 from gpulab.widgets.mesh_explorer import MeshExplorer, valid_factors
 
-pytest.importorskip("ipywidgets")
-
 
 def fake_events(rank: int, overlap: bool) -> list[dict]:
     """Forward kernel, an all-reduce (async and hidden with overlap), a blocking gather."""

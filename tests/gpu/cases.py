@@ -183,15 +183,11 @@ def measure_sweep(world: MPI.Comm, algorithms: list, sizes: list, device: str = 
 
 
 def auto_on_device(world: MPI.Comm, device: str = "fake") -> list:
-    """``bcast(..., algorithm="auto")`` on device buffers, at sizes around the selection switch points."""
-    from gpulab.bcast import bcast
+    """``bcast(..., algorithm="auto")`` on device buffers: tests.bcast.cases.check_auto's rows."""
+    from tests.bcast.cases import check_auto
 
-    sizes = [0, 100, 12288, 600_000]
-    for nbytes in sizes:
-        expected = _payload("uint8", (nbytes,), seed=nbytes)
-        buf = device_buffer(device, expected, world.rank == 0)
-        assert bcast(buf, comm=world) is buf and buf.get().tobytes() == expected.tobytes(), nbytes
-    return sizes
+    return check_auto(world, make=lambda expected, is_root: device_buffer(device, expected, is_root),
+                      read=lambda buf: buf.get())
 
 
 def cuda_aware_forced(world: MPI.Comm) -> None:

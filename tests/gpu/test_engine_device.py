@@ -13,10 +13,12 @@ import pytest
 from gpulab.backend import is_device_array, to_device
 from gpulab.engine import loss_and_grads
 from tests.engine.util import random_batch, random_params, tiny_config
+from tests.gpu.engine_cases import OPS
 from tests.mpi_harness import run_mpi
 
 STAGED = {"GPULAB_CUDA_AWARE": "", "GPULAB_FAKE_MPI_CUDA_AWARE": "0"}
 AWARE = {"GPULAB_CUDA_AWARE": "", "GPULAB_FAKE_MPI_CUDA_AWARE": "1"}
+CASES = len(OPS) * 3  # every collective in float64, float32, float16
 SHAPES_4 = [(2, 1, 2, 1), (1, 2, 1, 2), (1, 1, 2, 2), (2, 2, 1, 1), (4, 1, 1, 1)]
 
 
@@ -41,13 +43,14 @@ def test_collectives_on_device_buffers_match_host_bit_for_bit(env, path):
 @pytest.mark.parametrize("bug", ["no_copy_back", "no_sync_before_mpi", "no_copy_out"])
 def test_a_planted_exchange_bug_is_caught(bug):
     wrong = run_mpi(2, "tests.gpu.engine_cases:collectives_on_device", bug=bug, env=STAGED, timeout=120)
-    assert all(wrong), wrong
+    # caught as wrong values in every case on every rank, not as some unrelated exception
+    assert all(len(w) == CASES and all(c.endswith(": values differ") for c in w) for w in wrong), wrong
 
 
 def test_handing_an_unsynchronized_buffer_to_a_cuda_aware_mpi_fails_loudly():
     wrong = run_mpi(2, "tests.gpu.engine_cases:collectives_on_device", bug="no_sync_cuda_aware",
                     expect_path="cuda-aware", env=AWARE, timeout=120)
-    assert all("synchronize the stream first" in w for w in wrong[0]), wrong[0]
+    assert all(len(w) == CASES and all("synchronize the stream first" in c for c in w) for w in wrong), wrong
 
 
 @pytest.mark.parametrize("env, path", [(STAGED, "staged"), (AWARE, "cuda-aware")])
