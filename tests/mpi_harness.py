@@ -48,6 +48,24 @@ def run_mpi(n: int, target: str, *, timeout: float = 120, env: dict | None = Non
         return _collect(outdir, n, target, proc.returncode, output)
 
 
+def shared_jobs():
+    """``run_mpi`` with memory, for many tests reading one job: the first call with given arguments runs
+    the job, later calls get its results, or its failure raised again (a module-scoped fixture holds it)."""
+    jobs = {}
+
+    def run(n: int, target: str, **kwargs):
+        key = (n, target, json.dumps(kwargs, sort_keys=True))
+        if key not in jobs:
+            try:
+                jobs[key] = run_mpi(n, target, **kwargs)
+            except MPIJobFailed as failure:
+                jobs[key] = failure
+        if isinstance(jobs[key], MPIJobFailed):
+            raise jobs[key]
+        return jobs[key]
+    return run
+
+
 def _last_step(outdir: str, rank: int) -> str:
     path = Path(outdir, f"rank{rank}.progress")
     if Path(outdir, f"rank{rank}.json").exists():

@@ -4,15 +4,21 @@ import pytest
 
 from gpulab.bcast import ALGORITHMS
 from tests.bcast.auto import assert_auto_rows
-from tests.mpi_harness import MPIJobFailed, run_mpi
+from tests.mpi_harness import MPIJobFailed, run_mpi, shared_jobs
 
 PROCESS_COUNTS = [1, 2, 3, 4, 5, 8]
 
 
+@pytest.fixture(scope="module")
+def job():
+    return shared_jobs()
+
+
 @pytest.mark.parametrize("n", PROCESS_COUNTS)
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_bit_identical_to_mpi_bcast(algorithm, n):
-    checked = run_mpi(n, "tests.bcast.cases:check_algorithm", algorithm=algorithm, timeout=240)
+def test_bit_identical_to_mpi_bcast(algorithm, n, job):
+    # one job per process count checks every algorithm; each test reads its own algorithm's count
+    checked = [per_rank[algorithm] for per_rank in job(n, "tests.bcast.cases:check_every_algorithm", timeout=300)]
     assert min(checked) > 0, f"cases checked per rank: {checked}"
 
 

@@ -12,7 +12,7 @@ from mpi4py import MPI
 
 from gpulab.bcast import ALGORITHMS, gather_trace, tracing
 from gpulab.bcast.gpu import path_of
-from tests.bcast.cases import VARIANTS, _payload, communicators
+from tests.bcast.cases import VARIANTS, _payload, communicators, runs
 from tests.mpi_steps import step
 
 # dtypes and sizes that stress chunking: empty, one byte, odd sizes, nd shapes, 16-bit floats
@@ -51,7 +51,8 @@ def check_device_algorithm(world: MPI.Comm, algorithm: str, device: str = "fake"
     """Every communicator x root x option set x payload, bitwise against MPI_Bcast.
 
     Staging chunk sizes rotate through ``staging`` from case to case (all
-    combinations would triple the run time and find nothing new).
+    combinations would triple the run time and find nothing new); tiny chunks
+    only on small payloads (tests.bcast.cases.runs).
     """
     checked = 0
     staging = STAGING if staging is None else staging
@@ -59,7 +60,11 @@ def check_device_algorithm(world: MPI.Comm, algorithm: str, device: str = "fake"
         for root in range(comm.size):
             for v, variant in enumerate(VARIANTS.get(algorithm, [{}])):
                 for i, (dtype, shape) in enumerate(PAYLOADS if payloads is None else payloads):
-                    options = {**variant, **staging[(root + v + i) % len(staging)]}
+                    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+                    choices = [s for s in staging if runs(s, nbytes)] or [{}]
+                    options = {**variant, **choices[(root + v + i) % len(choices)]}
+                    if not runs(options, nbytes):
+                        continue
                     where = f"{algorithm} {device} on {comm_name} (p={comm.size}) root={root} {options} {dtype}{shape}"
                     step(where)
                     _check_one(world, comm, algorithm, device, expect_path, root, options,
@@ -147,9 +152,10 @@ def staged_with_bug(world: MPI.Comm, bug: str) -> list[str]:
     return wrong
 
 
-def check_all_algorithms(world: MPI.Comm, device: str = "cupy", expect_path: str = "staged") -> dict:
-    """check_device_algorithm for every algorithm in one job (the GPU check script: one CUDA start-up)."""
-    return {algorithm: check_device_algorithm(world, algorithm, device, expect_path)
+def check_all_algorithms(world: MPI.Comm, device: str = "cupy", expect_path: str = "staged",
+                         staging: list | None = None) -> dict:
+    """check_device_algorithm for every algorithm in one job (one mpiexec, one CUDA start-up)."""
+    return {algorithm: check_device_algorithm(world, algorithm, device, expect_path, staging)
             for algorithm in sorted(ALGORITHMS)}
 
 

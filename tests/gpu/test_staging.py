@@ -10,25 +10,31 @@ from mpi4py import MPI
 
 from gpulab.bcast import ALGORITHMS
 from tests.bcast.auto import assert_auto_rows
-from tests.mpi_harness import MPIJobFailed, run_mpi
+from tests.mpi_harness import MPIJobFailed, run_mpi, shared_jobs
 
 STAGED = {"GPULAB_FAKE_MPI_CUDA_AWARE": "0", "GPULAB_CUDA_AWARE": ""}
 AWARE = {"GPULAB_FAKE_MPI_CUDA_AWARE": "1", "GPULAB_CUDA_AWARE": ""}
 
 
+@pytest.fixture(scope="module")
+def job():
+    return shared_jobs()  # one job per process count and path checks every algorithm
+
+
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_staged_broadcast_is_bit_identical_to_mpi_bcast(algorithm, n):
-    checked = run_mpi(n, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, env=STAGED,
-                      timeout=120)
+def test_staged_broadcast_is_bit_identical_to_mpi_bcast(algorithm, n, job):
+    per_rank = job(n, "tests.gpu.cases:check_all_algorithms", device="fake", env=STAGED, timeout=300)
+    checked = [counts[algorithm] for counts in per_rank]
     assert min(checked) > 0, checked
 
 
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_cuda_aware_path_hands_device_memory_to_mpi(algorithm):
+def test_cuda_aware_path_hands_device_memory_to_mpi(algorithm, job):
     # the door into fake device memory opens only for a CUDA-aware MPI and a synchronized stream
-    checked = run_mpi(3, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, env=AWARE,
-                      expect_path="cuda-aware", staging=[{}], timeout=120)
+    per_rank = job(3, "tests.gpu.cases:check_all_algorithms", device="fake", env=AWARE, expect_path="cuda-aware",
+                   staging=[{}], timeout=300)
+    checked = [counts[algorithm] for counts in per_rank]
     assert min(checked) > 0, checked
 
 
