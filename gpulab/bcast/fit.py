@@ -12,7 +12,7 @@ default, with alpha and beta fitted on each side; ``switch="auto"`` finds it in
 the data instead, keeping the best split only if it cuts the residual sum of
 squares of one straight line at least 2.5-fold (5% noise reaches about 2).
 
-    mpiexec -n 2 python -m gpulab.bcast.fit          # print the fit and its residuals
+    gpulab tune fit -n 2 --no-save                   # print the fit and its residuals
     machine = fit_machine(pingpong(comm, SIZES), p=comm.size)   # on every rank
 """
 
@@ -221,11 +221,3 @@ def summary(machine: Machine) -> str:
         rms = f" (RMS error {report['rms_rel_err']:.0%})" if report else " (not measured: same as intra)"
         lines.append(f"  {level}: {text}{rms}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    from mpi4py import MPI
-
-    fitted = fit_machine(pingpong(MPI.COMM_WORLD), p=MPI.COMM_WORLD.size, call=call_overhead())
-    if MPI.COMM_WORLD.rank == 0:
-        print(summary(fitted))

@@ -1,10 +1,10 @@
 """The NCCL baseline: ``ncclBroadcast`` through CuPy's bindings, for side-by-side comparison.
 
-The seed paper compares MPI-side broadcasts with NCCL's. This module gives
+Awan et al. (EuroMPI 2018) compare MPI-side broadcasts with NCCL's. This module gives
 the harness the NCCL side with the same signature as the MPI algorithms:
 
     nccl_bcast(cupy_array, root, comm)        # in place, returns the array
-    measure_bcast(comm, "nccl", nbytes)       # in gpulab.bench, on CuPy buffers
+    measure_bcast(comm, "nccl", nbytes)       # in gpulab.bcast.measure, on CuPy buffers
 
 One NCCL communicator per MPI communicator, created on first use (rank 0
 makes the unique id, MPI broadcasts it) and cached on the MPI communicator.

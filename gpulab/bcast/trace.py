@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from gpulab.trace_order import phase_order
+from gpulab.bcast.trace_order import phase_order
 
 _events: list | None = [] if os.environ.get("GPULAB_TRACE") else None
 
