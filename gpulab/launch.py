@@ -5,7 +5,8 @@ A cluster user points gpulab at the site's MPI with ``GPULAB_MPIEXEC``
 flags go in ``GPULAB_MPIEXEC_ARGS``. ``relaunch`` is how a ``gpulab`` command
 started outside an MPI job re-runs itself on N ranks; ``pin_gpu`` gives each
 rank of a job the GPU of its node-local rank (engines, ``gpulab train``,
-``gpulab bench``).
+``gpulab bench``); ``first_ranks`` runs work on part of a job; ``lazy_mpi``
+lets a module that communicates be imported without initialising MPI.
 """
 
 from __future__ import annotations
@@ -99,4 +100,30 @@ def first_ranks(comm, p: int):
 
     sub = comm.Split(0 if comm.rank < p else MPI.UNDEFINED, comm.rank)
     return None if sub == MPI.COMM_NULL else sub
+
+
+class _LazyMPI:
+    """Stands for mpi4py.MPI in one module until that module first uses it (see ``lazy_mpi``)."""
+
+    __slots__ = ("_namespace",)
+
+    def __init__(self, namespace: dict):
+        self._namespace = namespace
+
+    def __getattr__(self, name: str):
+        from mpi4py import MPI
+
+        self._namespace["MPI"] = MPI  # from now on the module's global is the real module
+        return getattr(MPI, name)
+
+
+def lazy_mpi(namespace: dict):
+    """``MPI = lazy_mpi(globals())``: mpi4py.MPI, imported at the module's first ``MPI.x``, not at its import.
+
+    Importing mpi4py.MPI initialises MPI. The modules that communicate use this
+    so that a notebook kernel (which on a cluster runs inside a Slurm job and
+    must never call MPI_Init) can still import them, to draw or model. After
+    the first lookup the global is the real module: no cost on the hot path.
+    """
+    return _LazyMPI(namespace)
 

@@ -9,7 +9,7 @@ notebook kernel can draw and model broadcasts without becoming an MPI process.
 
 Modules: algorithms (``ALGORITHMS``, ``bcast``), group (checked messages
 inside a group of ranks), layouts (the trees, shared with the model), trees,
-pipelined, scatter_allgather, hierarchical, trace and trace_order; gpu,
+pipelined, scatter_allgather, hierarchical, trace; gpu,
 staging, nccl (device buffers); measure (OSU-style timing) and experiments
 (what ``gpulab tune`` measures); schedules, model, fit (cost model); tuning
 (the tuning file) and auto (``select``: what ``algorithm="auto"`` runs); report, sizes,

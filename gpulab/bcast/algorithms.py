@@ -21,13 +21,15 @@ import functools
 import inspect
 
 import numpy as np
-from mpi4py import MPI
 
 from gpulab.backend import is_device_array
 from gpulab.bcast import gpu, pipelined, scatter_allgather, trees
+from gpulab.bcast.auto import select
 from gpulab.bcast.group import Group, mpi_buffer, private_comm
 from gpulab.bcast.hierarchical import hierarchical
-from gpulab.bcast.auto import select
+from gpulab.launch import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def _native(g: Group, data, root: int) -> None:

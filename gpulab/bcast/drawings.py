@@ -13,7 +13,7 @@ from collections import defaultdict
 from matplotlib.figure import Figure
 
 from gpulab.bcast.sizes import format_size
-from gpulab.bcast.trace_order import phase_order
+from gpulab.bcast.trace import phase_order
 
 
 def series_of(row: dict) -> str:

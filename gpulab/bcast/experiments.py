@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from gpulab.bcast import measure
+from gpulab.bcast.algorithms import ALGORITHMS, run_algorithm
 from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
 from gpulab.bcast.model import PIPELINED, Machine, best_chunk
 from gpulab.bcast.auto import reload, select
@@ -34,9 +36,6 @@ def auto_registered(table=None):
 
     ``table`` is the tuning file to decide from (None: the default lookup, as bcast itself does).
     """
-    from gpulab.bcast.algorithms import ALGORITHMS
-    from gpulab.bcast.algorithms import run_algorithm
-
     def auto(buf, root=0, comm=None):
         decision = select(buf.nbytes, comm, table)  # decided on every call, as bcast does
         return run_algorithm(decision.name, buf, root, comm, **decision.options)
@@ -49,11 +48,9 @@ def auto_registered(table=None):
 
 
 def _measure(comm, name, nbytes, time_budget, **options):
-    from gpulab.bcast.measure import measure_bcast
-
     # warm-up and validation scale down with size: OSU's 10 warm-ups of a 64 MiB bcast would take seconds here
     warmup = 2 if nbytes >= (1 << 20) else None
-    return measure_bcast(comm, name, nbytes, warmup=warmup, time_budget=time_budget,
+    return measure.measure_bcast(comm, name, nbytes, warmup=warmup, time_budget=time_budget,
                          validate=nbytes <= (4 << 20), **options)
 
 

@@ -24,6 +24,9 @@ import statistics
 
 import numpy as np
 
+from gpulab.bcast.algorithms import run_algorithm
+from gpulab.bcast.group import Group
+from gpulab.bcast.hierarchical import node_of_rank
 from gpulab.bcast.model import Hockney, Link, Machine
 
 SIZES = [8, 64, 512, 1024, 2048, 4096, 6144, 8191, 8192, 12288, 16384, 32768, 65536, 131072, 262144,
@@ -40,8 +43,6 @@ _TAG = 26467
 def _exchange(comm, me: int, peer: int, buf, iters: int, via: str) -> float:
     """One-way seconds per message, from ``iters`` round trips (timed on the initiating rank)."""
     from mpi4py import MPI
-
-    from gpulab.bcast.group import Group
 
     g = Group(comm, list(range(comm.size)), comm.rank)
     send = (lambda b, dst: g.send(dst, b, "pingpong", 0)) if via == "python" else \
@@ -68,8 +69,6 @@ def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budge
     point is the fastest of ``repeats`` timed loops: other processes on the
     machine can only add time, so the minimum is the least disturbed estimate.
     """
-    from gpulab.bcast.hierarchical import node_of_rank
-
     node = node_of_rank(comm, ranks_per_node)
     samples = []
     for peer in range(1, comm.size):
@@ -100,8 +99,6 @@ def call_overhead(repeats: int = 5, calls: int = 2000) -> float:
     import time
 
     from mpi4py import MPI
-
-    from gpulab.bcast.algorithms import run_algorithm
 
     buf = np.empty(0, np.uint8)
     best = float("inf")

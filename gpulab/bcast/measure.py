@@ -18,11 +18,15 @@ reached MPI: "host", "cuda-aware", "staged" (see ``gpulab.bcast.gpu``) or "nccl"
 from __future__ import annotations
 
 import numpy as np
-from mpi4py import MPI
 
 from gpulab.backend import copy_from_host, empty_bytes, to_host
 from gpulab.bcast.algorithms import ALGORITHMS, option_names
 from gpulab.bcast.gpu import DEVICE_OPTIONS, path_of
+from gpulab.bcast.nccl import nccl_bcast
+from gpulab.launch import lazy_mpi
+
+MPI = lazy_mpi(globals())
+
 
 def osu_iterations(nbytes: int) -> tuple[int, int]:
     """(timed, warm-up) iterations as in OSU: 1000/100 up to 8 KiB, 100/10 above."""
@@ -49,8 +53,6 @@ def _validated_run(comm, run, buf, root: int, salt: int) -> bool:
 def _broadcast_function(algorithm: str, device: str, options: dict):
     """(bcast_fn(buf, root, comm, **options), device): NCCL runs on CuPy buffers only."""
     if algorithm == "nccl":
-        from gpulab.bcast.nccl import nccl_bcast
-
         if options:
             raise TypeError(f"the nccl baseline takes no options, got {sorted(options)}")
         if device not in ("host", "cupy"):

@@ -16,7 +16,10 @@ import json
 import sys
 
 from gpulab.backend import DEVICES
+from gpulab.bcast import nccl
+from gpulab.bcast.algorithms import ALGORITHMS
 from gpulab.bcast.drawings import sweep_figure
+from gpulab.bcast.measure import sweep
 from gpulab.bcast.sizes import format_size, parse_size, size_range
 from gpulab.cli.records import metadata
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
@@ -64,9 +67,6 @@ def run(args) -> int:
 def _measure(args) -> int:
     from mpi4py import MPI
 
-    from gpulab.bcast import ALGORITHMS
-    from gpulab.bcast.measure import sweep
-
     comm = MPI.COMM_WORLD
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
     unknown = [a for a in algorithms if a not in ALGORITHMS and a != "nccl"]
@@ -78,8 +78,6 @@ def _measure(args) -> int:
     if args.device == "cupy" or "nccl" in algorithms:
         pin_gpu(comm)  # one GPU per rank by node-local rank, before CuPy starts
     if "nccl" in algorithms:
-        from gpulab.bcast import nccl
-
         if not nccl.available():
             if comm.rank == 0:
                 print("gpulab bench: the nccl baseline needs CuPy with NCCL and a GPU per rank", file=sys.stderr)

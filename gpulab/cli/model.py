@@ -22,6 +22,7 @@ from pathlib import Path
 
 from gpulab.engine import GPTConfig
 from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.fit import fit as fit_machine
 from gpulab.engine.perf.fit import load
 from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import gpt_config, predict, rank
@@ -148,8 +149,6 @@ def fit(args) -> int:
 
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
-
-    from gpulab.engine.perf.fit import fit as fit_machine
 
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()

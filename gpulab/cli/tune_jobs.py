@@ -16,6 +16,7 @@ from gpulab.bcast import experiments, report
 from gpulab.bcast.sizes import format_size, size_range
 from gpulab.cli.records import metadata
 from gpulab.workloads.startup import broadcast_model
+from gpulab.workloads.startup import report as workload_report
 
 
 def _sizes(text):
@@ -80,8 +81,6 @@ def inner(args) -> int:
 
 
 def outer(args, results: dict) -> int:
-    from gpulab.workloads.startup import report as workload_report
-
     results = {int(p): r for p, r in results.items()}
     ok = report.handle(args, results, workload_report)
     if args.json_path:

@@ -9,8 +9,9 @@ root, options)`` -> all ranks' trace events.
     runner = EngineRunner(engines)      # engines = gpulab.cluster.start_engines(4)
     runner.measure("chain", 1 << 20, 0, {"chunk_bytes": 1 << 16})
 
-The engine-side functions import gpulab.bcast there, never here: the notebook
-kernel itself must not initialise MPI.
+The ``_on_engine`` functions run on the engines (``Engines.run``); only they
+communicate, so the notebook kernel, which imports this module, never
+initialises MPI.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ from __future__ import annotations
 from functools import cached_property
 
 from gpulab.backend import DEVICES, cupy_or_none
+from gpulab.bcast.algorithms import ALGORITHMS, bcast, option_names
+from gpulab.bcast.measure import measure_bcast
+from gpulab.bcast.trace import gather_trace, tracing
 from gpulab.launch import first_ranks
 
 
 def _algorithms_on_engine() -> dict:
-    from gpulab.bcast import ALGORITHMS, option_names
-
     return {name: option_names(name) for name in ALGORITHMS}
 
 
@@ -46,8 +48,6 @@ def _devices_on_engine() -> list:
 def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_budget, device):
     from mpi4py import MPI
 
-    from gpulab.bcast.measure import measure_bcast
-
     return measure_bcast(MPI.COMM_WORLD, algorithm, nbytes, root=root, iters=iters, warmup=warmup,
                          validate=True, time_budget=time_budget, device=device, **options)
 
@@ -55,8 +55,6 @@ def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_bud
 def _trace_on_engine(algorithm, p, nbytes, root, options):
     import numpy as np
     from mpi4py import MPI
-
-    from gpulab.bcast import bcast, gather_trace, tracing
 
     world = MPI.COMM_WORLD
     comm = first_ranks(world, p)

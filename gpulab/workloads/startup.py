@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from gpulab.bcast.algorithms import ALGORITHMS
 from gpulab.bcast.experiments import auto_registered
 from gpulab.bcast.model import ZERO, breakdown
 from gpulab.bcast.report import print_rows
@@ -49,8 +50,6 @@ def broadcast_model(comm, network: str | list[int], algorithms, *, repeats: int 
     ``repeats`` (the slowest rank's time of each repeat), tensors, bytes, valid.
     """
     from mpi4py import MPI
-
-    from gpulab.bcast.algorithms import ALGORITHMS
 
     sizes = layer_bytes(network, itemsize) if isinstance(network, str) else [int(s) for s in network]
     buf = np.empty(sum(sizes), dtype=np.uint8)

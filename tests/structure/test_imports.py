@@ -16,6 +16,15 @@ def test_importing_the_library_leaves_mpi_unloaded():
     assert out.stdout.strip() == "False"
 
 
+def test_importing_any_module_leaves_mpi_unloaded():
+    """Even the modules that communicate: they import mpi4py.MPI at their first MPI call (``lazy_mpi``)."""
+    names = sorted(_module_name(p) for p in PACKAGE.rglob("*.py") if p.name != "__main__.py")
+    code = f"import importlib, sys\nfor name in {names!r}:\n    importlib.import_module(name)\n" \
+           "print('mpi4py.MPI' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

@@ -28,6 +28,7 @@ import time
 
 import numpy as np
 
+from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.perf.timing import alone
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
@@ -102,8 +103,6 @@ def share_slowdown(comm, reps: int) -> float:
 
 
 def collective_costs(comm, reps: int) -> dict:
-    from gpulab.engine.parallel import collectives as coll
-
     p, out = comm.size, {}
     work = work_kernel(comm.rank)
     for g in (g for g in range(2, p + 1) if p % g == 0):
@@ -129,8 +128,6 @@ def collective_costs(comm, reps: int) -> dict:
 
 def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
     """eta: how much of a 1 MiB all-reduce over all ranks hides behind 20 matmuls of 256^3."""
-    from gpulab.engine.parallel import collectives as coll
-
     rng = np.random.default_rng(comm.rank)
     a = rng.random((256, 256), dtype=np.float32)
     x = np.ones(1 << 18, dtype=np.float32)
