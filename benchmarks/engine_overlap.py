@@ -10,7 +10,7 @@ four with gpulab's progress thread, with no progress at all (the control),
 and with MPICH's own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1; one round:
 it is slow), each beside its own overlap-off run, and the bucket size swept
 on the data-parallel grid. Every setting is
-timed in interleaved rounds (``gpulab.engine.bench``); the record keeps the
+timed in interleaved rounds (``gpulab.engine.perf.timing``); the record keeps the
 best round (other jobs only add time) and the load average around each invocation.
 """
 
@@ -50,7 +50,7 @@ def run(args) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                **extra}
         before = os.getloadavg()[0]
-        cmd = mpiexec_command(4, ["-m", "gpulab.engine.bench", "--shapes", shapes, "--overlap", overlaps,
+        cmd = mpiexec_command(4, ["-m", "gpulab.cli", "bench", "engine", "--shapes", shapes, "--overlap", overlaps,
                                   "--progress", progress, "--bucket-kb", str(bucket_kb), "--iters",
                                   str(args.iters), "--rounds", str(rounds or args.rounds), "--warmup", "2",
                                   "--out", str(raw)])
@@ -121,7 +121,7 @@ HEAD = """# Overlap on this machine: measured
 interleaved rounds, the best round kept: every round is listed), then `... report`. 4 ranks on 2 cores, the model of
 docs/engine_bench.md (2 layers, n_embd 128, batch 16 x 64 tokens, float32). "exposed" = time the
 ranks sat inside MPI, "hidden" = time a collective was in flight while its rank computed
-(``gpulab.engine.timeline``), both per iteration, mean over ranks, in the best round. "Paired": the
+(``gpulab.engine.parallel.timeline``), both per iteration, mean over ranks, in the best round. "Paired": the
 rounds of one invocation are interleaved, so round i of a setting and round i of overlap-off ran
 side by side; the median of their ratios is the least load-sensitive comparison here. Numbers are identical with every
 setting (tests/engine/test_overlap.py checks it bit for bit). Load = load average around the

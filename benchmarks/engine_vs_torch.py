@@ -98,7 +98,7 @@ def run_gpulab(cfg, params, batch, steps):
     from mpi4py import MPI
 
     from gpulab.engine import Mesh, ParallelGPT
-    from gpulab.engine.optim import AdamW, train_step
+    from gpulab.engine.training.optim import AdamW, train_step
 
     mesh = Mesh(1, 1, 1, 1, comm=MPI.COMM_SELF)
     gpt = ParallelGPT(cfg, mesh)

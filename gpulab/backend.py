@@ -19,6 +19,9 @@ import sys
 
 import numpy as np
 
+# where arrays can live, for every --device option and device menu: name -> what it is
+DEVICES = {"host": "host (numpy)", "cupy": "GPU (CuPy)", "fake": "fake GPU (CPU stand-in)"}
+
 
 def cupy_or_none():
     """The cupy module if it is installed and already imported or importable, else None."""

@@ -2,8 +2,11 @@
 
 A cluster user points gpulab at the site's MPI with ``GPULAB_MPIEXEC``
 (for example ``srun`` or ``/opt/cray/pe/mpich/bin/mpiexec``); extra launcher
-flags go in ``GPULAB_MPIEXEC_ARGS``. ``pin_gpu`` gives each rank of a job the
-GPU of its node-local rank (engines, ``gpulab train``, ``gpulab bench``).
+flags go in ``GPULAB_MPIEXEC_ARGS``. ``relaunch`` is how a ``gpulab`` command
+started outside an MPI job re-runs itself on N ranks; ``pin_gpu`` gives each
+rank of a job the GPU of its node-local rank (engines, ``gpulab train``,
+``gpulab bench``); ``first_ranks`` runs work on part of a job; ``lazy_mpi``
+lets a module that communicates be imported without initialising MPI.
 """
 
 from __future__ import annotations
@@ -12,11 +15,15 @@ import os
 import shlex
 import shutil
 import socket
+import subprocess
 import sys
 from pathlib import Path
 
 # Environment variables that MPI launchers set in every rank they start.
 _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+# Set by ``relaunch`` in the job it starts: a launcher that sets none of the above must not make
+# a command re-launch itself again and again.
+LAUNCHED = "GPULAB_LAUNCHED"
 
 
 def find_mpiexec() -> str:
@@ -45,7 +52,16 @@ def mpiexec_command(n: int, python_args: list[str]) -> list[str]:
 
 def inside_mpi_job() -> bool:
     """True when this process was started by an MPI launcher (checked without initialising MPI)."""
-    return any(var in os.environ for var in _LAUNCHER_VARS)
+    return any(var in os.environ for var in (*_LAUNCHER_VARS, LAUNCHED))
+
+
+def relaunch(n: int, argv: list[str], env: dict | None = None) -> int:
+    """Run ``gpulab *argv`` on ``n`` ranks (``mpiexec_command``), wait for it and return its exit code.
+
+    ``env`` adds variables to this process's environment for the job.
+    """
+    return subprocess.call(mpiexec_command(n, ["-m", "gpulab.cli", *argv]),
+                           env={**os.environ, **(env or {}), LAUNCHED: "1"})
 
 
 def pin_gpu(comm=None) -> dict:
@@ -73,3 +89,41 @@ def pin_gpu(comm=None) -> dict:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
     return {"rank": comm.Get_rank(), "host": socket.gethostname(), "pid": os.getpid(),
             "local_rank": local_rank, "local_size": local_size, "gpu": gpu}
+
+
+def first_ranks(comm, p: int):
+    """A communicator of ``comm``'s ranks 0..p-1 (collective over ``comm``), or None on the others.
+
+    The caller frees it. Lets one fixed job (a notebook's engines) run work on fewer ranks.
+    """
+    from mpi4py import MPI
+
+    sub = comm.Split(0 if comm.rank < p else MPI.UNDEFINED, comm.rank)
+    return None if sub == MPI.COMM_NULL else sub
+
+
+class _LazyMPI:
+    """Stands for mpi4py.MPI in one module until that module first uses it (see ``lazy_mpi``)."""
+
+    __slots__ = ("_namespace",)
+
+    def __init__(self, namespace: dict):
+        self._namespace = namespace
+
+    def __getattr__(self, name: str):
+        from mpi4py import MPI
+
+        self._namespace["MPI"] = MPI  # from now on the module's global is the real module
+        return getattr(MPI, name)
+
+
+def lazy_mpi(namespace: dict):
+    """``MPI = lazy_mpi(globals())``: mpi4py.MPI, imported at the module's first ``MPI.x``, not at its import.
+
+    Importing mpi4py.MPI initialises MPI. The modules that communicate use this
+    so that a notebook kernel (which on a cluster runs inside a Slurm job and
+    must never call MPI_Init) can still import them, to draw or model. After
+    the first lookup the global is the real module: no cost on the hot path.
+    """
+    return _LazyMPI(namespace)
+

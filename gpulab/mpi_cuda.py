@@ -6,7 +6,7 @@ Two paths, named in broadcast results, trace events and engine timelines:
   or MPICH built with CUDA, MVAPICH2-GDR, Cray MPICH with GPU support on).
 - "staged": it cannot, so the bytes go through pinned host memory
   (``gpulab.bcast.staging`` pipelines a broadcast in chunks;
-  ``gpulab.engine.exchange`` stages the engine's collectives whole).
+  ``gpulab.engine.parallel.exchange`` stages the engine's collectives whole).
 
 ``choose_path``: an explicit ``path=``, else ``GPULAB_CUDA_AWARE=1`` / ``=0``,
 else the MPI library is asked (``mpi_cuda_support()``), else staged, which is

@@ -120,3 +120,18 @@ assert all(row["avg_us"] > 0 for row in rows)
 
 # %%
 engines.stop()
+
+# %% [markdown]
+# ## Questions
+# 1. The first broadcast above was written by hand with `Send`/`Recv` from the
+#    root to every rank. How many messages does the root send for `p` ranks,
+#    and how long does the last rank wait if each message costs `a + n·b`?
+# 2. In the measurement, which of the three algorithms was fastest at 1 MiB?
+#    Run the cell again: does the order stay the same? What does that tell you
+#    about measuring on a shared laptop?
+# 3. `avg_us`, `min_us` and `max_us` are per-rank means, then averaged, minimised
+#    and maximised over ranks. Why can the root finish much earlier than the
+#    last receiver?
+# 4. `busbw_GBps` is bytes over time. Compare it with your machine's memory
+#    bandwidth: how far from it is a broadcast between processes on one node?
+

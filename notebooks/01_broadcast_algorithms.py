@@ -45,8 +45,10 @@ engines
 # `(p-1)(a + n·b)`. Fine for 2-3 ranks, hopeless beyond.
 #
 # **binomial**: every rank that has the data sends it on, so the number of
-# holders doubles each round: `ceil(log2 p)(a + n·b)`. MPICH uses it below
-# 12 KiB. Ranks are renumbered relative to the root (`vr = (me - root) % p`),
+# holders doubles each round: `ceil(log2 p)(a + n·b)`. MPICH uses it for
+# messages below 12 KiB, and at every size on fewer than 8 processes (so on
+# these 4 engines `MPI_Bcast` is always binomial). Ranks are renumbered
+# relative to the root (`vr = (me - root) % p`),
 # so any root works the same way.
 #
 # **k-nomial** (radix k): each round multiplies the holders by k; fewer rounds,
@@ -55,6 +57,7 @@ engines
 
 # %%
 show_code("bcast/trees.py", "linear", "binomial", "knomial");
+show_code("bcast/layouts.py", "knomial_tree");
 
 # %%
 show_patterns(runner, ["linear", "binomial", "knomial"], N_ENGINES, **TRACE);
@@ -89,7 +92,11 @@ show_patterns(runner, ["chain", "binary_tree", "split_binary_tree"], N_ENGINES, 
 # * recursive-doubling allgather: `2·log2(p)·a + 2((p-1)/p)·n·b` (p a power of 2)
 # * ring allgather: `(log2 p + p - 1)·a + 2((p-1)/p)·n·b`, any p
 #
-# MPICH switches to these above 12 KiB (recursive doubling) and 512 KiB (ring).
+# MPICH's default rule uses them only from 8 processes up: from 12 KiB,
+# recursive doubling when `p` is a power of two and the message is below
+# 512 KiB, the ring otherwise. Below 8 processes (these 4 engines) it stays
+# with binomial at every size (`gpulab.bcast.auto.mpich_default` says why
+# for any size and `p`).
 
 # %%
 show_code("bcast/scatter_allgather.py", "binomial_scatter", "scatter_allgather_ring");
@@ -140,3 +147,17 @@ assert all(row["valid"] for row in rows), [r["algorithm"] for r in rows if not r
 
 # %%
 engines.stop()
+
+# %% [markdown]
+# ## Questions
+# 1. In the k-nomial pattern, how many rounds does `p = 4` take with radix 4,
+#    and with radix 2 (binomial)? When do more children per round pay off?
+# 2. The chain sends `p + k - 2` chunk messages one after another on its
+#    critical path. For `p = 4` and a 1 MiB message in 16 KiB chunks, how many
+#    is that, and how does it compare with binomial's `log2 p` whole messages?
+# 3. Scatter + allgather moves about `2n` bytes per rank whatever `p` is. From
+#    how many ranks on does that beat a tree that moves `n` per level?
+# 4. The hierarchical pattern crosses between (emulated) nodes once per node.
+#    Which of the measured curves would change most if the two levels' links
+#    differed by the 2x-7x of real clusters?
+

@@ -90,11 +90,15 @@ assert patterns.events, "the traced broadcast sent no messages"
 # 3. Sweep the **chunk size** for the chain at 1 MiB (three runs, three chunk
 #    sizes). Is there an optimum? The model says `k ≈ sqrt((p-2)·n·b/a)` chunks.
 # 4. Run **scatter_allgather_ring** and **scatter_allgather_rd**: from what size
-#    do they beat binomial? MPICH switches at 12 KiB and 512 KiB.
+#    do they beat binomial? MPICH's default switches to them from 12 KiB
+#    (recursive doubling below 512 KiB on a power of two, the ring above),
+#    but only on 8 processes or more: here it keeps binomial.
 # 5. Run **hierarchical** with ranks/node = 2. On one machine every link is
 #    equally fast: what would have to differ for it to win?
-# 6. Where is `MPI_Bcast` (dashed) relative to the best of the others? Which
-#    algorithm do you think MPICH picked at each size?
+# 6. Where is `MPI_Bcast` (dashed) relative to the best of the others? On 4
+#    ranks MPICH's default is binomial at every size: does the dashed curve
+#    follow binomial's? Where it does not, what else differs (C against
+#    Python, MPICH's own message protocol)?
 #
 # On a laptop the ranks share a few cores and memory is the network, so the
 # curves are noisy and the gaps small; on GPUs across InfiniBand they are not.

@@ -22,7 +22,7 @@
 # * **the grid shape**: how the ranks are factored. The dropdowns only offer
 #   shapes that split the model (heads and vocabulary over row, features over
 #   col, sequences over depth × data);
-# * **the overlap switches**, each on its own (`gpulab.engine.overlap`):
+# * **the overlap switches**, each on its own (`gpulab.engine.parallel.overlap`):
 #   `async_grads` (AxoNN: the dX all-reduce and the dW reduce-scatter run
 #   while the next matmul computes), `prefetch` (the next layer's weight
 #   all-gather issued one layer ahead), `cache` (gathered weights kept from
@@ -35,7 +35,7 @@
 # grey kernels above, collectives below in their group's colour, pale while in
 # flight, solid while the rank *waits* for them. Pale under grey is hidden
 # communication. Next to it, the breakdown of every run so far against the
-# **performance model** (`gpulab.engine.perfmodel`) fitted on this machine.
+# **performance model** (`gpulab.engine.perf.predict`) fitted on this machine.
 
 # %% tags=["parameters"]
 N_ENGINES = 4          # MPI ranks (the grid's world size can be smaller)
@@ -47,8 +47,8 @@ SHAPE = (2, 1, 2, 1)   # the grid of the first comparison below
 from IPython.display import display
 
 from gpulab.cluster import start_engines
-from gpulab.engine.overlap import Overlap
-from gpulab.engine.perfmodel import predict
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.predict import predict
 from gpulab.widgets import Table, as_image
 from gpulab.widgets.mesh_explorer import MeshExplorer, MeshRunner
 
@@ -60,7 +60,7 @@ runner = MeshRunner(engines, iters=ITERS, warmup=1)
 # About 20 seconds: matmul and elementwise rates, how much slower a rank
 # computes when all ranks (and anything else) share the cores, and what each
 # collective costs right after a kernel, per group size
-# (`gpulab.engine.perfmodel_fit`). No engine iteration is used: the model's
+# (`gpulab.engine.perf.fit`). No engine iteration is used: the model's
 # predictions below are out of sample.
 
 # %%
@@ -108,7 +108,7 @@ print(f"exposed communication {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "
 # the Spearman rank correlation says how well the model orders them.
 
 # %%
-from gpulab.engine.perfmodel import candidate_shapes
+from gpulab.engine.perf.predict import candidate_shapes
 
 shapes = candidate_shapes(explorer.config, N_ENGINES, explorer.batch_size)
 sweep = []
@@ -152,7 +152,7 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 #    could it hide on a GPU, where copy engines and NICs work on their own?
 #    (docs/engine_overlap.md has the measurements.)
 # 5. How far off are the model's absolute numbers, and is the *ranking* still
-#    useful? What does the model leave out? (`gpulab.engine.perfmodel`)
+#    useful? What does the model leave out? (`gpulab.engine.perf.predict`)
 # 6. **On a GPU node** the *arrays on* menu offers GPU (CuPy) when every
 #    engine has a GPU. Run the same grid on host and on GPU: compute shrinks,
 #    so communication becomes the larger share. In the timeline, are the

@@ -15,7 +15,7 @@
 # # 06 · Scaling on paper: thousands of GPUs through the performance model
 #
 # AxoNN's third idea: do not guess the grid shape, **model** it. For a GPT of
-# a given size, a batch and a machine, `gpulab.engine.perfmodel` predicts one
+# a given size, a batch and a machine, `gpulab.engine.perf.predict` predicts one
 # iteration for every grid shape (row × col × depth × data) of the GPUs:
 #
 # * **compute**: each GPU's share of the matmuls, plus the work it repeats
@@ -46,9 +46,9 @@ TOP = 8
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from gpulab.engine.machines import machine
-from gpulab.engine.overlap import Overlap
-from gpulab.engine.perfmodel import gpt_config, rank
+from gpulab.engine.perf.machines import machine
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.predict import gpt_config, rank
 from gpulab.widgets import Table, as_image
 
 OVERLAP = Overlap(async_grads=True, prefetch=True, buckets=True, bucket_bytes=64 << 20)
@@ -116,6 +116,12 @@ display(as_image(fig))
 # is `SEQUENCES_PER_GPU` sequences of 2048 tokens per GPU in both. Each point
 # is the best shape the model finds; the y axis is model FLOPs per second as a
 # share of the machine's peak.
+#
+# Mind the machines' real sizes. Perlmutter has 1,792 GPU nodes, about 7,000
+# A100s: its points at 8192 and 16384 GPUs are **extrapolations** of its node
+# and network to a machine it is not. The `h100` profile is one DGX H100 node
+# design; its curve assumes a cluster built of such nodes. Frontier (9,408
+# nodes of 8 GCDs) holds every point drawn here.
 
 # %%
 def best_curve(points, m):
@@ -167,7 +173,7 @@ for name, curve in weak.items():
 # 4 × 8 × 2 × 16 grid, in values each GPU sends:
 
 # %%
-from gpulab.engine.perfmodel_terms import axonn_layer_volumes
+from gpulab.engine.perf.terms import axonn_layer_volumes
 
 L, H, nh = 32, 7168, 56
 shape = (4, 8, 2, 16)

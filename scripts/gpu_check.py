@@ -212,7 +212,7 @@ def main(argv=None) -> int:
     deadline = time.monotonic() + args.budget
     report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
               "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget_s": args.budget, "parts": {}}
-    from gpulab.bench import size_range
+    from gpulab.bcast.sizes import size_range
 
     state: dict = {"device": args.device, "sizes": size_range(args.sizes)}
     report["device"] = args.device

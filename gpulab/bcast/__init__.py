@@ -1,32 +1,39 @@
-"""Broadcast algorithms on MPI point-to-point calls (see ``algorithms``), trace mode and selection.
+"""Broadcast algorithms on MPI point-to-point calls, their measuring, cost model, tuning and drawings.
 
     mpiexec -n 4 python -c "import numpy as np; from gpulab.bcast import bcast; \
         print(bcast(np.arange(4.0) if __import__('mpi4py.MPI').MPI.COMM_WORLD.rank == 0 else np.zeros(4)))"
+
+Importing this package (or its model, sizes, drawings) never initialises MPI:
+the public names below are looked up in their modules on first use, so a
+notebook kernel can draw and model broadcasts without becoming an MPI process.
+
+Modules: algorithms (``ALGORITHMS``, ``bcast``), group (checked messages
+inside a group of ranks), layouts (the trees, shared with the model), trees,
+pipelined, scatter_allgather, hierarchical, trace; gpu,
+staging, nccl (device buffers); measure (OSU-style timing) and experiments
+(what ``gpulab tune`` measures); schedules, model, fit (cost model); tuning
+(the tuning file) and auto (``select``: what ``algorithm="auto"`` runs); report, sizes,
+drawings, tuning_plots.
 """
 
 from __future__ import annotations
 
-from gpulab.bcast.algorithms import ALGORITHMS, byte_view, option_names, run_algorithm
-from gpulab.bcast.group import BcastSizeError
-from gpulab.bcast.select import Decision, select
-from gpulab.bcast.trace import gather_trace, tracing
+import importlib
+
+# public name -> the module of this package that defines it
+_PUBLIC = {"ALGORITHMS": "algorithms", "bcast": "algorithms", "option_names": "algorithms",
+           "BcastSizeError": "group", "Decision": "auto", "select": "auto",
+           "gather_trace": "trace", "tracing": "trace"}
 
 
-def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
-    """Broadcast ``buf`` in place from ``root`` (``comm`` defaults to COMM_WORLD); return ``buf``.
-
-    ``algorithm="auto"`` picks one with ``select()``; options given here then
-    override the chosen algorithm's defaults.
-    """
-    if comm is None:
-        from mpi4py import MPI
-
-        comm = MPI.COMM_WORLD
-    if algorithm == "auto":
-        algorithm, chosen = select(byte_view(buf).nbytes, comm)
-        options = {**chosen, **options}
-    return run_algorithm(algorithm, buf, root, comm, **options)
+def __getattr__(name: str):
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
 
 
-__all__ = ["ALGORITHMS", "BcastSizeError", "Decision", "bcast", "gather_trace", "option_names", "select",
-           "tracing"]
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
+
+__all__ = sorted(_PUBLIC)

@@ -21,12 +21,15 @@ import functools
 import inspect
 
 import numpy as np
-from mpi4py import MPI
 
 from gpulab.backend import is_device_array
 from gpulab.bcast import gpu, pipelined, scatter_allgather, trees
+from gpulab.bcast.auto import select
 from gpulab.bcast.group import Group, mpi_buffer, private_comm
 from gpulab.bcast.hierarchical import hierarchical
+from gpulab.launch import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def _native(g: Group, data, root: int) -> None:
@@ -134,3 +137,16 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
 ALGORITHMS = {name: functools.partial(run_algorithm, name) for name in _CORES}
 for _name, _f in ALGORITHMS.items():
     _f.__doc__ = _CORES[_name].__doc__
+
+
+def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
+    """Broadcast ``buf`` in place from ``root`` (``comm`` defaults to COMM_WORLD); return ``buf``.
+
+    ``algorithm="auto"`` picks one with ``select()``; options given here then
+    override the chosen algorithm's defaults.
+    """
+    comm = MPI.COMM_WORLD if comm is None else comm
+    if algorithm == "auto":
+        decision = select(byte_view(buf).nbytes, comm)
+        algorithm, options = decision.name, {**decision.options, **options}
+    return run_algorithm(algorithm, buf, root, comm, **options)

@@ -4,14 +4,27 @@
     tune(comm, sizes, ...)         sweep -> tuning table for comm.size
     compare(comm, sizes, ...)      auto vs MPI_Bcast vs every fixed algorithm, side by side
     accuracy(comm, sizes, ...)     every algorithm measured, for predicted-vs-measured
-    workload(comm, network, ...)   see gpulab.workloads.bench
+    sweep(comm, sizes, ...)        every candidate at every size, winners confirmed against MPI_Bcast
+    on_world(fit, ...)             any of these on MPI.COMM_WORLD, for a notebook's engines
 
-``gpulab.tune_cli`` starts one job per process count and merges what rank 0 returns.
+``gpulab tune`` starts one job per process count and merges what rank 0 returns.
+The start-up broadcast of real networks is ``gpulab.workloads.startup``.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+
+from gpulab.bcast import measure
+from gpulab.bcast.algorithms import ALGORITHMS, run_algorithm
+from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
+from gpulab.bcast.model import PIPELINED, Machine, best_chunk
+from gpulab.bcast.auto import reload, select
+from gpulab.bcast.tuning import CHUNKS, MARGIN, RADICES, build_table, candidates, choose_measured
+from gpulab.launch import first_ranks
+
+CONFIRM = 4  # interleaved confirmation rounds of the sweep's winner against MPI_Bcast
+MAX_CONFIRMS = 3  # candidates confirmed per size before MPI_Bcast is kept
 
 DEFAULT_ALGORITHMS = ("linear", "binomial", "knomial", "binary_tree", "split_binary_tree", "chain",
                       "scatter_allgather_rd", "scatter_allgather_ring", "hierarchical", "mpi")
@@ -23,13 +36,9 @@ def auto_registered(table=None):
 
     ``table`` is the tuning file to decide from (None: the default lookup, as bcast itself does).
     """
-    from gpulab.bcast import ALGORITHMS
-    from gpulab.bcast.algorithms import run_algorithm
-    from gpulab.bcast.select import select
-
     def auto(buf, root=0, comm=None):
-        name, options = select(buf.nbytes, comm, table)  # decided on every call, as bcast does
-        return run_algorithm(name, buf, root, comm, **options)
+        decision = select(buf.nbytes, comm, table)  # decided on every call, as bcast does
+        return run_algorithm(decision.name, buf, root, comm, **decision.options)
 
     ALGORITHMS["auto"] = auto
     try:
@@ -39,16 +48,53 @@ def auto_registered(table=None):
 
 
 def _measure(comm, name, nbytes, time_budget, **options):
-    from gpulab.bench import measure_bcast
-
-    warmup = 2 if nbytes >= (1 << 20) else None  # OSU's 10 warm-ups of a 64 MiB bcast would take seconds here
-    return measure_bcast(comm, name, nbytes, warmup=warmup, time_budget=time_budget,
+    # warm-up and validation scale down with size: OSU's 10 warm-ups of a 64 MiB bcast would take seconds here
+    warmup = 2 if nbytes >= (1 << 20) else None
+    return measure.measure_bcast(comm, name, nbytes, warmup=warmup, time_budget=time_budget,
                          validate=nbytes <= (4 << 20), **options)
 
 
-def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library") -> dict | None:
-    from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
+def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_budget: float = 0.1,
+          margin: float = MARGIN, progress=None) -> list[dict]:
+    """Measure every candidate at every size on ``comm`` (collective); rows identical on every rank.
 
+    The model's optimal chunk (``best_chunk``) joins the chunk list when a
+    fitted machine is given. When something beats MPI_Bcast by the margin, the
+    two are measured again in CONFIRM interleaved rounds and the smallest
+    speed-up replaces the first one: only a winner of every round enters the
+    table. If it fails, the next best is confirmed (up to MAX_CONFIRMS); rows
+    never confirmed are not allowed to look faster than MPI_Bcast.
+    """
+    rows = []
+    for nbytes in sizes:
+        extra = {best_chunk(a, nbytes, comm.size, machine) for a in PIPELINED} if machine and comm.size > 1 else ()
+        here = []
+        for name, options in candidates(nbytes, comm.size, chunks, radices, extra):
+            here.append(_measure(comm, name, nbytes, time_budget, **options))
+            if progress:
+                progress(here[-1])
+        native = next(r for r in here if r["algorithm"] == "mpi")
+        for _ in range(MAX_CONFIRMS):  # when a winner fails its confirmation, the next best is tried
+            fastest, _ = choose_measured(here, margin)
+            if fastest is native or "confirm_speedups" in fastest:
+                break
+            # confirm: CONFIRM rounds of the two, interleaved; the smallest speed-up decides, so
+            # the winner must beat MPI_Bcast in every round: on a shared machine one slow spell of
+            # MPI_Bcast would otherwise put an algorithm in the table that is no faster
+            ratios = []
+            for _ in range(CONFIRM):
+                ours = _measure(comm, fastest["algorithm"], nbytes, time_budget, **fastest["options"])["avg_us"]
+                ratios.append(_measure(comm, "mpi", nbytes, time_budget)["avg_us"] / ours)
+            fastest["confirm_speedups"] = ratios
+            fastest["avg_us"] = native["avg_us"] / min(ratios)
+        for row in here:  # whatever is still unconfirmed may not replace MPI_Bcast
+            if "confirm_speedups" not in row and row is not native:
+                row["avg_us"] = max(row["avg_us"], native["avg_us"])
+        rows += here
+    return rows
+
+
+def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library") -> dict | None:
     samples = pingpong(comm, sizes or SIZES, ranks_per_node=ranks_per_node, time_budget=time_budget)
     call = comm.bcast(call_overhead() if comm.rank == 0 else None, root=0)  # measured alone, no messages
     machine = fit_machine(samples, p=comm.size, ranks_per_node=ranks_per_node, switch=switch, call=call)
@@ -56,9 +102,6 @@ def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library
 
 
 def tune(comm, sizes, *, chunks, radices, time_budget, margin, machine=None, progress=None) -> dict | None:
-    from gpulab.bcast.model import Machine
-    from gpulab.bcast.tuning import build_table, sweep
-
     m = Machine.from_dict(machine) if machine else None
     rows = sweep(comm, sizes, chunks=chunks, radices=radices, machine=m, time_budget=time_budget,
                  margin=margin, progress=progress)
@@ -87,10 +130,6 @@ def _best_of_rounds(comm, names_options, nbytes, time_budget, rounds):
 
 def compare(comm, sizes, *, table, time_budget, algorithms=DEFAULT_ALGORITHMS, rounds=3, progress=None) -> list | None:
     """At each size: auto (with the table), MPI_Bcast, and every fixed algorithm at its default options."""
-    from gpulab.bcast.select import select
-
-    from gpulab.bcast.select import reload
-
     reload()  # every rank re-reads the tuning file now, together
     fixed = [a for a in algorithms if a not in ("mpi", "hierarchical")]
     rows = []
@@ -134,14 +173,10 @@ def sub_tables(comm, sizes, process_counts, *, time_budget=0.01, chunks=(64 << 1
 
     (A notebook's engines are one fixed MPI job; ``gpulab tune bcast`` runs a job per p instead.)
     """
-    from mpi4py import MPI
-
-    from gpulab.bcast.tuning import build_table, sweep
-
     tables = {}
     for p in process_counts:
-        sub = comm.Split(0 if comm.rank < p else MPI.UNDEFINED, comm.rank)
-        if sub != MPI.COMM_NULL:
+        sub = first_ranks(comm, p)
+        if sub is not None:
             rows = sweep(sub, sizes, chunks=chunks, radices=radices, time_budget=time_budget)
             if sub.rank == 0:
                 tables[p] = build_table(rows, p)
@@ -150,22 +185,9 @@ def sub_tables(comm, sizes, process_counts, *, time_budget=0.01, chunks=(64 << 1
     return tables if comm.rank == 0 else None
 
 
-def on_world(what: str, *args, **kwargs):
-    """Run one of these experiments on MPI.COMM_WORLD: for ``Engines.run`` from a notebook kernel,
-    which must not initialise MPI itself."""
+def on_world(experiment, *args, **kwargs):
+    """Run ``experiment(MPI.COMM_WORLD, *args, **kwargs)`` (one of these functions, or any taking a
+    communicator first): for ``Engines.run`` from a notebook kernel, which must not initialise MPI itself."""
     from mpi4py import MPI
 
-    return globals()[what](MPI.COMM_WORLD, *args, **kwargs)
-
-
-def workload(comm, networks, algorithms, *, repeats=1, table=None) -> list | None:
-    """``gpulab.workloads.bench.broadcast_model`` for several networks, "auto" included."""
-    from gpulab.bcast.select import reload
-    from gpulab.workloads.bench import broadcast_model
-
-    reload()  # the notebook may have rewritten the tuning file since these engines last read it
-    rows = []
-    with auto_registered(table):
-        for network in networks:
-            rows += broadcast_model(comm, network, algorithms, repeats=repeats)
-    return rows if comm.rank == 0 else None
+    return experiment(MPI.COMM_WORLD, *args, **kwargs)

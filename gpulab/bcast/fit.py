@@ -12,7 +12,7 @@ default, with alpha and beta fitted on each side; ``switch="auto"`` finds it in
 the data instead, keeping the best split only if it cuts the residual sum of
 squares of one straight line at least 2.5-fold (5% noise reaches about 2).
 
-    mpiexec -n 2 python -m gpulab.bcast.fit          # print the fit and its residuals
+    gpulab tune fit -n 2 --no-save                   # print the fit and its residuals
     machine = fit_machine(pingpong(comm, SIZES), p=comm.size)   # on every rank
 """
 
@@ -24,6 +24,9 @@ import statistics
 
 import numpy as np
 
+from gpulab.bcast.algorithms import run_algorithm
+from gpulab.bcast.group import Group
+from gpulab.bcast.hierarchical import node_of_rank
 from gpulab.bcast.model import Hockney, Link, Machine
 
 SIZES = [8, 64, 512, 1024, 2048, 4096, 6144, 8191, 8192, 12288, 16384, 32768, 65536, 131072, 262144,
@@ -40,8 +43,6 @@ _TAG = 26467
 def _exchange(comm, me: int, peer: int, buf, iters: int, via: str) -> float:
     """One-way seconds per message, from ``iters`` round trips (timed on the initiating rank)."""
     from mpi4py import MPI
-
-    from gpulab.bcast.group import Group
 
     g = Group(comm, list(range(comm.size)), comm.rank)
     send = (lambda b, dst: g.send(dst, b, "pingpong", 0)) if via == "python" else \
@@ -68,8 +69,6 @@ def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budge
     point is the fastest of ``repeats`` timed loops: other processes on the
     machine can only add time, so the minimum is the least disturbed estimate.
     """
-    from gpulab.bcast.hierarchical import node_of_rank
-
     node = node_of_rank(comm, ranks_per_node)
     samples = []
     for peer in range(1, comm.size):
@@ -100,8 +99,6 @@ def call_overhead(repeats: int = 5, calls: int = 2000) -> float:
     import time
 
     from mpi4py import MPI
-
-    from gpulab.bcast.algorithms import run_algorithm
 
     buf = np.empty(0, np.uint8)
     best = float("inf")
@@ -221,11 +218,3 @@ def summary(machine: Machine) -> str:
         rms = f" (RMS error {report['rms_rel_err']:.0%})" if report else " (not measured: same as intra)"
         lines.append(f"  {level}: {text}{rms}")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    from mpi4py import MPI
-
-    fitted = fit_machine(pingpong(MPI.COMM_WORLD), p=MPI.COMM_WORLD.size, call=call_overhead())
-    if MPI.COMM_WORLD.rank == 0:
-        print(summary(fitted))

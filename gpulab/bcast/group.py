@@ -30,13 +30,15 @@ say which path (``"path"``: "host", "cuda-aware" or "staged").
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from mpi4py import MPI
-
 from gpulab.backend import mpi_view
 from gpulab.bcast import trace
+from gpulab.launch import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 # One tag for all gpulab broadcast traffic but a pipeline's last chunk: MPI's non-overtaking
 # rule keeps successive broadcasts on one communicator apart without per-call tags.
@@ -64,7 +66,10 @@ def _forget(comm: MPI.Comm, keyval: int, duplicate: MPI.Comm) -> None:
     duplicate.Free()
 
 
-_FREED_WITH = MPI.Comm.Create_keyval(delete_fn=_forget)
+@functools.cache
+def _freed_with() -> int:
+    """The attribute key whose deletion (when the user's communicator is freed) frees the duplicate."""
+    return MPI.Comm.Create_keyval(delete_fn=_forget)
 
 
 def private_comm(comm: MPI.Comm) -> MPI.Comm:
@@ -73,7 +78,7 @@ def private_comm(comm: MPI.Comm) -> MPI.Comm:
     duplicate = _private.get(comm.handle)
     if duplicate is None:
         duplicate = _private[comm.handle] = comm.Dup()
-        comm.Set_attr(_FREED_WITH, duplicate)
+        comm.Set_attr(_freed_with(), duplicate)
     return duplicate
 
 

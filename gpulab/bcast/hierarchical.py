@@ -11,18 +11,25 @@ emulated with ``ranks_per_node`` (consecutive ranks form a node), so a
 
 from __future__ import annotations
 
-from mpi4py import MPI
+import functools
 
 from gpulab.bcast.group import Group
+from gpulab.launch import lazy_mpi
 
-_TOPOLOGY_KEY = MPI.Comm.Create_keyval()
+MPI = lazy_mpi(globals())
+
+
+@functools.cache
+def _key(what: str) -> int:
+    """The attribute key under which a communicator caches ``what`` (created at first use, not at import)."""
+    return MPI.Comm.Create_keyval()
 
 
 def node_of_rank(comm: MPI.Comm, ranks_per_node: int | None) -> list[int]:
     """Node index of every rank of ``comm``; the real topology is looked up once per communicator."""
     if ranks_per_node is not None:
         return [rank // ranks_per_node for rank in range(comm.size)]
-    cached = comm.Get_attr(_TOPOLOGY_KEY)
+    cached = comm.Get_attr(_key("topology"))
     if cached is None:
         # collective, but once per communicator: the lowest rank on each node names the node
         shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
@@ -30,7 +37,7 @@ def node_of_rank(comm: MPI.Comm, ranks_per_node: int | None) -> list[int]:
         shared.Free()
         names = sorted(set(first_rank_on_node))
         cached = [names.index(first) for first in first_rank_on_node]
-        comm.Set_attr(_TOPOLOGY_KEY, cached)
+        comm.Set_attr(_key("topology"), cached)
     return cached
 
 
@@ -58,15 +65,12 @@ def hierarchical(g: Group, data, root: int, *, run, inter: str = "binomial", int
     run(intra, intra_group, data, local.index(leader), intra_options or {})
 
 
-_LEVEL_COMMS_KEY = MPI.Comm.Create_keyval()
-
-
 def _level_comms(comm: MPI.Comm, node: list[int], leaders: tuple[int, ...]):
     """(leaders' communicator or None, my node's communicator), split once per layout and cached."""
-    cache = comm.Get_attr(_LEVEL_COMMS_KEY)
+    cache = comm.Get_attr(_key("level communicators"))
     if cache is None:
         cache = {}
-        comm.Set_attr(_LEVEL_COMMS_KEY, cache)
+        comm.Set_attr(_key("level communicators"), cache)
     key = (tuple(node), leaders)
     if key not in cache:
         is_leader = comm.rank in leaders

@@ -5,7 +5,7 @@ cost of the messages on its critical path (``gpulab.bcast.schedules``), e.g.
 binomial ceil(log2 p)(a + n b), chain (p + k - 2)(a + (n/k) b); hierarchical
 adds an inter-node and an intra-node broadcast with their own alpha and beta.
 
-    from gpulab.bcast.model import predict, best_chunk, load_machine
+    from gpulab.bcast.model import best_chunk, load_machine, predict
     m = load_machine()                      # fitted by `gpulab tune fit` (never typed in)
     predict("chain", 64 << 20, 8, machine=m, chunk_bytes=best_chunk("chain", 64 << 20, 8, machine=m))
 
@@ -32,6 +32,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 
 from gpulab.bcast.schedules import pipeline_shape, schedule
+from gpulab.bcast.tuning import load, table_path
 
 PIPELINED = ("chain", "binary_tree", "split_binary_tree")
 # MPICH's default selection (MPIR_CVAR_BCAST_SHORT_MSG_SIZE, _LONG_MSG_SIZE, _MIN_PROCS), used for 'mpi'
@@ -205,7 +206,7 @@ def best_chunk(algorithm: str, nbytes: int, p: int, machine: Machine | None = No
     """The chunk size (bytes) that minimises ``predict`` for a pipelined algorithm.
 
     Analytically (D + (k-1)F)(a + n b / k) is smallest at k* = sqrt((D - F) n b / (F a))
-    (chain: D - F = p - 2, F = 1, the formula in BACKGROUND.md). With a protocol
+    (chain: D - F = p - 2, F = 1; docs/bcast_model.md derives it). With a protocol
     switch the optimum is found per regime; the integers around k* and the
     regime edges are compared with the full model, so the answer is no worse
     than any other chunk size by ``predict``.
@@ -274,8 +275,6 @@ def textbook(machine: Machine) -> Machine:
 
 def load_machine(path=None, p: int | None = None) -> Machine:
     """The fitted model stored in the tuning file (see ``gpulab.bcast.tuning``), for ``p`` ranks if given."""
-    from gpulab.bcast.tuning import load, table_path
-
     data = load(table_path(path))
     models = (data or {}).get("models", {})
     if not models:

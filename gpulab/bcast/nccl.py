@@ -1,10 +1,10 @@
 """The NCCL baseline: ``ncclBroadcast`` through CuPy's bindings, for side-by-side comparison.
 
-The seed paper compares MPI-side broadcasts with NCCL's. This module gives
+Awan et al. (EuroMPI 2018) compare MPI-side broadcasts with NCCL's. This module gives
 the harness the NCCL side with the same signature as the MPI algorithms:
 
     nccl_bcast(cupy_array, root, comm)        # in place, returns the array
-    measure_bcast(comm, "nccl", nbytes)       # in gpulab.bench, on CuPy buffers
+    measure_bcast(comm, "nccl", nbytes)       # in gpulab.bcast.measure, on CuPy buffers
 
 One NCCL communicator per MPI communicator, created on first use (rank 0
 makes the unique id, MPI broadcasts it) and cached on the MPI communicator.
@@ -16,11 +16,19 @@ baseline runs with p = 1 only. On a machine without CuPy or NCCL,
 
 from __future__ import annotations
 
-from mpi4py import MPI
+import functools
 
 from gpulab.backend import cupy_or_none, is_device_array
+from gpulab.bcast.algorithms import byte_view
+from gpulab.launch import lazy_mpi
 
-_COMM_KEY = MPI.Comm.Create_keyval()
+MPI = lazy_mpi(globals())
+
+
+@functools.cache
+def _comm_key() -> int:
+    """The attribute key that caches a communicator's NCCL communicator (created at first use)."""
+    return MPI.Comm.Create_keyval()
 
 
 class NcclUnavailable(RuntimeError):
@@ -51,12 +59,12 @@ def available() -> bool:
 
 def communicator(comm: MPI.Comm):
     """The NCCL communicator over the same ranks as ``comm`` (collective on first use)."""
-    nc = comm.Get_attr(_COMM_KEY)
+    nc = comm.Get_attr(_comm_key())
     if nc is None:
         nccl = nccl_module()
         uid = nccl.get_unique_id() if comm.rank == 0 else None
         nc = nccl.NcclCommunicator(comm.size, comm.bcast(uid, root=0), comm.rank)
-        comm.Set_attr(_COMM_KEY, nc)
+        comm.Set_attr(_comm_key(), nc)
     return nc
 
 
@@ -66,8 +74,6 @@ def nccl_bcast(buf, root: int = 0, comm: MPI.Comm | None = None):
     Returns when the data is on every GPU (the stream is synchronized), the
     same contract as the MPI algorithms, so the harness times the same thing.
     """
-    from gpulab.bcast.algorithms import byte_view  # late: algorithms imports half the package
-
     comm = MPI.COMM_WORLD if comm is None else comm
     nccl = nccl_module()
     if not is_device_array(buf) or hasattr(buf, "__gpulab_device__"):

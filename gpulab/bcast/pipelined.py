@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import deque
 
 from gpulab.bcast.group import Group, Pending, wait_all
+from gpulab.bcast.layouts import DEFAULT_CHUNK, heap, heap_subtree
 from gpulab.bcast.trees import relative
 
-DEFAULT_CHUNK = 64 * 1024
 RECV_WINDOW = 8  # receives posted ahead, so a chunk never waits for its buffer to be posted
 
 
@@ -56,27 +56,13 @@ def chain(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUNK) -> None:
     wait_all(forward_chunks(g, data, parent, children, chunk_bytes, "chain", vr))
 
 
-def _heap(vr: int, p: int) -> tuple[int | None, list[int], int]:
-    """Parent, children and depth of vr in the binary heap tree 0 -> 1,2 -> 3,4,5,6 ..."""
-    parent = None if vr == 0 else (vr - 1) // 2
-    children = [c for c in (2 * vr + 1, 2 * vr + 2) if c < p]
-    return parent, children, (vr + 1).bit_length() - 1
-
-
 def binary_tree(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUNK) -> None:
     """Pipelined binary tree: each rank forwards every chunk to its two children."""
     p, vr = relative(g, root)
-    parent, children, depth = _heap(vr, p)
+    parent, children, depth = heap(vr, p)
     absolute = lambda v: None if v is None else (v + root) % p  # noqa: E731
     wait_all(forward_chunks(g, data, absolute(parent), [absolute(c) for c in children],
                             chunk_bytes, "tree", depth))
-
-
-def _subtree(vr: int) -> int:
-    """1 for the left subtree of the heap (under vr 1), 2 for the right (under vr 2)."""
-    while vr > 2:
-        vr = (vr - 1) // 2
-    return vr
 
 
 def split_binary_tree(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUNK) -> None:
@@ -92,7 +78,7 @@ def split_binary_tree(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUN
         return
     absolute = lambda v: (v + root) % p  # noqa: E731
     halves = {1: data[: data.nbytes // 2], 2: data[data.nbytes // 2:]}
-    side = {1: [v for v in range(1, p) if _subtree(v) == 1], 2: [v for v in range(1, p) if _subtree(v) == 2]}
+    side = {1: [v for v in range(1, p) if heap_subtree(v) == 1], 2: [v for v in range(1, p) if heap_subtree(v) == 2]}
     pairs = min(len(side[1]), len(side[2]))
     unpaired = side[1][pairs:] + side[2][pairs:]
     if vr == 0:
@@ -100,11 +86,11 @@ def split_binary_tree(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUN
         for s in (1, 2):
             if side[s]:
                 sends += forward_chunks(g, halves[s], None, [absolute(s)], chunk_bytes, "pipeline", 0)
-        sends += [g.isend(absolute(v), halves[3 - _subtree(v)], "exchange", 0) for v in unpaired]
+        sends += [g.isend(absolute(v), halves[3 - heap_subtree(v)], "exchange", 0) for v in unpaired]
         wait_all(sends)
         return
-    mine = _subtree(vr)
-    parent, children, depth = _heap(vr, p)
+    mine = heap_subtree(vr)
+    parent, children, depth = heap(vr, p)
     wait_all(forward_chunks(g, halves[mine], absolute(parent), [absolute(c) for c in children],
                             chunk_bytes, "pipeline", depth - 1))
     if vr in unpaired:

@@ -1,8 +1,9 @@
 """Machine profiles: alpha-beta ``Machine``s of GPU clusters a learner cannot access.
 
-The numbers live in ``data/profiles.json``, each with the source it came from
-(vendor specifications, NCCL's own cost-model constants). They let the model
-draw predictions at hundreds or thousands of GPUs:
+The numbers live in ``gpulab.machines`` (``links.json``), each with the source
+it came from (vendor specifications, NCCL's own cost-model constants); the
+engine's performance model reads the same entries. They let the broadcast
+model draw predictions at hundreds or thousands of GPUs:
 
     from gpulab.bcast.profiles import PROFILES, profile
     from gpulab.bcast.model import predict
@@ -15,18 +16,8 @@ overhead and no CPU-core limit, plain single-port Hockney on each link.
 
 from __future__ import annotations
 
-import functools
-import json
-from pathlib import Path
-
+from gpulab import machines
 from gpulab.bcast.model import Link, Machine
-
-_DATA = Path(__file__).with_name("data") / "profiles.json"
-
-
-@functools.cache
-def _raw() -> dict:
-    return {k: v for k, v in json.loads(_DATA.read_text()).items() if not k.startswith("_")}
 
 
 def _link(level: dict) -> Link:
@@ -35,7 +26,7 @@ def _link(level: dict) -> Link:
 
 def profile(name: str) -> Machine:
     """The ``Machine`` of a named profile; its ``notes`` carry every number's source."""
-    raw = _raw()
+    raw = machines.links()
     if name not in raw:
         raise KeyError(f"unknown machine profile {name!r}; known: {sorted(raw)}")
     spec = raw[name]
@@ -46,13 +37,13 @@ def profile(name: str) -> Machine:
                           for key in spec[level] if key.endswith("_source")}}})
 
 
-PROFILES = tuple(_raw())
+PROFILES = tuple(machines.links())
 
 
 def table() -> list[dict]:
     """One row per profile with alpha, bandwidth and sources: for a notebook table."""
     rows = []
-    for name, spec in _raw().items():
+    for name, spec in machines.links().items():
         for level in ("intra", "inter"):
             rows.append({"profile": name, "level": level, "ranks_per_node": spec["ranks_per_node"],
                          "alpha_us": spec[level]["alpha_us"], "bandwidth_GBps": spec[level]["bandwidth_GBps"],

@@ -10,9 +10,12 @@ import statistics
 
 import numpy as np
 
-from gpulab.sizes import format_size
+from gpulab.bcast.fit import summary
+from gpulab.bcast.model import PIPELINED, Machine, best_chunk, load_machine, predict, textbook
+from gpulab.bcast.sizes import format_size
+from gpulab.bcast.tuning import table_path, update
 
-BAND = 64 << 10  # the issue's target applies to messages >= 64 KiB
+BAND = 64 << 10  # compare's summary splits sizes here: below, latency decides; from here up, bandwidth
 
 
 def format_ranges(table: dict) -> str:
@@ -91,8 +94,6 @@ def accuracy_rows(rows: list[dict], machines: dict) -> list[dict]:
     ``max_us`` (the slowest rank's mean time), not OSU's average over ranks:
     in a linear broadcast on 8 ranks the average is about half the maximum.
     """
-    from gpulab.bcast.model import predict
-
     out = []
     for r in rows:
         row = {k: r[k] for k in ("algorithm", "nbytes", "p", "avg_us", "max_us", "options", "valid") if k in r}
@@ -124,8 +125,6 @@ def accuracy_summary(rows: list[dict], label: str, key: str = "algorithm") -> li
 
 def crossovers(machine, p: int, algorithms, lo: int = 1 << 10, hi: int = 64 << 20, points: int = 64) -> list[dict]:
     """Sizes where the model's fastest of ``algorithms`` changes (pipelined ones at their best chunk)."""
-    from gpulab.bcast.model import PIPELINED, best_chunk, predict
-
     def fastest(n):
         def t(a):
             opts = {"chunk_bytes": best_chunk(a, n, p, machine)} if a in PIPELINED else {}
@@ -145,18 +144,17 @@ def crossovers(machine, p: int, algorithms, lo: int = 1 << 10, hi: int = 64 << 2
     return out
 
 
-def _print_rows(rows: list[dict], columns: list[str]) -> None:
+def print_rows(rows: list[dict], columns: list[str]) -> None:
     print("  ".join(f"{c:>14}" for c in columns))
     for r in rows:
         print("  ".join(f"{r[c]:>14.2f}" if isinstance(r[c], float) else f"{str(r[c]):>14}" for c in columns))
 
 
-def handle(args, results: dict) -> bool:
-    """Store, print and enrich results of one ``gpulab tune`` command; True when every run was valid."""
-    from gpulab.bcast.fit import summary
-    from gpulab.bcast.model import Machine, load_machine, textbook
-    from gpulab.bcast.tuning import table_path, update
+def handle(args, results: dict, workload_report=None) -> bool:
+    """Store, print and enrich results of one ``gpulab tune`` command; True when every run was valid.
 
+    ``workload_report(rows, p, machine, table)`` prints ``tune workload`` rows (``gpulab.workloads.startup.report``).
+    """
     ok = True
     for p, r in sorted(results.items()):
         meta = r.get("metadata", {})
@@ -172,25 +170,13 @@ def handle(args, results: dict) -> bool:
         if args.what == "compare":
             print(format_compare(r["rows"]))
             ok &= all(x["valid"] for x in r["rows"])
-        if args.what == "workload":
-            from gpulab.workloads.bench import latency_share
-
-            machine = _try(load_machine, args.table, p)
-            for x in r["rows"]:
-                if machine is not None:  # the model's split of the same broadcast into alpha and beta terms
-                    from gpulab.workloads.bench import predicted
-
-                    x.update(predicted(x["network"], x["algorithm"], p, machine, mode=x["mode"],
-                                       options=x["options"], table=args.table))
-            columns = ["network", "algorithm", "mode", "tensors", "min_s", "mean_s"]
-            _print_rows(r["rows"], columns + (["predicted_s", "latency_share"] if machine else []))
-            _print_rows(latency_share(r["rows"]), ["algorithm", "layerwise_s", "fused_s", "extra_share"])
-            ok &= all(x["valid"] for x in r["rows"])
+        if args.what == "workload":  # the workload sits above the broadcast: the caller hands its report in
+            ok &= workload_report(r["rows"], p, _try(load_machine, args.table, p), args.table)
     if args.what == "bcast":
         print(f"tuning table: {table_path(args.table)}")
     if args.what == "compare":
         print("\nsummary (auto/mpi: time ratio, above 1 = slower than MPI_Bcast)")
-        _print_rows(compare_summary({p: r["rows"] for p, r in results.items()}),
+        print_rows(compare_summary({p: r["rows"] for p, r in results.items()}),
                     ["p", "band", "sizes", "auto_over_mpi_max", "auto_over_mpi_median", "auto_faster",
                      "best_fixed_over_mpi_min", "within_10pct"])
     if args.what == "accuracy":
@@ -204,9 +190,9 @@ def handle(args, results: dict) -> bool:
         everything = [x for r in results.values() for x in r["rows"]]
         for label in ("fit p=2", "fit same p", "textbook"):
             print(f"\nmodel '{label}': predicted / measured")
-            _print_rows(accuracy_summary(everything, label), ["algorithm", "points", "geo_mean_ratio",
+            print_rows(accuracy_summary(everything, label), ["algorithm", "points", "geo_mean_ratio",
                                                               "within_1.5x", "within_2x", "worst_ratio"])
-            _print_rows(accuracy_summary(everything, label, "p"), ["p", "points", "geo_mean_ratio",
+            print_rows(accuracy_summary(everything, label, "p"), ["p", "points", "geo_mean_ratio",
                                                                    "within_1.5x", "within_2x", "worst_ratio"])
     return ok
 

@@ -4,8 +4,8 @@ For each algorithm of ``gpulab.bcast.ALGORITHMS`` this returns a ``Plan``:
 the messages on the critical path (the chain of messages the last rank waits
 for) and all messages sent by all ranks (the total work), as lists of
 ``(count, bytes each)``. ``gpulab.bcast.model`` turns a plan into seconds with
-alpha-beta (Hockney) costs. Everything here follows the code in trees.py,
-pipelined.py and scatter_allgather.py step by step, not the textbook
+alpha-beta (Hockney) costs. The trees are the algorithms' own (``layouts``); everything here
+follows the code in trees.py, pipelined.py and scatter_allgather.py step by step, not the textbook
 approximations, e.g. a k-nomial root with fewer than radix-1 children at a
 level is charged only for the children it has.
 
@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from gpulab.bcast.pipelined import DEFAULT_CHUNK
+from gpulab.bcast.layouts import DEFAULT_CHUNK, heap, knomial_tree
 
 
 @dataclass(frozen=True)
@@ -45,38 +45,14 @@ def _tree_depth(children: Callable[[int], list[int]], p: int, serial: bool) -> i
 
 
 @functools.lru_cache(maxsize=4096)
-def _knomial_children(p: int, radix: int) -> tuple[tuple[int, ...], ...]:
-    """Children of every relative rank, in the order trees.knomial sends to them."""
-    out = []
-    for vr in range(p):
-        mask, level = 1, 0
-        while mask < p and not vr % (radix * mask):
-            mask, level = mask * radix, level + 1
-        if vr == 0:  # the root's loop runs until mask >= p
-            mask, level = 1, 0
-            while mask < p:
-                mask, level = mask * radix, level + 1
-        kids = []
-        while level > 0:
-            mask, level = mask // radix, level - 1
-            kids += [vr + j * mask for j in range(1, radix) if vr + j * mask < p]
-        out.append(tuple(kids))
-    return tuple(out)
-
-
-@functools.lru_cache(maxsize=4096)
 def knomial_depth(p: int, radix: int, serial: bool) -> int:
-    kids = _knomial_children(p, radix)
-    return _tree_depth(lambda vr: list(kids[vr]), p, serial)
-
-
-def _heap_children(vr: int, p: int) -> list[int]:
-    return [c for c in (2 * vr + 1, 2 * vr + 2) if c < p]
+    tree = knomial_tree(p, radix)
+    return _tree_depth(lambda vr: [child for child, _ in tree[vr][1]], p, serial)
 
 
 @functools.lru_cache(maxsize=4096)
 def heap_depth(p: int, serial: bool) -> int:
-    return _tree_depth(lambda vr: _heap_children(vr, p), p, serial)
+    return _tree_depth(lambda vr: heap(vr, p)[1], p, serial)
 
 
 def _chunks(nbytes: float, chunk_bytes: int | None) -> tuple[int, float]:

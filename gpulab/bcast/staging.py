@@ -4,8 +4,11 @@ An MPI library that is not CUDA-aware only reads host memory, so a device
 buffer must be copied out (device -> host, "D2H") before it is sent and copied
 in (host -> device, "H2D") after it arrives. Done naively (copy everything,
 send everything, copy everything back) the copies add to the network time.
-The seed paper's point is to pipeline them: while chunk i crosses the
-network, chunk i+1 crosses PCIe.
+Pipelining them hides most of that: while chunk i crosses the network, chunk
+i+1 crosses PCIe. This is the fallback, not the design Awan et al. (EuroMPI
+2018) measure: their MPI moves GPU buffers directly (GPUDirect RDMA between
+nodes, CUDA IPC inside one) precisely to avoid host copies. A CUDA-aware MPI
+takes the "cuda-aware" path (``gpulab.bcast.gpu``) and never stages.
 
 Design. Each rank keeps a pinned *host mirror* of the whole buffer, and the
 broadcast algorithm runs unchanged on the mirror: the MPI messages are exactly

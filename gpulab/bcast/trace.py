@@ -8,7 +8,10 @@ Each event is a dict: algorithm, phase (e.g. "scatter", "allgather"), step
 (the logical round inside that phase), src and dst (ranks of the communicator
 the user passed), nbytes, and t_start/t_end (``MPI.Wtime`` seconds on the
 sending rank, t_end when the send completed). Only senders record, so every
-message appears exactly once.
+message appears exactly once. ``phase_order`` is the one rule for the order of
+a trace's phases, in ``gather_trace`` and in the pattern drawings. Free of MPI
+(the notebook kernel draws traces too): the algorithms record, and
+``gather_trace`` communicates over the communicator it is handed.
 """
 
 from __future__ import annotations
@@ -16,9 +19,19 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from gpulab.trace_order import phase_order
-
 _events: list | None = [] if os.environ.get("GPULAB_TRACE") else None
+
+
+def phase_order(events: list[dict], phase=lambda e: (e["algorithm"], e["phase"])) -> dict:
+    """Each phase's position, phases in the order their first message started.
+
+    Steps are numbered within a phase, so phases are ordered by time: a
+    hierarchical broadcast's intra-node phase comes after its inter-node one.
+    """
+    order = {}
+    for event in sorted(events, key=lambda e: e["t_start"]):
+        order.setdefault(phase(event), len(order))
+    return order
 
 
 def active() -> bool:

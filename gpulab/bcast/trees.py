@@ -12,6 +12,7 @@ k-nomial about (k-1) ceil(log_k p)(a + nb).
 from __future__ import annotations
 
 from gpulab.bcast.group import Group, wait_all
+from gpulab.bcast.layouts import knomial_tree
 
 
 def relative(g: Group, root: int) -> tuple[int, int]:
@@ -36,26 +37,10 @@ def binomial(g: Group, data, root: int) -> None:
 def knomial(g: Group, data, root: int, radix: int = 4) -> None:
     """Each round multiplies the holders by ``radix``; a parent sends to radix-1 children.
 
-    Rank vr receives from vr - (vr mod radix*mask) at the first level where
-    that is non-zero, then sends to vr + j*mask for every lower level.
+    The tree (who receives from whom, in which round) is ``layouts.knomial_tree``.
     """
     p, vr = relative(g, root)
-    levels, mask = 0, 1
-    while mask < p:  # levels = ceil(log_radix p)
-        levels, mask = levels + 1, mask * radix
-    mask, level = 1, 0
-    while mask < p:
-        if vr % (radix * mask):
-            g.recv((vr - vr % (radix * mask) + root) % p, data)
-            break
-        mask, level = mask * radix, level + 1
-    sends = []
-    while level > 0:
-        mask, level = mask // radix, level - 1
-        for j in range(1, radix):
-            child = vr + j * mask
-            if child < p:
-                # round: levels already done by ancestors, then my j-th child at this level
-                step = (levels - 1 - level) * (radix - 1) + (j - 1)
-                sends.append(g.isend((child + root) % p, data, "tree", step))
-    wait_all(sends)
+    parent, children = knomial_tree(p, radix)[vr]
+    if parent is not None:
+        g.recv((parent + root) % p, data)
+    wait_all([g.isend((child + root) % p, data, "tree", step) for child, step in children])

@@ -1,8 +1,8 @@
 """The tuning table: measured best algorithm per process count and message-size range.
 
 ``gpulab tune bcast`` sweeps algorithms x chunk sizes x radices x sizes on the
-ranks it runs on (``sweep``), turns the timings into size ranges
-(``build_table``) and stores them, with the fitted alpha-beta model, in one
+ranks it runs on (``gpulab.bcast.experiments.sweep``), turns the timings into
+size ranges (``build_table``) and stores them, with the fitted alpha-beta model, in one
 JSON file that ``select()`` (and so ``bcast(..., algorithm="auto")``) reads:
 
     {"version": 1, "models": {"4": <Machine dict>},
@@ -11,7 +11,7 @@ JSON file that ``select()`` (and so ``bcast(..., algorithm="auto")``) reads:
 
 The file is found at an explicit path, else $GPULAB_TUNING_TABLE, else
 ~/.cache/gpulab/bcast_tuning.json. Every rank reads the same file, so every
-rank makes the same choice; nothing here communicates except ``sweep``.
+rank makes the same choice; nothing here communicates.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ ENV = "GPULAB_TUNING_TABLE"
 CHUNKS = (16 << 10, 64 << 10, 256 << 10, 1 << 20)
 RADICES = (3, 4, 8)
 MARGIN = 0.10  # an algorithm must beat MPI_Bcast by this much, in the sweep and in the confirmation, to replace it
-CONFIRM = 4  # interleaved confirmation rounds of the sweep's winner against MPI_Bcast
-MAX_CONFIRMS = 3  # candidates confirmed per size before MPI_Bcast is kept
 
 
 def table_path(path=None) -> Path:
@@ -49,7 +47,7 @@ def load(path=None) -> dict | None:
 
     Read once per process and then kept: every rank of a job must decide alike,
     so a file rewritten by another process mid-run is not picked up until
-    ``forget()`` (``gpulab.bcast.select.reload()``) is called on every rank.
+    ``forget()`` (``gpulab.bcast.auto.reload()``) is called on every rank.
     Writes from this process (``save``/``update``) are seen at once.
     """
     key = str(table_path(path))
@@ -155,52 +153,3 @@ def build_table(rows: list[dict], p: int, margin: float = MARGIN) -> dict:
     return {"p": p, "margin": margin, "ranges": ranges,
             "measured": [{k: r[k] for k in ("algorithm", "options", "nbytes", "avg_us", "valid", "confirm_speedups")
                           if k in r} for r in rows]}
-
-
-def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_budget: float = 0.1,
-          margin: float = MARGIN, progress=None) -> list[dict]:
-    """Measure every candidate at every size on ``comm`` (collective); rows identical on every rank.
-
-    The model's optimal chunk (``best_chunk``) joins the chunk list when a
-    fitted machine is given. When something beats MPI_Bcast by the margin, the
-    two are measured again in CONFIRM interleaved rounds and the smallest
-    speed-up replaces the first one: only a winner of every round enters the
-    table. If it fails, the next best is confirmed (up to MAX_CONFIRMS); rows
-    never confirmed are not allowed to look faster than MPI_Bcast.
-    """
-    from gpulab.bcast.model import PIPELINED, best_chunk
-    from gpulab.bench import measure_bcast
-
-    def measure(name, options, nbytes, **kw):
-        # warm-up and validation scale down with size: a 64 MiB point must not take seconds
-        warmup = 2 if nbytes >= (1 << 20) else None
-        return measure_bcast(comm, name, nbytes, warmup=warmup, time_budget=time_budget,
-                             validate=nbytes <= (4 << 20), **options, **kw)
-
-    rows = []
-    for nbytes in sizes:
-        extra = {best_chunk(a, nbytes, comm.size, machine) for a in PIPELINED} if machine and comm.size > 1 else ()
-        here = []
-        for name, options in candidates(nbytes, comm.size, chunks, radices, extra):
-            here.append(measure(name, options, nbytes))
-            if progress:
-                progress(here[-1])
-        native = next(r for r in here if r["algorithm"] == "mpi")
-        for _ in range(MAX_CONFIRMS):  # when a winner fails its confirmation, the next best is tried
-            fastest, _ = choose_measured(here, margin)
-            if fastest is native or "confirm_speedups" in fastest:
-                break
-            # confirm: CONFIRM rounds of the two, interleaved; the smallest speed-up decides, so
-            # the winner must beat MPI_Bcast in every round: on a shared machine one slow spell of
-            # MPI_Bcast would otherwise put an algorithm in the table that is no faster
-            ratios = []
-            for _ in range(CONFIRM):
-                ours = measure(fastest["algorithm"], fastest["options"], nbytes)["avg_us"]
-                ratios.append(measure("mpi", {}, nbytes)["avg_us"] / ours)
-            fastest["confirm_speedups"] = ratios
-            fastest["avg_us"] = native["avg_us"] / min(ratios)
-        for row in here:  # whatever is still unconfirmed may not replace MPI_Bcast
-            if "confirm_speedups" not in row and row is not native:
-                row["avg_us"] = max(row["avg_us"], native["avg_us"])
-        rows += here
-    return rows

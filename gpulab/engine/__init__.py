@@ -15,29 +15,18 @@ Parallel (inside an MPI job)::
 Training from the shell: ``gpulab train --mesh 1,2,2,1 -n 4 --overlap all``;
 the model: ``gpulab model rank --world 1024 --model gpt-20b --machine perlmutter``.
 
-Modules, in dependency order: config (GPTConfig), layers (serial forward/
-backward pairs), model (serial GPT), mesh (4D rank grid), timeline (per-rank
-events, summaries), collectives (the only MPI calls; non-blocking handles,
-progress polling and thread), layout (which rank holds which piece;
-``owner_map`` and ``weight_blocks`` for pictures), tp3d (AxoNN's 3D Linear),
-tp_layers (sharded LayerNorm, embedding, cross-entropy), overlap (the
-switches), overlap_weights (prefetch, cache), overlap_grads (bucketed
-gradient sync), memory, parallel (ParallelGPT), volume (bytes per collective
-per layer), optim, checkpoint, corpus, sample, train (the CLI).
-
-Measuring and modelling: flops (work per iteration and per rank), bench
-(timed iterations, MFU), timeline_plot (Gantt, breakdown), machines (GPU
-profiles with sources), perfmodel_terms + perfmodel (predict, rank),
-perfmodel_fit (this computer, fitted), model_cli (``gpulab model``).
+Sub-packages: ``gpt`` (the serial reference), ``parallel`` (the 4D
+engine), ``perf`` (the performance model and the timing of real
+iterations), ``training`` (optimizer, checkpoints, the training loop).
 Importing this package initialises neither MPI nor CUDA.
 """
 
-from gpulab.engine.config import GPTConfig
-from gpulab.engine.layout import owner_map, weight_blocks
-from gpulab.engine.mesh import Mesh, grid_shapes
-from gpulab.engine.model import init_params, logits, loss_and_grads, param_shapes
-from gpulab.engine.parallel import ParallelGPT, check_divisibility
-from gpulab.engine.volume import collective_calls, totals
+from gpulab.engine.gpt.config import GPTConfig
+from gpulab.engine.gpt.model import init_params, logits, loss_and_grads, param_shapes
+from gpulab.engine.parallel.gpt import ParallelGPT, check_divisibility
+from gpulab.engine.parallel.layout import owner_map, weight_blocks
+from gpulab.engine.parallel.mesh import Mesh, grid_shapes
+from gpulab.engine.perf.volume import collective_calls, totals
 
 __all__ = ["GPTConfig", "Mesh", "ParallelGPT", "check_divisibility", "collective_calls",
            "grid_shapes", "init_params", "logits", "loss_and_grads", "owner_map", "param_shapes",

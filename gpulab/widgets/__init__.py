@@ -5,9 +5,10 @@ collect rows and draw them, so they are tested without Jupyter or MPI by
 handing them a fake runner.
 """
 
+from gpulab.bcast.drawings import pattern_figure, sweep_figure
 from gpulab.widgets.explorer import BcastExplorer, crossover
 from gpulab.widgets.pattern import PatternView, patterns_figure, show_patterns
-from gpulab.widgets.plots import as_image, pattern_figure, size_label, sweep_figure
+from gpulab.widgets.plots import as_image, size_label
 from gpulab.widgets.runner import EngineRunner
 from gpulab.widgets.source import show_code, source_of
 from gpulab.widgets.tables import Table

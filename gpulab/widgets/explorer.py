@@ -22,12 +22,13 @@ import html
 import ipywidgets as W
 from IPython.display import display
 
-from gpulab.widgets.plots import as_image, series_of, size_label, sweep_figure
+from gpulab.backend import DEVICES
+from gpulab.bcast.drawings import series_of, sweep_figure
+from gpulab.widgets.plots import as_image, size_label
 
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 DEFAULT_ALGORITHMS = ("binomial", "chain", "scatter_allgather_ring")
-DEVICES = {"host": "host (numpy)", "cupy": "GPU (CuPy)", "fake": "fake GPU (CPU stand-in)"}
 
 
 class BcastExplorer(W.VBox):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
+from gpulab.engine.parallel.layout import owner_map, weight_blocks
+
 
 def owner_figure(n: int, k: int, shape, transposed: bool = False) -> Figure:
     """The [n, k] weight coloured by owner rank; every rank's (r, c, d) written in its block.
@@ -16,8 +18,7 @@ def owner_figure(n: int, k: int, shape, transposed: bool = False) -> Figure:
     block's depth shard marked, because depth splits the flattened block, not
     its rows or columns.
     """
-    from gpulab.engine import owner_map, weight_blocks
-
+    _, C, _, _ = shape
     owners = owner_map(n, k, shape, transposed)
     blocks = weight_blocks(n, k, shape, transposed)
     ranks = int(owners.max()) + 1
@@ -26,7 +27,7 @@ def owner_figure(n: int, k: int, shape, transposed: bool = False) -> Figure:
     cmap = "tab20" if ranks > 10 else "tab10"
     by_block = np.zeros_like(owners)
     for b in blocks:  # colour by the (r, c) block only
-        by_block[slice(*b["rows"]), slice(*b["cols"])] = b["r"] * shape[1] + b["c"]
+        by_block[slice(*b["rows"]), slice(*b["cols"])] = b["r"] * C + b["c"]
     left.imshow(by_block, cmap=cmap, vmin=0, vmax=19 if ranks > 10 else 9)
     right.imshow(owners, cmap=cmap, vmin=0, vmax=19 if ranks > 10 else 9)
     for b in blocks:

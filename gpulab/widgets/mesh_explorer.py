@@ -9,7 +9,7 @@
 The dropdowns only ever offer valid shapes: row divides the world size and
 the model's heads and vocabulary, col divides what is left and the features,
 depth what is left and the batch; data is the rest. Run trains a few
-iterations on the engines (``gpulab.engine.bench.measure`` on the first
+iterations on the engines (``gpulab.engine.perf.timing.measure`` on the first
 ``world`` ranks), then draws the slowest iteration's per-rank timeline and a
 breakdown of every run so far (compute, exposed and hidden communication)
 next to the performance model's prediction for the same settings.
@@ -25,9 +25,15 @@ from functools import cached_property
 import ipywidgets as W
 from IPython.display import display
 
-from gpulab.engine.overlap import SWITCHES, Overlap
-from gpulab.engine.timeline_plot import breakdown, gantt
-from gpulab.widgets.explorer import DEVICES
+from gpulab.backend import DEVICES
+from gpulab.engine import GPTConfig
+from gpulab.engine.parallel.mesh import GridShape
+from gpulab.engine.parallel.overlap import PROGRESS, SWITCHES, Overlap
+from gpulab.engine.parallel.timeline_plot import breakdown, gantt
+from gpulab.engine.perf.fit import FittedMachine, fit
+from gpulab.engine.perf.predict import predict
+from gpulab.engine.perf.timing import bench_config, measure
+from gpulab.launch import first_ranks
 from gpulab.widgets.plots import as_image
 from gpulab.widgets.runner import engine_devices
 from gpulab.widgets.tables import Table
@@ -36,12 +42,8 @@ from gpulab.widgets.tables import Table
 def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device):
     from mpi4py import MPI
 
-    from gpulab.engine import GPTConfig
-    from gpulab.engine.bench import measure
-    from gpulab.engine.overlap import Overlap
-
-    comm = MPI.COMM_WORLD.Split(0 if MPI.COMM_WORLD.rank < world else MPI.UNDEFINED, MPI.COMM_WORLD.rank)
-    if comm == MPI.COMM_NULL:
+    comm = first_ranks(MPI.COMM_WORLD, world)
+    if comm is None:
         return None
     try:
         return measure(comm, GPTConfig.from_dict(config), tuple(shape), batch_size, Overlap.from_dict(overlap),
@@ -52,8 +54,6 @@ def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup,
 
 def _fit_on_engine(reps):
     from mpi4py import MPI
-
-    from gpulab.engine.perfmodel_fit import fit
 
     machine = fit(MPI.COMM_WORLD, reps=reps)
     return None if machine is None else machine.__dict__
@@ -81,10 +81,8 @@ class MeshRunner:
         return rows[0]
 
     def fit_machine(self, reps: int = 3):
-        """This computer fitted on all the engines (``gpulab.engine.perfmodel_fit``)."""
-        from gpulab.engine.perfmodel_fit import FittedMachine
-
-        raw = self.engines.run(_fit_on_engine, reps, timeout=self.timeout, what="perfmodel_fit.fit()")[0]
+        """This computer fitted on all the engines (``gpulab.engine.perf.fit``)."""
+        raw = self.engines.run(_fit_on_engine, reps, timeout=self.timeout, what="perf.fit.fit()")[0]
         return FittedMachine(**raw)
 
 
@@ -94,8 +92,6 @@ def valid_factors(n: int, limit: int | None = None) -> list[int]:
 
 class MeshExplorer(W.VBox):
     def __init__(self, runner, *, config=None, batch_size: int = 16, machine=None):
-        from gpulab.engine.bench import bench_config
-
         self.runner, self.machine = runner, machine
         self.config, self.batch_size = config or bench_config(), batch_size
         self.results: list[dict] = []
@@ -107,7 +103,9 @@ class MeshExplorer(W.VBox):
         self.depth = W.Dropdown(description="depth")
         self.data = W.HTML()
         self.switches = {name: W.Checkbox(value=False, description=name) for name in SWITCHES}
-        self.progress = W.Dropdown(options=["poll", "thread", "none"], value="poll", description="progress")
+        # "mpich" is chosen when the job starts (MPIR_CVAR_ASYNC_PROGRESS): running engines cannot switch to it
+        self.progress = W.Dropdown(options=[m for m in PROGRESS if m != "mpich"], value="poll",
+                                   description="progress")
         self.bucket_kb = W.IntSlider(value=256, min=16, max=4096, step=16, description="bucket KiB")
         self.device = W.Dropdown(options=[(DEVICES[d], d) for d in getattr(runner, "devices", ["host"])],
                                  value="host", description="arrays on")
@@ -142,7 +140,7 @@ class MeshExplorer(W.VBox):
         if changed in ("world", "row", "col"):
             self._set(self.depth, self._options("depth", n // (self.row.value * self.col.value)))
         ok = self.shape is not None
-        self.data.value = (f"data = {self.shape[3]}" if ok else
+        self.data.value = (f"data = {self.shape.data}" if ok else
                            "<span style='color:#b00'>no valid data size: pick other factors</span>")
         self.run_button.disabled = not ok
 
@@ -157,7 +155,7 @@ class MeshExplorer(W.VBox):
         P = self.world.value // (R * C * D)
         if R * C * D * P != self.world.value or self.batch_size % (D * P):
             return None
-        return R, C, D, P
+        return GridShape(R, C, D, P)
 
     @property
     def overlap(self) -> Overlap:
@@ -188,8 +186,6 @@ class MeshExplorer(W.VBox):
     def _predict(self, shape, overlap):
         if self.machine is None:
             return None
-        from gpulab.engine.perfmodel import predict
-
         return predict(self.config, shape, self.batch_size, self.machine, overlap)
 
     def rows(self) -> list[dict]:

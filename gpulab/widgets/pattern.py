@@ -1,6 +1,6 @@
 """Communication-pattern view: who sends to whom in which step, traced on the live engines.
 
-    from gpulab.widgets import PatternView, EngineRunner
+    from gpulab.widgets import EngineRunner, PatternView
     PatternView(EngineRunner(engines))                       # controls + drawing
     show_patterns(runner, ["binomial", "chain", "scatter_allgather_ring"], p=4)
 
@@ -15,7 +15,8 @@ import ipywidgets as W
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from gpulab.widgets.plots import as_image, pattern_figure, size_label
+from gpulab.bcast.drawings import pattern_figure
+from gpulab.widgets.plots import as_image, size_label
 
 CHUNKS = [1 << k for k in range(8, 17)]  # small: a few chunks make the pipeline visible
 

@@ -1,7 +1,7 @@
 """Showing figures in the notebook: ``display(as_image(sweep_figure(rows)))``.
 
-The drawings themselves live in ``gpulab.plots`` (the command line uses them
-too); they are re-exported here for the notebooks.
+The drawings themselves live in ``gpulab.bcast.drawings`` (the command line uses them
+too); ``gpulab.widgets`` exports the ones the notebooks call.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from functools import partial
 
 from matplotlib.figure import Figure
 
-from gpulab.plots import pattern_figure, series_of, step_columns, sweep_figure  # noqa: F401 - re-exported
-from gpulab.sizes import format_size
+from gpulab.bcast.sizes import format_size
 
 # '1K', '3M', '100': slider labels, no byte suffix
 size_label = partial(format_size, byte_suffix="")

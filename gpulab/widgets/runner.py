@@ -9,43 +9,44 @@ root, options)`` -> all ranks' trace events.
     runner = EngineRunner(engines)      # engines = gpulab.cluster.start_engines(4)
     runner.measure("chain", 1 << 20, 0, {"chunk_bytes": 1 << 16})
 
-The engine-side functions import gpulab.bcast there, never here: the notebook
-kernel itself must not initialise MPI.
+The ``_on_engine`` functions run on the engines (``Engines.run``); only they
+communicate, so the notebook kernel, which imports this module, never
+initialises MPI.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 
+from gpulab.backend import DEVICES, cupy_or_none
+from gpulab.bcast.algorithms import ALGORITHMS, bcast, option_names
+from gpulab.bcast.measure import measure_bcast
+from gpulab.bcast.trace import gather_trace, tracing
+from gpulab.launch import first_ranks
+
 
 def _algorithms_on_engine() -> dict:
-    from gpulab.bcast import ALGORITHMS, option_names
-
     return {name: option_names(name) for name in ALGORITHMS}
 
 
 def engine_devices(engines, timeout: float) -> list:
-    """The buffer kinds every engine can use, in the order "host", "cupy", "fake"."""
+    """The buffer kinds every engine can use, in the order of ``gpulab.backend.DEVICES``."""
     per_engine = engines.run(_devices_on_engine, timeout=timeout, what="which devices the engines have")
     return [d for d in per_engine[0] if all(d in mine for mine in per_engine)]
 
 
 def _devices_on_engine() -> list:
     """Buffer kinds this engine can broadcast: host and the fake GPU always, CuPy when it sees a GPU."""
-    from gpulab.backend import cupy_or_none
-
     cp = cupy_or_none()
     try:
         gpu = cp is not None and cp.cuda.runtime.getDeviceCount() > 0
     except Exception:  # noqa: BLE001 - CuPy without a driver or a device
         gpu = False
-    return ["host", "cupy", "fake"] if gpu else ["host", "fake"]
+    return [d for d in DEVICES if gpu or d != "cupy"]
 
 
 def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_budget, device):
     from mpi4py import MPI
-
-    from gpulab.bench import measure_bcast
 
     return measure_bcast(MPI.COMM_WORLD, algorithm, nbytes, root=root, iters=iters, warmup=warmup,
                          validate=True, time_budget=time_budget, device=device, **options)
@@ -55,11 +56,9 @@ def _trace_on_engine(algorithm, p, nbytes, root, options):
     import numpy as np
     from mpi4py import MPI
 
-    from gpulab.bcast import bcast, gather_trace, tracing
-
     world = MPI.COMM_WORLD
-    comm = world.Split(0 if world.rank < p else MPI.UNDEFINED, world.rank)  # the first p ranks
-    if comm == MPI.COMM_NULL:
+    comm = first_ranks(world, p)
+    if comm is None:
         return None
     try:
         buf = np.full(nbytes, 7 if comm.rank == root else 0, dtype=np.uint8)

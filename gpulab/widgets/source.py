@@ -2,9 +2,9 @@
 
     show_code("bcast/trees.py", "binomial", "knomial")
 
-Importing gpulab.bcast would initialise MPI in the notebook kernel (mpi4py does
-at import); the algorithms only ever run on the engines, so the kernel reads
-their source from the file instead.
+The modules of the algorithms import mpi4py.MPI (they communicate), and
+importing it initialises MPI; they only ever run on the engines, so the
+notebook kernel reads their source from the file instead.
 """
 
 from __future__ import annotations

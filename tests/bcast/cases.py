@@ -159,14 +159,14 @@ def trace_pattern(world: MPI.Comm, algorithm: str, nbytes: int, options: dict) -
 
 
 def measure(world: MPI.Comm, algorithm: str, nbytes: int) -> dict:
-    from gpulab.bench import measure_bcast
+    from gpulab.bcast.measure import measure_bcast
 
     return measure_bcast(world, algorithm, nbytes, iters=5, warmup=2)
 
 
 def measure_a_broken_algorithm(world: MPI.Comm) -> bool:
     """An 'algorithm' that moves nothing must be reported invalid, not timed as fast."""
-    from gpulab.bench import measure_bcast
+    from gpulab.bcast.measure import measure_bcast
 
     ALGORITHMS["does_nothing"] = lambda buf, root, comm: buf
     try:

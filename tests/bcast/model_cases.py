@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpulab.bcast import bcast
-from gpulab.bcast.select import select
+from gpulab.bcast.auto import select
 from tests.mpi_steps import step
 
 
@@ -25,10 +25,9 @@ def auto_moves_data(world, table: str, sizes: list[int]) -> list:
         decision = select(nbytes, world, table)
         expected = (np.arange(nbytes) * 7 % 251).astype(np.uint8)
         buf = expected.copy() if world.rank == 0 else np.zeros(nbytes, np.uint8)
-        name, options = decision
         from gpulab.bcast.algorithms import run_algorithm
 
-        run_algorithm(name, buf, 0, world, **options)
+        run_algorithm(decision.name, buf, 0, world, **decision.options)
         assert np.array_equal(buf, expected), f"{decision} broke the data at {nbytes} B"
         chosen.append([decision.source, decision.name, decision.options])
     everyone = world.allgather(chosen)
@@ -48,7 +47,8 @@ def auto_via_env(world, sizes: list[int]) -> list:
 
 
 def tiny_sweep(world, sizes: list[int]) -> dict | None:
-    from gpulab.bcast.tuning import build_table, sweep
+    from gpulab.bcast.experiments import sweep
+    from gpulab.bcast.tuning import build_table
 
     step("sweep")
     rows = sweep(world, sizes, chunks=(256, 4096), radices=(3,), time_budget=0.002)
@@ -57,7 +57,7 @@ def tiny_sweep(world, sizes: list[int]) -> dict | None:
 
 def workload_small(world, sizes: list[int]) -> list:
     from gpulab.bcast.experiments import auto_registered
-    from gpulab.workloads.bench import broadcast_model
+    from gpulab.workloads.startup import broadcast_model
 
     with auto_registered(None):
         return broadcast_model(world, sizes, ["mpi", "chain", "auto"], repeats=1)

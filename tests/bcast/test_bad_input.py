@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from gpulab.bcast import ALGORITHMS, bcast, option_names, select
-from gpulab.bcast.select import reload
+from gpulab.bcast.auto import reload
 
 SELF = MPI.COMM_SELF
 
@@ -70,8 +70,8 @@ def test_auto_follows_mpich_thresholds(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULAB_TUNING_TABLE", str(tmp_path / "none.json"))
     reload()  # select() reads the variable and the file once per process
     assert select(100, Comm(16)).source == "mpich-default"
-    assert select(100, Comm(16))[0] == "binomial"
-    assert select(100_000, Comm(4))[0] == "binomial"  # MPICH: p < 8 always binomial
-    assert select(100_000, Comm(16))[0] == "scatter_allgather_rd"
-    assert select(100_000, Comm(12))[0] == "scatter_allgather_ring"
-    assert select(1 << 20, Comm(16))[0] == "scatter_allgather_ring"
+    assert select(100, Comm(16)).name == "binomial"
+    assert select(100_000, Comm(4)).name == "binomial"  # MPICH: p < 8 always binomial
+    assert select(100_000, Comm(16)).name == "scatter_allgather_rd"
+    assert select(100_000, Comm(12)).name == "scatter_allgather_ring"
+    assert select(1 << 20, Comm(16)).name == "scatter_allgather_ring"

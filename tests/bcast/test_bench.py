@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from gpulab.bench import format_size, parse_size, size_range
-from gpulab.bench_cli import format_table
+from gpulab.bcast.sizes import format_size, parse_size, size_range
+from gpulab.cli.bench import format_table
 from tests.mpi_harness import ROOT, run_mpi
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from gpulab.bcast import Decision
 from gpulab.bcast.model import Hockney, Link, Machine
-from gpulab.bcast.select import reload, select
+from gpulab.bcast.auto import reload, select
 from gpulab.bcast.tuning import ENV, build_table, candidates, choose_measured, load, lookup, table_path, update
 from tests.mpi_harness import ROOT, run_mpi
 
@@ -76,7 +76,7 @@ def test_select_falls_back_to_mpich_rule(no_table):
     d = select(100_000, Comm(16))
     assert select(100_000, Comm(16)) is d  # decided once, then looked up
     assert isinstance(d, Decision) and d.source == "mpich-default"
-    assert (d.name, d.options) == tuple(d) == ("scatter_allgather_rd", {})
+    assert (d.name, d.options) == ("scatter_allgather_rd", {})
     assert "MPICH" in d.reason and "power of two" in d.reason
 
 
@@ -152,8 +152,8 @@ def test_cli_tune_fit_and_bcast_write_the_table(tmp_path):
 
 def test_sweep_confirms_the_runner_up_when_the_winner_fails(monkeypatch):
     """linear wins the sweep by luck and loses every confirmation; chain really is faster."""
-    import gpulab.bench
-    from gpulab.bcast.tuning import sweep
+    import gpulab.bcast.measure
+    from gpulab.bcast.experiments import sweep
 
     calls = []
 
@@ -164,7 +164,7 @@ def test_sweep_confirms_the_runner_up_when_the_winner_fails(monkeypatch):
         return {"algorithm": name, "options": {k: v for k, v in options.items() if k == "chunk_bytes"},
                 "nbytes": nbytes, "avg_us": us, "valid": True}
 
-    monkeypatch.setattr(gpulab.bench, "measure_bcast", fake_measure)
+    monkeypatch.setattr(gpulab.bcast.measure, "measure_bcast", fake_measure)
     rows = sweep(Comm(2), [1 << 20], chunks=(1 << 16,), radices=())
     table = build_table(rows, p=2)
     assert [(r["algorithm"], r["options"]) for r in table["ranges"]] == [("chain", {"chunk_bytes": 1 << 16})]

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from gpulab.workloads import NETWORKS, PUBLISHED, layer_bytes, load, parameter_count
-from gpulab.workloads.bench import latency_share
+from gpulab.workloads.startup import latency_share
 from gpulab.workloads.networks import build
 from tests.mpi_harness import run_mpi
 

@@ -8,11 +8,11 @@ import numpy as np
 
 from gpulab.backend import is_device_array, to_device
 from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
-from gpulab.engine import collectives as coll
-from gpulab.engine import model as serial
-from gpulab.engine.mesh import rank_of
-from gpulab.engine.optim import AdamW, LossScaler, clip_grads, global_norm, train_step
-from gpulab.engine.volume import collective_calls
+from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.gpt import model as serial
+from gpulab.engine.parallel.mesh import rank_of
+from gpulab.engine.training.optim import AdamW, LossScaler, clip_grads, global_norm, train_step
+from gpulab.engine.perf.volume import collective_calls
 from tests.engine.util import random_batch, random_params, rel_err, tiny_config
 from tests.mpi_steps import step
 
@@ -43,13 +43,13 @@ def _numel(tree, seen=None) -> int:
 
 def _check_groups(mesh) -> None:
     R, C, D, P = mesh.shape
-    p, d, r, c = mesh.p, mesh.d, mesh.r, mesh.c
-    want = {"row": [rank_of(p, d, i, c, mesh.shape) for i in range(R)],
-            "col": [rank_of(p, d, r, i, mesh.shape) for i in range(C)],
-            "depth": [rank_of(p, i, r, c, mesh.shape) for i in range(D)],
-            "data": [rank_of(i, d, r, c, mesh.shape) for i in range(P)]}
+    r, c, d, p = mesh.coord
+    want = {"row": [rank_of((i, c, d, p), mesh.shape) for i in range(R)],
+            "col": [rank_of((r, i, d, p), mesh.shape) for i in range(C)],
+            "depth": [rank_of((r, c, i, p), mesh.shape) for i in range(D)],
+            "data": [rank_of((r, c, d, i), mesh.shape) for i in range(P)]}
     for axis, members in want.items():
-        comm = getattr(mesh, axis)
+        comm = mesh.group(axis)
         assert comm.allgather(mesh.rank) == members, (axis, members)
         assert comm.Get_rank() == {"row": r, "col": c, "depth": d, "data": p}[axis]
 
@@ -184,7 +184,7 @@ def float16_accuracy(comm, shapes, device="host", expect_path="host", steps=4, s
 
 def checkpoint_across_grids(comm, path, first, second, steps=2, seed=1):
     """Train on grid ``first``, checkpoint, resume on grid ``second``: same as serial training."""
-    from gpulab.engine import checkpoint
+    from gpulab.engine.training import checkpoint
 
     cfg = tiny_config((2, 2, 1, 1))  # V=26, C=18, nh=2: fits both grids below
     params = random_params(cfg, seed=seed)

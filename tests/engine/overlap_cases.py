@@ -6,12 +6,12 @@ import numpy as np
 
 from gpulab.backend import to_device, to_host
 from gpulab.engine import Mesh, ParallelGPT
-from gpulab.engine import collectives as coll
-from gpulab.engine import timeline
-from gpulab.engine.memory import memory_report
-from gpulab.engine.optim import AdamW, clip_grads
-from gpulab.engine.overlap import Overlap
-from gpulab.engine.volume import collective_calls
+from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.parallel import timeline
+from gpulab.engine.parallel.memory import memory_report
+from gpulab.engine.training.optim import AdamW, clip_grads
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.volume import collective_calls
 from tests.engine.util import random_batch, random_params, tiny_config
 from tests.mpi_steps import step
 

@@ -93,7 +93,7 @@ def test_importing_the_engine_starts_neither_mpi_nor_cuda():
     import subprocess
     import sys
 
-    code = ("import sys, gpulab.engine, gpulab.engine.train; "
+    code = ("import sys, gpulab.engine, gpulab.engine.training.loop; "
             "print('mpi4py.MPI' in sys.modules, 'cupy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

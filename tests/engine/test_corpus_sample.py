@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from gpulab.engine import GPTConfig, init_params
-from gpulab.engine.corpus import CORPUS, CharTokenizer, get_batch, load_text
-from gpulab.engine.sample import generate
+from gpulab.engine.gpt.corpus import CORPUS, CharTokenizer, get_batch, load_text
+from gpulab.engine.gpt.sample import generate
 
 
 def test_shipped_corpus_and_its_provenance():

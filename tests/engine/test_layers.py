@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpulab.engine import layers as L
+from gpulab.engine.gpt import layers as L
 from gpulab.engine import loss_and_grads
 from tests.engine.util import random_batch, random_params, rel_err, tiny_config
 

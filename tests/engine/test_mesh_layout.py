@@ -4,11 +4,11 @@ import numpy as np
 import pytest
 
 from gpulab.engine import Mesh, check_divisibility, grid_shapes
-from gpulab.engine import layers as L
-from gpulab.engine.layout import (assemble, local_piece, owner_map, owns, param_specs,
+from gpulab.engine.gpt import layers as L
+from gpulab.engine.parallel.layout import (assemble, local_piece, owner_map, owns, param_specs,
                                   qkv_permutation, weight_blocks)
-from gpulab.engine.mesh import check_shape, coords_of, rank_of
-from gpulab.engine.volume import collective_calls, totals
+from gpulab.engine.parallel.mesh import check_shape, coords_of, rank_of
+from gpulab.engine.perf.volume import collective_calls, totals
 from tests.engine.util import random_params, tiny_config
 
 
@@ -54,12 +54,12 @@ def test_grid_shapes_are_all_ordered_factorisations(world, count):
 @pytest.mark.parametrize("shape", grid_shapes(12) + grid_shapes(8))
 def test_rank_layout_is_axonns(shape):
     R, C, D, P = shape
-    ranks = [rank_of(*coords_of(k, shape), shape) for k in range(R * C * D * P)]
+    ranks = [rank_of(coords_of(k, shape), shape) for k in range(R * C * D * P)]
     assert ranks == list(range(R * C * D * P))
-    assert rank_of(0, 0, 0, 1, shape) == (1 if C > 1 else rank_of(0, 0, 0, 0, shape) + 1)
+    assert rank_of((0, 1, 0, 0), shape) == (1 if C > 1 else rank_of((0, 0, 0, 0), shape) + 1)
     # column innermost, then row, depth, data outermost
-    assert rank_of(1 % P, 0, 0, 0, shape) == (R * C * D if P > 1 else 0)
-    assert coords_of(R * C * D * P - 1, shape) == (P - 1, D - 1, R - 1, C - 1)
+    assert rank_of((0, 0, 0, 1 % P), shape) == (R * C * D if P > 1 else 0)
+    assert coords_of(R * C * D * P - 1, shape) == (R - 1, C - 1, D - 1, P - 1)
 
 
 SHAPES = [s for n in (1, 2, 4, 8, 6, 12) for s in grid_shapes(n)]
@@ -79,10 +79,10 @@ def test_pieces_reassemble_exactly(shape):
             for r in range(R):
                 for c in range(C):
                     for n, s in specs.items():
-                        piece = local_piece(s, full[n], shape, (p, d, r, c))
-                        if p == 0 and owns(s, (p, d, r, c)):
+                        piece = local_piece(s, full[n], shape, (r, c, d, p))
+                        if p == 0 and owns(s, (r, c, d, p)):
                             pieces[n][(r, c, d)] = piece
-                        if (p, d, r, c) == (0, 0, 0, 0):
+                        if (r, c, d, p) == (0, 0, 0, 0):
                             held += piece.size
     for n, s in specs.items():
         np.testing.assert_array_equal(assemble(s, pieces[n], shape), full[n], err_msg=n)

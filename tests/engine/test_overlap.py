@@ -13,7 +13,7 @@ here: docs/engine_overlap.md records it.
 import pytest
 
 from gpulab.engine import grid_shapes
-from gpulab.engine.overlap import Overlap
+from gpulab.engine.parallel.overlap import Overlap
 from tests.engine.overlap_cases import VARIANTS
 from tests.mpi_harness import run_mpi
 

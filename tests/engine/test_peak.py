@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from gpulab.engine.bench import peak_matmul
+from gpulab.engine.perf.timing import peak_matmul
 
 
 @pytest.mark.parametrize("device, dtype", [("host", "float32"), ("host", "float16"), ("fake", "float32")])

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gpulab.engine import checkpoint
+from gpulab.engine.training import checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--batch-size", "8", "--block-size", "16", "--n-layer", "1", "--n-head", "2", "--n-embd", "16",
@@ -18,7 +18,7 @@ TINY = ["--batch-size", "8", "--block-size", "16", "--n-layer", "1", "--n-head",
 
 
 def gpulab(*args, timeout=300):
-    env = {k: v for k, v in os.environ.items() if k != "GPULAB_TRAIN_LAUNCHED"}
+    env = {k: v for k, v in os.environ.items() if k != "GPULAB_LAUNCHED"}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     return subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=ROOT)

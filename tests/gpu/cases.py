@@ -97,7 +97,7 @@ def trace_device(world: MPI.Comm, algorithm: str, nbytes: int, options: dict, de
 
 
 def measure_device(world: MPI.Comm, algorithm: str, nbytes: int, device: str = "fake", **options) -> dict:
-    from gpulab.bench import measure_bcast
+    from gpulab.bcast.measure import measure_bcast
 
     return measure_bcast(world, algorithm, nbytes, iters=3, warmup=1, device=device, **options)
 
@@ -181,7 +181,7 @@ def check_nccl(world: MPI.Comm) -> int:
 def measure_sweep(world: MPI.Comm, algorithms: list, sizes: list, device: str = "cupy", time_budget: float = 0.5,
                   **options) -> list:
     """measure_bcast for each algorithm and size (the GPU check script's numbers)."""
-    from gpulab.bench import applicable_options, measure_bcast
+    from gpulab.bcast.measure import applicable_options, measure_bcast
 
     return [measure_bcast(world, algorithm, nbytes, device=device, time_budget=time_budget,
                           **applicable_options(algorithm, options))

@@ -101,8 +101,8 @@ def engine_mfu(world: MPI.Comm, peak_tflops: dict, dtype: str = "float32", shape
     import cupy as cp
 
     from gpulab.engine import GPTConfig, Mesh, ParallelGPT, init_params
-    from gpulab.engine.flops import model_flops
-    from gpulab.engine.optim import AdamW, LossScaler, train_step
+    from gpulab.engine.perf.flops import model_flops
+    from gpulab.engine.training.optim import AdamW, LossScaler, train_step
 
     cfg = GPTConfig(vocab_size=128, block_size=block_size, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
                     dtype=dtype)

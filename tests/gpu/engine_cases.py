@@ -2,7 +2,7 @@
 
 Every collective (blocking and non-blocking) runs on host arrays and on device
 copies of the same values; the device results must be bit-identical. Planted
-bugs in ``gpulab.engine.exchange`` must each make a case fail, or the check
+bugs in ``gpulab.engine.parallel.exchange`` must each make a case fail, or the check
 proves nothing.
 """
 
@@ -12,7 +12,7 @@ import numpy as np
 from mpi4py import MPI
 
 from gpulab.backend import to_device, to_host
-from gpulab.engine import collectives as coll
+from gpulab.engine.parallel import collectives as coll
 
 OPS = {
     "all_reduce": lambda x, c: coll.all_reduce(x, c),
@@ -26,7 +26,7 @@ OPS = {
 
 
 def _plant(bug: str) -> None:
-    from gpulab.engine import exchange
+    from gpulab.engine.parallel import exchange
     from gpulab.fakedevice import FakeDevice
 
     E = exchange.Exchange
@@ -80,8 +80,8 @@ def collectives_on_device(world: MPI.Comm, device: str = "fake", expect_path: st
 
 
 def bench_on_device(world: MPI.Comm, device: str = "fake") -> dict | None:
-    """``gpulab.engine.bench.measure`` (what the mesh explorer runs) with the model on ``device``."""
-    from gpulab.engine.bench import measure
+    """``gpulab.engine.perf.timing.measure`` (what the mesh explorer runs) with the model on ``device``."""
+    from gpulab.engine.perf.timing import measure
     from tests.engine.util import tiny_config
 
     shape = (1, world.size, 1, 1)

@@ -2,7 +2,7 @@
 
 Fake device memory refuses numpy and mpi4py, runs copies lazily and poisons
 staging buffers, so the engine must do on it what it must do on CuPy: keep
-every array on the device, and reach MPI only through ``gpulab.engine.exchange``
+every array on the device, and reach MPI only through ``gpulab.engine.parallel.exchange``
 (staged through host memory, or handed over to a "CUDA-aware" MPI after a
 stream synchronize). Tests with real CuPy arrays are in test_cupy.py.
 """

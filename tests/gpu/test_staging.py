@@ -78,7 +78,7 @@ def test_measurements_report_device_and_path(env, device, path):
 
 def test_nccl_baseline_refuses_clearly_without_a_gpu():
     from gpulab.bcast import nccl
-    from gpulab.bench import measure_bcast
+    from gpulab.bcast.measure import measure_bcast
 
     if nccl.available():
         pytest.skip("NCCL is available here: tests/gpu/test_cupy.py covers it")

@@ -3,7 +3,7 @@
 import pytest
 
 from gpulab.widgets import BcastExplorer, PatternView, patterns_figure, size_label, sweep_figure
-from gpulab.widgets.plots import series_of, step_columns
+from gpulab.bcast.drawings import series_of, step_columns
 
 OPTIONS = {"binomial": [], "chain": ["chunk_bytes"], "knomial": ["radix"], "hierarchical":
            ["ranks_per_node", "inter", "intra"], "mpi": []}

@@ -1,0 +1,128 @@
+"""OSU-style broadcast measurement, shared by the CLI, the notebooks and the tuner.
+
+Conventions follow osu_bcast and nccl-tests: a validated broadcast first,
+warm-up iterations, then timed iterations with a barrier after each (so one
+iteration's stragglers do not overlap the next); each rank's mean time,
+reported as the average, minimum and maximum over ranks; algbw = bytes/time
+and busbw = algbw for a broadcast (all data must leave the root).
+
+    summary = measure_bcast(comm, "chain", 1 << 20, chunk_bytes=65536)   # on every rank
+    measure_bcast(comm, "chain", 1 << 20, device="cupy")   # GPU buffers; summary["path"] says how
+    measure_bcast(comm, "nccl", 1 << 20)                    # NCCL's broadcast, on GPU buffers
+
+``device`` is "host" (numpy), "cupy" or "fake" (``gpulab.fakedevice``, for
+CPU tests of the GPU code path). The summary's ``path`` says how the bytes
+reached MPI: "host", "cuda-aware", "staged" (see ``gpulab.bcast.gpu``) or "nccl".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpulab.backend import copy_from_host, empty_bytes, to_host
+from gpulab.bcast.algorithms import ALGORITHMS, option_names
+from gpulab.bcast.gpu import DEVICE_OPTIONS, path_of
+from gpulab.bcast.nccl import nccl_bcast
+from gpulab.launch import lazy_mpi
+
+MPI = lazy_mpi(globals())
+
+
+def osu_iterations(nbytes: int) -> tuple[int, int]:
+    """(timed, warm-up) iterations as in OSU: 1000/100 up to 8 KiB, 100/10 above."""
+    return (1000, 100) if nbytes <= 8192 else (100, 10)
+
+
+def applicable_options(algorithm: str, options: dict) -> dict:
+    """The subset of ``options`` that ``algorithm`` takes, so one sweep can pass chunk/radix to all."""
+    accepted = () if algorithm == "nccl" else option_names(algorithm) + DEVICE_OPTIONS
+    return {k: v for k, v in options.items() if k in accepted and v is not None}
+
+
+def _pattern(nbytes: int, salt: int) -> np.ndarray:
+    return ((np.arange(nbytes, dtype=np.uint32) * 2654435761 + salt) >> 13).astype(np.uint8)
+
+
+def _validated_run(comm, run, buf, root: int, salt: int) -> bool:
+    expected = _pattern(buf.nbytes, salt)
+    copy_from_host(buf, expected if comm.rank == root else ~expected)
+    run(buf)
+    return bool(np.array_equal(to_host(buf), expected))
+
+
+def _broadcast_function(algorithm: str, device: str, options: dict):
+    """(bcast_fn(buf, root, comm, **options), device): NCCL runs on CuPy buffers only."""
+    if algorithm == "nccl":
+        if options:
+            raise TypeError(f"the nccl baseline takes no options, got {sorted(options)}")
+        if device not in ("host", "cupy"):
+            raise ValueError("the nccl baseline runs on CuPy buffers (device='cupy')")
+        return nccl_bcast, "cupy"
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown broadcast algorithm {algorithm!r}; valid names: "
+                         f"{sorted(ALGORITHMS) + ['nccl']}")
+    return ALGORITHMS[algorithm], device
+
+
+def measure_bcast(comm, algorithm: str, nbytes: int, *, root: int = 0, iters: int | None = None,
+                  warmup: int | None = None, validate: bool = True, time_budget: float | None = None,
+                  device: str = "host", **options) -> dict:
+    """Time ``algorithm`` on ``comm`` (collective: call on every rank); same summary on every rank.
+
+    ``time_budget`` (seconds) caps the timed iterations so that a sweep of
+    large messages on a laptop finishes: the count is cut to what the warm-up
+    rate predicts fits in the budget, never below 5. The count used is reported.
+    """
+    bcast_fn, device = _broadcast_function(algorithm, device, options)
+    osu_timed, osu_warm = osu_iterations(nbytes)
+    iters = osu_timed if iters is None else iters
+    warmup = osu_warm if warmup is None else warmup
+    run = lambda b: bcast_fn(b, root, comm, **options)  # noqa: E731
+    buf = empty_bytes(nbytes, device)
+    path = "nccl" if algorithm == "nccl" else path_of(buf, options.get("path", "auto"))
+    valid = _validated_run(comm, run, buf, root, salt=1) if validate else True
+
+    comm.Barrier()
+    start = MPI.Wtime()
+    for _ in range(warmup):
+        run(buf)
+        comm.Barrier()
+    if time_budget is not None and warmup:
+        per_iter = comm.allreduce((MPI.Wtime() - start) / warmup, op=MPI.MAX)
+        iters = max(min(iters, int(time_budget / per_iter)), min(iters, 5))
+
+    elapsed = 0.0
+    for _ in range(iters):
+        t0 = MPI.Wtime()
+        run(buf)
+        elapsed += MPI.Wtime() - t0
+        comm.Barrier()
+    if validate:
+        valid &= _validated_run(comm, run, buf, root, salt=2)
+
+    mean = elapsed / max(iters, 1)
+    avg = comm.allreduce(mean, op=MPI.SUM) / comm.size
+    algbw = nbytes / avg / 1e9 if avg > 0 else 0.0
+    return {
+        "algorithm": algorithm, "nbytes": nbytes, "p": comm.size, "root": root, "options": options,
+        "iters": iters, "warmup": warmup,
+        "avg_us": avg * 1e6, "min_us": comm.allreduce(mean, op=MPI.MIN) * 1e6,
+        "max_us": comm.allreduce(mean, op=MPI.MAX) * 1e6,
+        "algbw_GBps": algbw, "busbw_GBps": algbw,  # broadcast: busbw = algbw (nccl-tests)
+        "valid": bool(comm.allreduce(valid, op=MPI.LAND)),
+        "device": device, "path": "+".join(sorted(set(comm.allgather(path)))),  # ranks may differ
+    }
+
+
+def sweep(comm, algorithms: list[str], sizes: list[int], *, options: dict | None = None,
+          progress=None, **measure_kwargs) -> list[dict]:
+    """Measure every algorithm at every size; ``progress(done, total, record)`` after each point."""
+    records, total = [], len(algorithms) * len(sizes)
+    for size in sizes:
+        for algorithm in algorithms:
+            record = measure_bcast(comm, algorithm, size, **applicable_options(algorithm, options or {}),
+                                   **measure_kwargs)
+            records.append(record)
+            if progress is not None:
+                progress(len(records), total, record)
+    return records

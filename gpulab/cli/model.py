@@ -1,0 +1,160 @@
+"""``gpulab model``: the performance model from the shell.
+
+    gpulab model rank --world 1024 --model gpt-20b --machine perlmutter     # grid shapes, fastest first
+    gpulab model predict --mesh 4,8,2,16 --model gpt-20b --machine perlmutter
+    gpulab model machines                                                   # profiles and their sources
+    gpulab model fit -n 4 --out results/engine_machine_p4.json              # fit this computer (mpiexec)
+
+``--machine`` takes a profile name (perlmutter, frontier, h100) or a fitted
+machine's JSON file. At scale the defaults are AxoNN's way of training:
+bf16, activation recomputation, flash attention, overlap of everything but
+the weight cache (``--overlap``, ``--no-recompute``, ``--no-flash`` change
+them). Every assumption and every machine number's source is printed below
+the table.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from gpulab.engine import GPTConfig
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.fit import fit as fit_machine
+from gpulab.engine.perf.fit import load
+from gpulab.engine.perf.machines import MACHINES, machine
+from gpulab.engine.perf.predict import gpt_config, predict, rank
+from gpulab.launch import inside_mpi_job, relaunch
+
+DEFAULT_OVERLAP = "async_grads,prefetch,buckets"
+
+
+def add_parser(subparsers) -> None:
+    parser = subparsers.add_parser("model", help="predict iteration times and rank grid shapes",
+                                   description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="model_command", required=True, metavar="ACTION")
+    for name, help_text in (("rank", "grid shapes of --world GPUs, fastest first"),
+                            ("predict", "one grid shape (--mesh R,C,D,P)")):
+        p = sub.add_parser(name, help=help_text)
+        if name == "rank":
+            p.add_argument("--world", type=int, required=True, help="number of GPUs (ranks)")
+            p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
+        else:
+            p.add_argument("--mesh", required=True, help="row,col,depth,data")
+        p.add_argument("--model", default="gpt-20b", help="gpt-5b ... gpt-640b, or a GPTConfig JSON file")
+        p.add_argument("--machine", default="perlmutter", help="perlmutter, frontier, h100, or a fitted JSON")
+        p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences "
+                       "(default: 512 sequences, or the world size if larger)")
+        p.add_argument("--seq-len", type=int, default=None, help="default: the model's block size")
+        p.add_argument("--overlap", default=DEFAULT_OVERLAP, help=f"none, all or a list (default {DEFAULT_OVERLAP})")
+        p.add_argument("--bucket-mb", type=float, default=64.0)
+        p.add_argument("--no-recompute", action="store_true", help="keep all activations (no checkpointing)")
+        p.add_argument("--no-flash", action="store_true", help="keep the T x T attention probabilities")
+        p.add_argument("--json", action="store_true", help="print the predictions as JSON")
+        p.set_defaults(func=main)
+    p = sub.add_parser("machines", help="the machine profiles and the source of every number")
+    p.set_defaults(func=show_machines)
+    p = sub.add_parser("fit", help="measure this computer for the model (runs mpiexec -n N)")
+    p.add_argument("-n", "--nprocs", type=int, default=4)
+    p.add_argument("--out", default=None, help="default results/engine_machine_p<N>.json")
+    p.add_argument("--reps", type=int, default=5, help="repetitions of each microbenchmark")
+    p.set_defaults(func=fit)
+
+
+def load_machine(name: str):
+    if name.endswith(".json") or os.path.exists(name):
+        return load(name)
+    return machine(name)
+
+
+def load_model(name: str):
+    if name.endswith(".json"):
+        return GPTConfig.from_dict(json.loads(Path(name).read_text()))
+    return gpt_config(name)
+
+
+def assumptions(args, overlap) -> list[str]:
+    return [f"overlap: {overlap.label()} (progress {overlap.progress}, buckets {overlap.bucket_bytes / 2**20:g} MiB)",
+            f"activation recomputation: {'off' if args.no_recompute else 'on (forward and its collectives twice)'}",
+            f"attention probabilities: {'kept' if args.no_flash else 'not kept (flash attention)'}",
+            "rings for every collective; concurrent groups do not share links; no load imbalance",
+            "no pipeline parallelism; grid shapes must split heads, features, vocabulary and batch"]
+
+
+def main(args) -> int:
+    try:
+        machine, config = load_machine(args.machine), load_model(args.model)
+        overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
+    except (KeyError, ValueError, OSError) as err:
+        raise SystemExit(f"gpulab model: {err}")
+    opts = dict(seq_len=args.seq_len, recompute=not args.no_recompute, flash_attention=not args.no_flash)
+    if args.model_command == "rank":
+        batch = args.batch_size or max(512, args.world)
+        preds = rank(config, args.world, batch, machine, overlap, **opts, keep_unfit=True)
+        shown = [p for p in preds if p["fits"]][:args.top]
+        dropped = sum(not p["fits"] for p in preds)
+        title = f"{args.model} on {args.world} x {machine.name}, batch {batch} sequences"
+    else:
+        shape = tuple(int(v) for v in args.mesh.split(","))
+        batch = args.batch_size or max(512, math.prod(shape))
+        shown, dropped = [predict(config, shape, batch, machine, overlap, **opts)], 0
+        title = f"{args.model} on {machine.name}, batch {batch} sequences"
+    if args.json:
+        print(json.dumps(shown, indent=1))
+        return 0
+    print(title)
+    print(table(shown))
+    if args.model_command == "rank":
+        print(f"{len(shown)} shown; {dropped} shapes dropped: memory does not fit "
+              f"({machine.usable_memory:.0%} of {machine.memory_bytes / 1e9:g} GB)")
+    print("assumptions:\n  " + "\n  ".join(assumptions(args, overlap)))
+    print(f"machine {machine.name}:\n  " + "\n  ".join(machine.assumptions()))
+    return 0
+
+
+def table(preds: list[dict]) -> str:
+    head = (f"{'#':>3} {'row':>4} {'col':>4} {'depth':>5} {'data':>5} {'iter s':>9} {'compute':>9} "
+            f"{'exposed':>9} {'hidden':>8} {'MFU':>6} {'mem GB':>7}  exposed by group")
+    lines = [head]
+    for i, p in enumerate(preds, 1):
+        R, C, D, P = p["shape"]
+        groups = " ".join(f"{g}={v['exposed_s']:.3g}" for g, v in sorted(p["groups"].items())
+                          if v["exposed_s"] > 0)
+        lines.append(f"{i:>3} {R:>4} {C:>4} {D:>5} {P:>5} {p['iter_s']:>9.4g} {p['compute_s']:>9.4g} "
+                     f"{p['exposed_comm_s']:>9.4g} {p['hidden_comm_s']:>8.3g} {p['mfu']:>6.1%} "
+                     f"{p['memory']['total'] / 1e9:>7.1f}  {groups}")
+    return "\n".join(lines)
+
+
+def show_machines(args) -> int:
+    for name in MACHINES:
+        m = machine(name)
+        print(f"{name}: {m.description}")
+        print(f"  {m.ranks_per_node} GPUs/node, peak {m.peak_flops / 1e12:g} TFLOP/s, "
+              f"{m.memory_bytes / 1e9:g} GB, intra {m.intra.bandwidth / 1e9:g} GB/s, "
+              f"inter {m.inter.bandwidth / 1e9:g} GB/s")
+        print("  " + "\n  ".join(m.assumptions()))
+    return 0
+
+
+def fit(args) -> int:
+    """Outside an MPI job: re-run on ``-n`` ranks. Inside: fit this computer, rank 0 saves the machine."""
+    out = args.out or f"results/engine_machine_p{args.nprocs}.json"
+    if not inside_mpi_job():
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        return relaunch(args.nprocs, ["model", "fit", "--out", out, "--reps", str(args.reps)])
+    from dataclasses import asdict
+
+    from mpi4py import MPI
+    from threadpoolctl import threadpool_limits
+
+    comm = MPI.COMM_WORLD
+    local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    threadpool_limits(max(1, (os.cpu_count() or 1) // local))  # as gpulab train and the bench do
+    machine = fit_machine(comm, args.reps)
+    if machine is not None:
+        machine.save(out)
+        print(json.dumps({k: v for k, v in asdict(machine).items() if k != "collectives"}, indent=1))
+    return 0

@@ -1,0 +1,288 @@
+"""ParallelGPT: the serial GPT of ``gpulab.engine.gpt.model`` on a 4D (row, col, depth, data) mesh.
+
+    mesh = Mesh(2, 2, 1, 1)                       # inside an MPI job of 4 ranks
+    gpt = ParallelGPT(cfg, mesh)
+    gpt.load_params(init_params(cfg))             # every rank keeps only its pieces
+    loss = gpt.forward_backward(idx, targets)     # the global batch, on every rank
+    grads = gpt.full_grads()                      # full shapes, serial names
+
+Where things live (b = B/(depth*data) sequences per rank, see ``layout``):
+residual stream x (b, T, C/col), copied over row; QKV and FC1 are plain 3D
+layers (out split over row), attention-out and FC2 transposed ones (back to
+C/col); attention runs on the row's n_head/row heads; the tied wte is a plain
+layer [V/row, C/col] used twice (vocab-parallel lookup, LM head). Backward
+mirrors forward call by call. Gradients go to a ``GradSync``
+(``overlap_grads``), which sums weight shards over data and every copied
+parameter (biases, LayerNorm, wpe) over depth x data: after backward, or in
+buckets during it. ``overlap`` (``gpulab.engine.parallel.overlap.Overlap``) switches
+each kind of communication/computation overlap on or off; the numbers are the
+same either way. Weights reach each layer through a ``WeightFetcher``
+(``overlap_weights``: prefetch, cache). Every matmul, attention and GELU is a
+``timeline.kernel``, so ``gpulab.engine.parallel.timeline.record()`` sees the compute.
+"""
+
+from __future__ import annotations
+
+import math
+from contextlib import contextmanager
+
+from gpulab.backend import array_module, to_device, to_host
+from gpulab.engine.gpt import layers as L
+from gpulab.engine.gpt.config import accum_dtype
+from gpulab.engine.gpt.model import WPE, WTE
+from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.parallel import tp_layers as TP
+from gpulab.engine.parallel.layout import assemble, local_piece, owns, param_specs
+from gpulab.engine.parallel.memory import tree_nbytes
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.parallel.overlap_grads import GradSync
+from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
+from gpulab.engine.parallel.timeline import kernel, phase
+from gpulab.engine.parallel.tp3d import Linear3D
+from gpulab.engine.training.optim import squared_sum
+
+
+def check_divisibility(config, shape, batch_size: int | None = None) -> None:
+    """Raise ValueError naming every size that the grid ``shape`` (R, C, D, P) cannot split."""
+    R, C, D, P = shape
+    problems = []
+    if config.n_embd % C:
+        problems.append(f"n_embd ({config.n_embd}) must be divisible by col ({C}): the residual "
+                        "stream's features are split over columns")
+    if config.n_head % R:
+        problems.append(f"n_head ({config.n_head}) must be divisible by row ({R}): each grid row "
+                        "computes n_head/row attention heads")
+    if config.vocab_size % R:
+        problems.append(f"vocab_size ({config.vocab_size}) must be divisible by row ({R}): the tied "
+                        "embedding / LM head splits the vocabulary over rows (pad the vocabulary)")
+    if batch_size is not None and batch_size % (D * P):
+        problems.append(f"batch size ({batch_size}) must be divisible by depth*data ({D}*{P} = "
+                        f"{D * P}): each depth x data slice computes whole sequences")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+class ParallelGPT:
+    def __init__(self, config, mesh, overlap: Overlap | None = None):
+        check_divisibility(config, mesh.shape)
+        self.config, self.mesh = config, mesh
+        self.overlap = overlap or Overlap()
+        self.specs = param_specs(config)
+        C, V = config.n_embd, config.vocab_size
+        self.linears = {WTE: Linear3D(V, C, mesh, name="lm_head")}  # tied: LM head [V, C], plain
+        for i in range(config.n_layer):
+            for part, n, k, transposed in (("attn.c_attn", 3 * C, C, False), ("attn.c_proj", C, C, True),
+                                           ("mlp.c_fc", 4 * C, C, False), ("mlp.c_proj", C, 4 * C, True)):
+                self.linears[f"transformer.h.{i}.{part}.weight"] = Linear3D(
+                    n, k, mesh, transposed=transposed, name=f"h.{i}.{part}")
+        self.vocab_lo = mesh.coord.row * (V // mesh.shape.row)  # first token id of this row's vocab slice
+        self.params: dict = {}
+        self.grads: dict = {}
+        self.memory: dict = {}  # bytes measured in the last forward_backward (``memory_report``)
+        # collective (Dup): every rank builds its ParallelGPT together
+        self._thread = coll.ProgressThread(mesh.comm) if self.overlap.threaded else None
+
+    @contextmanager
+    def _progress(self):
+        """MPI progress while computing, as ``overlap.progress`` says (poll, thread, or neither)."""
+        with coll.polling(self.overlap.polls):
+            if self._thread is None:
+                yield
+            else:
+                with self._thread.running():
+                    yield
+
+    def free(self) -> None:
+        """Release the progress thread's communicator (the mesh is the caller's)."""
+        if self._thread is not None:
+            self._thread.free()
+            self._thread = None
+
+    # --- parameters in and out --------------------------------------------------------------------
+
+    def local_pieces(self, full: dict, dtype: str | None = None, device: str | None = None) -> dict:
+        """This rank's pieces of a full-shaped dict (parameters, or optimizer moments), as ``dtype``
+        (default: the model's), cut where ``full`` lives and then moved to ``device`` ("host",
+        "cupy", "fake"; default: stay): a GPU receives only its rank's pieces, never the whole model."""
+        missing = [n for n in self.specs if n not in full]
+        if missing:
+            raise KeyError(f"missing parameters: {missing}")
+        out = {}
+        for name, spec in self.specs.items():
+            value = full[name]
+            if tuple(value.shape) != spec.shape:
+                raise ValueError(f"{name}: shape {tuple(value.shape)} != expected {spec.shape}")
+            value = array_module(value).asarray(value, dtype=dtype or self.config.dtype)
+            piece = local_piece(spec, value, self.mesh.shape, self.mesh.coord)
+            out[name] = piece if device is None else to_device(piece, device)
+        return out
+
+    def load_params(self, full_params: dict, device: str | None = None) -> None:
+        self.params = self.local_pieces(full_params, device=device)
+        self.grads = {}
+
+    def gather_full(self, local: dict, root: int | None = None):
+        """Assemble full arrays (numpy) from every rank's pieces; on ``root`` only, or on all."""
+        r, c, d, p = self.mesh.coord
+        mine = {n: to_host(local[n]) for n, s in self.specs.items() if p == 0 and owns(s, self.mesh.coord)}
+        record = ((r, c, d), mine)
+        comm = self.mesh.comm
+        records = comm.allgather(record) if root is None else comm.gather(record, root=root)
+        if records is None:
+            return None
+        pieces = {n: {} for n in self.specs}
+        for where, named in records:
+            for n, piece in named.items():
+                pieces[n][where] = piece
+        return {n: assemble(s, pieces[n], self.mesh.shape) for n, s in self.specs.items()}
+
+    def full_params(self, root: int | None = None):
+        return self.gather_full(self.params, root)
+
+    def full_grads(self, root: int | None = None):
+        return self.gather_full(self.grads, root)
+
+    # --- training step --------------------------------------------------------------------------
+
+    def _local_batch(self, idx, targets):
+        xp = array_module(self.params[WTE])
+        idx = xp.asarray(idx)
+        if idx.ndim != 2 or idx.shape[1] > self.config.block_size:
+            raise ValueError(f"idx must be (B, T) with T <= {self.config.block_size}, got {idx.shape}")
+        check_divisibility(self.config, self.mesh.shape, batch_size=idx.shape[0])
+        b = idx.shape[0] // (self.mesh.shape.depth * self.mesh.shape.data)
+        s = slice(self.mesh.batch_shard * b, (self.mesh.batch_shard + 1) * b)
+        return idx[s], (None if targets is None else xp.asarray(targets)[s])
+
+    def _fetcher(self, uses) -> WeightFetcher:
+        ov = self.overlap
+        fetch = WeightFetcher(self.linears, self.params, prefetch=ov.prefetch, cache=ov.cache,
+                              depth=self.mesh.shape.depth)
+        fetch.start(uses)
+        return fetch
+
+    def _forward(self, idx, fetch: WeightFetcher | None = None):
+        fetch = fetch or self._fetcher(forward_uses(self.config))
+        params, m, lin = self.params, self.mesh, self.linears
+        C, T = self.config.n_embd, idx.shape[1]
+
+        def linear(name, x):
+            return lin[name + ".weight"].forward(x, params[name + ".weight"], params[name + ".bias"],
+                                                 W=fetch.get(name + ".weight"))
+
+        x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm)  # (b, T, C/c)
+        x = x + params[WPE][:T]  # wpe is split over col like x
+        blocks = []
+        for i in range(self.config.n_layer):
+            p = f"transformer.h.{i}."
+            h, c1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
+            qkv, c2 = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
+            with kernel(f"h.{i}.attn fwd"):
+                a, c3 = L.attention_forward(qkv, self.config.n_head // m.shape.row)  # (b, T, C/R)
+            y, c4 = linear(p + "attn.c_proj", a)  # (b, T, C/c)
+            x = x + y
+            h, c5 = TP.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], m.col_comm, C)
+            f, c6 = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
+            with kernel(f"h.{i}.gelu fwd"):
+                g, c7 = L.gelu_forward(f)
+            y, c8 = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
+            x = x + y
+            blocks.append((c1, c2, c3, c4, c5, c6, c7, c8))
+        xf, c_lnf = TP.layernorm_forward(
+            x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
+        logits, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # (b, T, V/R)
+        return logits, (c_tok, blocks, c_lnf, c_head)
+
+    def _global_loss(self, loss_sum, n_tokens):
+        xp = array_module(self.params[WTE])
+        # a 1-element array made from the (0-d, maybe device) sum: CuPy takes no list of device arrays
+        total = coll.all_reduce(xp.asarray(loss_sum, dtype=accum_dtype(self.config.dtype)).reshape(1),
+                                self.mesh.batch_comm)
+        return float(total[0]) / n_tokens
+
+    def loss(self, idx, targets) -> float:
+        """Mean cross-entropy of the global batch, forward only."""
+        idx_l, tgt_l = self._local_batch(idx, targets)
+        fetch = self._fetcher(forward_uses(self.config))
+        with self._progress():
+            logits, _ = self._forward(idx_l, fetch)
+        fetch.end()
+        loss_sum, _ = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row_comm)
+        return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
+
+    def forward_backward(self, idx, targets, loss_scale: float = 1.0) -> float:
+        """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``.
+
+        The gradients are those of ``loss_scale`` times the loss (float16 loss scaling,
+        ``gpulab.engine.training.optim.LossScaler``); the loss returned is not scaled.
+        """
+        idx_l, tgt_l = self._local_batch(idx, targets)
+        n_tokens = idx.shape[0] * idx.shape[1]
+        fetch = self._fetcher(forward_uses(self.config) + backward_uses(self.config))
+        sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
+        with self._progress():
+            with phase("forward"):
+                logits, caches = self._forward(idx_l, fetch)
+                loss_sum, c_ce = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row_comm)
+            self.memory["activations"] = tree_nbytes((caches, c_ce), skip=self.params.values())
+            with phase("backward"):
+                self._backward(idx_l.shape[1], loss_scale / n_tokens, caches, c_ce, fetch, sync)
+            fetch.end()
+            self.memory["weight_cache"] = fetch.peak_bytes
+            with phase("grad-sync"):
+                self.grads = sync.finish()
+                loss = self._global_loss(loss_sum, n_tokens)
+        return loss
+
+    def _backward(self, T, dloss, caches, c_ce, fetch, sync) -> None:
+        """Backward in exact reverse order of ``_forward``; gradients go to ``sync`` as they appear."""
+        c_tok, blocks, c_lnf, c_head = caches
+        lin, async_grads = self.linears, self.overlap.async_grads
+
+        def linear(name, dy, cache):
+            dx, d = lin[name + ".weight"].backward(dy, cache, W=fetch.get(name + ".weight"),
+                                                   async_grads=async_grads)
+            put(name, d)
+            return dx
+
+        def put(prefix, dparams):
+            for key, value in dparams.items():
+                sync.add(f"{prefix}.{key}", value)
+
+        dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
+        dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False, W=fetch.get(WTE),
+                                   async_grads=async_grads)  # keep the block: wte is tied
+        dW_head = d["weight"]
+        dx, d = TP.layernorm_backward(dxf, c_lnf)
+        put("transformer.ln_f", d)
+        for i in reversed(range(self.config.n_layer)):
+            p = f"transformer.h.{i}."
+            c1, c2, c3, c4, c5, c6, c7, c8 = blocks[i]
+            dg = linear(p + "mlp.c_proj", dx, c8)
+            with kernel(f"h.{i}.gelu bwd"):
+                df, _ = L.gelu_backward(dg, c7)
+            dh = linear(p + "mlp.c_fc", df, c6)
+            dh, d = TP.layernorm_backward(dh, c5)
+            put(p + "ln_2", d)
+            dx = dx + dh
+            da = linear(p + "attn.c_proj", dx, c4)
+            with kernel(f"h.{i}.attn bwd"):
+                dqkv, _ = L.attention_backward(da, c3)
+            dh = linear(p + "attn.c_attn", dqkv, c2)
+            dh, d = TP.layernorm_backward(dh, c1)
+            put(p + "ln_1", d)
+            dx = dx + dh
+        xp = array_module(dx)
+        dwpe = xp.zeros_like(self.params[WPE])
+        dwpe[:T] = dx.sum(axis=0)  # (T, C/c)
+        sync.add(WPE, dwpe)
+        _, d = TP.embedding_backward(dx, c_tok)
+        # one reduce-scatter for both uses of the tied weight
+        sync.add(WTE, lin[WTE].scatter_grad(dW_head + d["weight"], wait=not async_grads))
+
+    def grad_norm(self) -> float:
+        """Global L2 norm of the full gradient, each value counted once across the grid."""
+        xp = array_module(self.params[WTE])
+        sq = sum(squared_sum(self.grads[n]) for n, s in self.specs.items() if owns(s, self.mesh.coord))
+        total = coll.all_reduce(xp.asarray([sq], dtype="float64"), self.mesh.tensor_comm)
+        return math.sqrt(float(total[0]))

@@ -1,0 +1,7 @@
+"""The performance model: how long an iteration takes on a grid shape and a machine, and measuring it.
+
+flops (work per iteration and per rank), volume (bytes per collective per
+layer), machines (GPU profiles with sources), terms and predict (the
+prediction, the ranking of grid shapes), probes and fit (this computer,
+measured and fitted), timing (timed iterations of the real engine, MFU).
+"""

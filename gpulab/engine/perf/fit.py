@@ -1,0 +1,127 @@
+"""FittedMachine: this computer as the performance model sees it, fitted from measurements on p ranks.
+
+    gpulab model fit -n 4 --out results/engine_machine_p4.json
+    m = load("results/engine_machine_p4.json")       # then perfmodel.predict(..., machine=m)
+
+Compute rates (rank 0 alone), the slowdown when all ranks compute at once,
+the cost of each collective per group size, and the overlap efficiency per
+progress mode: how each is measured is in ``gpulab.engine.perf.probes``.
+No term is tuned on engine iterations: the model's check against measured
+iterations (docs/engine_perfmodel.md) is out of sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from gpulab.engine.perf.probes import collective_costs, compute_rates, overlap_efficiency, share_slowdown
+from gpulab.engine.perf.timing import alone, peak_matmul
+
+
+@dataclass(frozen=True)
+class FittedMachine:
+    name: str
+    ranks: int  # the job size the fit ran at (its ranks share this machine's cores)
+    cores: int
+    collectives: dict  # "op/g" -> [alpha_s, beta_s_per_byte]
+    matmul_rate: float  # FLOP/s of one rank alone
+    elementwise_rate: float  # values/s of one rank alone
+    kernel_overhead: float  # s per array operation
+    share: float  # compute slowdown when all ranks (and whatever else runs) compute at once
+    machine_peak: float  # FLOP/s of the whole machine (best matmul, all cores, one process)
+    overlap: dict  # progress mode -> eta
+    memory_bytes: float  # per rank
+    value_bytes: int = 4  # the engine trains float32
+    state_bytes_per_param: int = 16  # float32 weight, gradient, AdamW m and v
+    usable_memory: float = 0.9
+    host_progress: bool = True
+    sources: dict = field(default_factory=dict)
+
+    @property
+    def ranks_per_node(self) -> int:
+        return self.ranks
+
+    @property
+    def overlap_efficiency(self) -> float:
+        return self.overlap.get("poll", 0.0)
+
+    def overlap_efficiency_for(self, progress: str) -> float:
+        return self.overlap.get(progress, 0.0)
+
+    @property
+    def peak(self) -> float:
+        """Per-rank share of the machine's peak (the ranks share the cores)."""
+        return self.machine_peak / self.ranks
+
+    def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float:
+        if size <= 1:
+            return 0.0
+        key = f"{op}/{size}"
+        if key not in self.collectives:  # a size not fitted (another job size): the nearest one
+            sizes = sorted(int(k.split("/")[1]) for k in self.collectives if k.startswith(op + "/"))
+            key = f"{op}/{min(sizes, key=lambda s: abs(np.log2(s / size)))}"
+        alpha, beta = self.collectives[key]
+        return alpha + beta * nbytes
+
+    def compute_s(self, work: dict) -> float:
+        return self.share * (work["matmul_flops"] / self.matmul_rate
+                             + work["elementwise"] / self.elementwise_rate
+                             + work["kernels"] * self.kernel_overhead)
+
+    def assumptions(self) -> list[str]:
+        return [f"{k}: {v}" for k, v in self.sources.items()]
+
+    @classmethod
+    def mean(cls, fits: list["FittedMachine"]) -> "FittedMachine":
+        """The average of fits of one machine (e.g. before and after a benchmark, as the load moves)."""
+        first, n = fits[0], len(fits)
+        avg = {k: sum(getattr(f, k) for f in fits) / n
+               for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak")}
+        coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
+        overlap = {k: sum(f.overlap[k] for f in fits) / n for k in first.overlap}
+        return cls(**{**asdict(first), **avg, "collectives": coll, "overlap": overlap,
+                      "sources": {**first.sources, "measured": " | ".join(f.sources["measured"] for f in fits),
+                                  "averaged": f"mean of {n} fits"}})
+
+    def save(self, path) -> None:
+        with open(path, "w") as f:
+            json.dump(asdict(self), f, indent=1)
+
+
+def load(path) -> FittedMachine:
+    with open(path) as f:
+        return FittedMachine(**json.load(f))
+
+
+def fit(comm, reps: int = 5, name: str | None = None) -> FittedMachine | None:
+    """Measure and fit on every rank of ``comm``; the machine on rank 0 (None elsewhere)."""
+
+    from threadpoolctl import threadpool_limits
+
+    compute = comm.bcast(alone(comm, compute_rates), root=0)
+    compute["share"] = share_slowdown(comm, reps)
+    collectives = collective_costs(comm, reps)
+    overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
+    overlap["none"] = 0.0  # by definition: nothing moves while the host computes
+    with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
+        peak = alone(comm, lambda: peak_matmul(512, repeats=15))
+    if comm.rank != 0:
+        return None
+    cores = os.cpu_count() or 1
+    total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    load = os.getloadavg()[0]
+    return FittedMachine(
+        name=name or f"this machine, {comm.size} ranks", ranks=comm.size, cores=cores,
+        collectives=collectives, machine_peak=peak, overlap=overlap,
+        memory_bytes=total_memory / comm.size, **compute,
+        sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
+                             f"load average {load:.1f} at the end",
+                 "compute": "matmul/elementwise/tiny-op timings on rank 0 alone, times the measured share",
+                 "collectives": "time each call adds after a ~1 ms kernel, all groups at once, 1 KiB..4 MiB",
+                 "overlap": "1 MiB all-reduce behind 20 matmuls of 256^3, per progress mode",
+                 "memory_bytes": "physical memory / ranks"})

@@ -1,0 +1,167 @@
+"""The microbenchmarks ``fit.fit`` makes this computer's model from.
+
+- compute: rank 0 alone (the others sleep) times matmuls of several sizes
+  (t = a + FLOPs / rate), elementwise numpy steps (t = a + values / rate)
+  and tiny array operations (the fixed cost of one kernel, Python's and
+  numpy's dispatch included). In training the ranks share the cores with
+  each other (p ranks on fewer cores; a rank waiting in MPI spins) and with
+  whatever else runs: ``share`` = (a compute loop on all ranks at once) /
+  (the same loop on one rank alone), measured (pairs taken back to
+  back, the best of several), multiplies every compute time;
+- collectives: for each op and each group size g dividing p, the ranks form
+  p/g groups that all run the collective together, each call right after a
+  short compute kernel, as in training: its cost is the time it adds to the
+  kernel (on shared cores that includes waiting for the peers to be
+  scheduled, which back-to-back collectives never see). t = alpha + beta n
+  is fitted per (op, g) over 1 KiB .. 4 MiB (least squares, relative error).
+  Other jobs share these cores in bursts: each number is the best of its
+  repetitions, as the benchmarks keep their best round;
+- overlap efficiency, per progress mode: a 1 MiB all-reduce over all ranks
+  in flight while each rank runs matmuls (MPI_Test between them for "poll",
+  the progress thread for "thread"), against the two one after the other:
+  eta = time saved / the shorter of the two.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.perf.timing import alone
+
+OPS = ("all_reduce", "all_gather", "reduce_scatter")
+SIZES = [1 << k for k in (10, 14, 18, 20, 22)]  # 1 KiB .. 4 MiB
+
+
+def fit_line(x, t) -> tuple[float, float]:
+    """t = a + b x, least squares on relative error; a, b >= 0."""
+    x, t = np.asarray(x, float), np.asarray(t, float)
+    A = np.stack([np.ones_like(x), x], axis=1) / t[:, None]
+    (a, b), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    return max(float(a), 0.0), max(float(b), 1e-30)
+
+
+def median_time(fn, reps: int) -> float:
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return float(np.median(times))
+
+
+def compute_rates() -> dict:
+    rng = np.random.default_rng(0)
+    mm = []
+    for m, k, n in ((64, 64, 64), (256, 64, 192), (512, 128, 384), (1024, 128, 512), (1024, 256, 256)):
+        a, b = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
+        mm.append((2.0 * m * k * n, median_time(lambda: a @ b, 15)))
+    el = []
+    for n in (1 << 10, 1 << 14, 1 << 18, 1 << 20):
+        x = rng.random(n, dtype=np.float32)
+        el.append((n, median_time(lambda: np.tanh(x * 0.5 + x), 15) / 3))  # 3 passes: *, +, tanh
+    tiny = np.ones(4, dtype=np.float32)
+    overhead = median_time(lambda: [tiny + tiny for _ in range(100)], 15) / 100
+    _, mm_slope = fit_line([f for f, _ in mm], [t for _, t in mm])
+    _, el_slope = fit_line([n for n, _ in el], [t for _, t in el])
+    return {"matmul_rate": 1 / mm_slope, "elementwise_rate": 1 / el_slope, "kernel_overhead": overhead}
+
+
+def work_kernel(rank: int):
+    """About a millisecond of the engine's kind of work: small matmuls and an elementwise step."""
+    rng = np.random.default_rng(rank)
+    a, x = rng.random((128, 128), dtype=np.float32), rng.random(1 << 14, dtype=np.float32)
+
+    def work():
+        for _ in range(6):
+            a @ a
+        np.tanh(x)
+
+    return work
+
+
+def per_step(comm, fn, steps: int = 20) -> float:
+    comm.Barrier()
+    start = time.perf_counter()
+    for _ in range(steps):
+        fn()
+    return comm.allreduce(time.perf_counter() - start, op=_mpi_max()) / steps
+
+
+def share_slowdown(comm, reps: int) -> float:
+    """(the kernel loop on every rank at once) / (on rank 0 alone), each the best of ``reps``
+    alternated runs, so that other jobs' load bursts do not decide the ratio."""
+    work = work_kernel(comm.rank)
+    solo, together = [], []
+    for _ in range(reps):  # alternated; the least disturbed of each (other jobs only add time)
+        solo.append(comm.bcast(alone(comm, lambda: median_time(lambda: [work() for _ in range(20)], 1)),
+                               root=0))
+        together.append(per_step(comm, work) * 20)
+    return max(1.0, min(together) / min(solo))
+
+
+def collective_costs(comm, reps: int) -> dict:
+    p, out = comm.size, {}
+    work = work_kernel(comm.rank)
+    for g in (g for g in range(2, p + 1) if p % g == 0):
+        group = comm.Split(comm.rank // g, comm.rank)
+        for op in OPS:
+            points = []
+            for nbytes in SIZES:
+                n = nbytes // 4
+                n -= n % g
+                x = np.ones(n, dtype=np.float32)
+                call = {"all_reduce": lambda: coll.all_reduce(x, group),
+                        "all_gather": lambda: coll.all_gather(x[:n // g], group),
+                        "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
+                with_call, without = [], []
+                for _ in range(reps):  # alternated; the least disturbed of each
+                    with_call.append(per_step(comm, lambda: (work(), call())))
+                    without.append(per_step(comm, work))
+                points.append((n * 4, max(min(with_call) - min(without), 1e-6)))
+            out[f"{op}/{g}"] = list(fit_line(*zip(*points)))
+        group.Free()
+    return out
+
+
+def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
+    """eta: how much of a 1 MiB all-reduce over all ranks hides behind 20 matmuls of 256^3."""
+    rng = np.random.default_rng(comm.rank)
+    a = rng.random((256, 256), dtype=np.float32)
+    x = np.ones(1 << 18, dtype=np.float32)
+    thread = coll.ProgressThread(comm) if progress == "thread" else None
+
+    def compute():
+        for _ in range(20):
+            a @ a
+            if progress == "poll":
+                coll.progress()
+
+    def both():
+        handle = coll.iall_reduce(x, comm)
+        compute()
+        handle.wait()
+
+    def timed(fn):
+        best = []
+        for _ in range(reps):
+            comm.Barrier()
+            best.append(comm.allreduce(median_time(fn, 1), op=_mpi_max()))
+        return min(best)
+
+    t_comp, t_comm = timed(compute), timed(lambda: coll.all_reduce(x, comm))
+    if thread is None:
+        t_both = timed(both)
+    else:
+        with thread.running():
+            t_both = timed(both)
+        thread.free()
+    return float(np.clip((t_comp + t_comm - t_both) / min(t_comp, t_comm), 0.0, 1.0))
+
+
+def _mpi_max():
+    from mpi4py import MPI
+
+    return MPI.MAX

@@ -1,0 +1,162 @@
+"""What one iteration sends and holds on one rank, for any model size, fast: the performance model's inputs.
+
+    rows = comm_rows(cfg, (R, C, D, P), batch_size=B, seq_len=T, overlap=ov)
+    # [{"layer": "block.attn.c_attn", "phase": "backward", "op": "all_reduce", "group": "row",
+    #   "group_size": 2, "nbytes": ..., "count": n_layer, "kind": "dX"}, ...]
+    memory_terms(cfg, shape, B, T, value_bytes=2, state_bytes_per_param=16, overlap=ov)
+
+``comm_rows`` is ``volume.collective_calls`` with the transformer blocks
+folded: every block sends the same, so one block's rows carry
+``count = n_layer`` (the 640B model's 5000 calls become 40 rows); the
+gradient all-reduces after backward are summed from the parameter pieces
+directly. ``kind`` says what may hide a call when overlap is on: "dX" (the
+dW matmul of the same layer), "RS" (the next layer's backward), "AG" (the
+previous layer's compute, when prefetched), "DP" (the rest of backward, in
+buckets); None: nothing, the result is needed at once.
+
+Per rank, for the tokens M = B T / (D P) it computes, these volumes are
+AxoNN's (Singh et al.; docs/engine_model.md states them) derived for this engine: a plain layer
+[n, k] all-reduces M n/R values over col forward and M k/C over row backward;
+a transposed layer [n, k] sums M n/C over row forward and M k/R over col
+backward, so for FC2 ([C, 4C]) the factor 4 belongs to the backward col
+term. AxoNN's comm_model.py puts K on the forward (row) term of transposed
+layers, which is the bug ``axonn_layer_volumes(..., axonn_bug=True)``
+reproduces; ``tests/engine/test_perfmodel.py`` checks the derivation
+against the bytes a real run sends.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gpulab.engine.gpt.config import GPTConfig
+from gpulab.engine.parallel.layout import param_specs, piece_numel
+from gpulab.engine.perf.volume import collective_calls
+
+_GROUP_STRIDE = {"col": lambda R, C, D: 1, "row": lambda R, C, D: C, "depth": lambda R, C, D: R * C,
+                 "data": lambda R, C, D: R * C * D, "batch": lambda R, C, D: R * C,
+                 "tensor": lambda R, C, D: 1}
+
+
+def stride(group: str, shape) -> int:
+    """How many ranks apart the members of a group sit (AxoNN's layout: col innermost)."""
+    R, C, D, _ = shape
+    return _GROUP_STRIDE[group](R, C, D)
+
+
+def _kind(row: dict, overlap) -> str | None:
+    if overlap is None:
+        return None
+    if row["op"] == "all_gather" and overlap.prefetch:
+        return "AG"
+    if row["phase"] == "backward" and overlap.async_grads and row["layer"] not in ("ln_f",) \
+            and not row["layer"].split(".")[-1].startswith("ln_"):
+        return "RS" if row["op"] == "reduce_scatter" else "dX"
+    if row["phase"] == "grad-sync" and row["layer"] == "grads" and overlap.buckets:
+        return "DP"
+    return None
+
+
+def comm_rows(config, shape, batch_size: int, seq_len: int | None = None, overlap=None,
+              grad_norm: bool = True) -> list[dict]:
+    """One iteration's collectives on one rank, blocks folded (``count``), with overlap ``kind``."""
+    T = seq_len or config.block_size
+    one = GPTConfig(**{**config.to_dict(), "n_layer": 1})
+    rows = []
+    for row in collective_calls(one, shape, batch_size, T, grad_norm=grad_norm):
+        if row["layer"] == "grads":
+            continue  # summed below for the real number of layers
+        block = row["layer"].startswith("h.0.")
+        rows.append({**row, "layer": row["layer"].replace("h.0.", "block."),
+                     "count": config.n_layer if block else 1})
+    rows = [r for r in rows if not (overlap is not None and overlap.cache and r["op"] == "all_gather"
+                                    and (r["phase"] == "backward" or r["layer"] == "lm_head"))]
+    rows += _grad_sync_rows(config, shape, overlap)
+    for r in rows:
+        r["kind"] = _kind(r, overlap)
+        r["stride"] = stride(r["group"], shape)
+    return rows
+
+
+def local_params(config, shape) -> dict[str, int]:
+    """Values one rank stores: weight shards (summed over data) and copied pieces (over depth x data)."""
+    one = GPTConfig(**{**config.to_dict(), "n_layer": 1})
+    out = {"weight": 0, "copied": 0}
+    for name, spec in param_specs(one).items():
+        n = piece_numel(spec, shape) * (config.n_layer if ".h.0." in name else 1)
+        out["weight" if spec.kind == "weight" else "copied"] += n
+    return out
+
+
+def _grad_sync_rows(config, shape, overlap) -> list[dict]:
+    R, C, D, P = shape
+    item = np.dtype(config.dtype).itemsize
+    sizes = {"data": P, "batch": D * P}
+    rows = []
+    for group, n_values in zip(("data", "batch"), local_params(config, shape).values()):
+        if sizes[group] == 1:
+            continue
+        nbytes = n_values * item
+        n_buckets = max(1, math.ceil(nbytes / overlap.bucket_bytes)) if overlap and overlap.buckets else 1
+        rows.append({"layer": "grads", "phase": "grad-sync", "op": "all_reduce", "group": group,
+                     "group_size": sizes[group], "nbytes": nbytes / n_buckets, "count": n_buckets})
+    return rows
+
+
+def activation_values(config, shape, batch_size: int, seq_len: int | None = None,
+                      recompute: bool = False, flash_attention: bool = False) -> float:
+    """Values a rank keeps from forward for backward (the engine's caches; see memory.py).
+    ``flash_attention``: the T x T attention probabilities are not kept (rebuilt in backward)."""
+    R, Cc, D, P = shape
+    T = seq_len or config.block_size
+    C, V, nh = config.n_embd, config.vocab_size, config.n_head
+    b = batch_size / (D * P)
+    M = b * T
+    scores = 0 if flash_attention else b * (nh / R) * T * T
+    block = 4 * M * C / Cc + 16 * M * C / R + scores + 2 * M
+    outside = 2 * M * C / Cc + M + M * V / R  # final LayerNorm, LM head input, softmax probabilities
+    if recompute:  # keep each block's input only, rebuild one block at a time in backward
+        return config.n_layer * M * C / Cc + block + outside
+    return config.n_layer * block + outside
+
+
+def memory_terms(config, shape, batch_size: int, seq_len: int | None = None, *, value_bytes: int,
+                 state_bytes_per_param: int, overlap=None, recompute: bool = False,
+                 flash_attention: bool = False) -> dict:
+    """Bytes per rank: parameter state (weights, gradients, optimizer), activations, gathered weights."""
+    R, Cc, D, _ = shape
+    C, L, V = config.n_embd, config.n_layer, config.vocab_size
+    params = sum(local_params(config, shape).values())
+    gathered = 0.0
+    if D > 1 and overlap is not None and overlap.cache:
+        gathered = (12 * L * C * C + V * C) / (R * Cc)  # every block, gathered, kept
+    elif D > 1 and overlap is not None and overlap.prefetch:
+        gathered = 4 * C * C / (R * Cc)  # the next block in flight
+    out = {"parameter_state": params * state_bytes_per_param,
+           "activations": activation_values(config, shape, batch_size, seq_len, recompute,
+                                            flash_attention) * value_bytes,
+           "weight_cache": gathered * value_bytes}
+    out["total"] = sum(out.values())
+    return out
+
+
+def axonn_layer_volumes(K: int, H: int, B: int, S: int, shape, transposed: bool,
+                        axonn_bug: bool = False) -> dict[str, float]:
+    """Values each rank moves for one layer [K H, H] (or [H, K H] transposed), per AxoNN's model
+    (comm_model.model_v2, activation recomputation included: forward terms twice), by group.
+
+    ``axonn_bug=True`` keeps AxoNN's transposed-layer terms: K on the forward (row) term.
+    """
+    R, C, D, P = shape
+    T = B * S / (P * D)
+    w = K * H * H
+    out = {"data": 2 * 2 * (P - 1) / P * w / (C * R * D), "depth": 3 * (D - 1) / D * w / (C * R)}
+    if not transposed:  # forward: Y [T, KH/R] summed over col; backward: dX [T, H/C] over row
+        out["col"], out["row"] = 2 * 2 * (C - 1) / C * T * K * H / R, 2 * (R - 1) / R * T * H / C
+    elif axonn_bug:
+        out["row"], out["col"] = 2 * 2 * (R - 1) / R * T * K * H / C, 2 * (C - 1) / C * T * H / R
+    else:  # forward: Y [T, H/C] summed over row; backward: dX [T, KH/R] over col
+        out["row"], out["col"] = 2 * 2 * (R - 1) / R * T * H / C, 2 * (C - 1) / C * T * K * H / R
+    return out

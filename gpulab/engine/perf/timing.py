@@ -1,0 +1,147 @@
+"""Measure training iterations of ``ParallelGPT`` on a grid: time, timeline summary, throughput, MFU.
+
+Inside an MPI job (every rank calls it; rank 0 gets the result, others None)::
+
+    row = measure(comm, cfg, (2, 1, 2, 1), batch_size=16, overlap=Overlap.everything(), iters=5)
+    row["iter_s"], row["tokens_per_s"], row["mfu"], row["summary"], row["memory"]
+
+From the shell (one mpiexec job, every shape and overlap setting in turn)::
+
+    gpulab bench engine -n 4 --shapes all --overlap "none;all" --out rows.json
+
+An iteration is what ``gpulab train`` does per step: forward_backward, the
+global gradient norm, clipping, an AdamW step. Ranks start each iteration
+together (a barrier); its time is the slowest rank's, and the reported time
+is the median over ``iters`` timed iterations after ``warmup`` untimed ones.
+``--rounds`` repeats the whole sweep, interleaved, and keeps each setting's
+best round: other jobs on shared cores only ever add time.
+The timeline summary (``timeline.summarize``) is the mean over ranks of the
+median iteration. MFU divides the model FLOPs per second (``flops``) by the
+measured peak of the machine (``peak_matmul``), if given.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from gpulab.backend import module_for, synchronize
+from gpulab.engine.gpt.config import GPTConfig
+from gpulab.engine.gpt.model import init_params
+from gpulab.engine.parallel import timeline
+from gpulab.engine.parallel.gpt import ParallelGPT
+from gpulab.engine.parallel.memory import memory_report
+from gpulab.engine.parallel.mesh import Mesh
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.flops import model_flops
+from gpulab.engine.training.optim import AdamW, train_step
+
+
+def peak_matmul(n: int | None = None, dtype: str = "float32", repeats: int = 5, device: str = "host") -> float:
+    """FLOP/s of the best of ``repeats`` n x n matmuls on ``device``: the denominator of MFU.
+
+    On the host with the BLAS threads this process has; numpy has no BLAS for
+    float16 and its own loop runs on one thread, so there one matmul per core
+    runs at once (numpy lets go of the GIL). On a GPU, timed to the end of the
+    kernel. Default n: 512 on the host (256 in float16), 8192 on a GPU.
+    """
+    n = n or (8192 if device == "cupy" else 256 if dtype == "float16" else 512)
+    xp = module_for(device)
+    rng = np.random.default_rng(0)
+    a, b = (xp.asarray(rng.random((n, n)).astype(dtype)) for _ in range(2))
+    threads = (os.cpu_count() or 1) if device != "cupy" and dtype == "float16" else 1
+
+    def matmul():
+        if threads == 1:
+            synchronize(a @ b)
+        else:
+            with ThreadPoolExecutor(threads) as pool:
+                list(pool.map(lambda _: a @ b, range(threads)))
+
+    matmul()  # warm up (thread pool, caches, cuBLAS's choice of kernel)
+    best = min(_timed(matmul) for _ in range(repeats))
+    return 2.0 * n ** 3 * threads / best
+
+
+def alone(comm, fn):
+    """Run fn on rank 0 while the other ranks sleep (MPI ranks waiting in a barrier would spin on the
+    cores fn is timed on); fn's result on rank 0, None elsewhere."""
+    result = fn() if comm.rank == 0 else None
+    request = comm.Ibarrier()
+    while not request.Test():
+        time.sleep(1e-3)
+    return result
+
+
+def _timed(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def _iteration(gpt, opt, batch, clip: float = 1.0) -> None:
+    train_step(gpt, opt, batch, max_norm=clip)
+
+
+def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int | None = None,
+            iters: int = 5, warmup: int = 2, peak_flops: float | None = None, seed: int = 0,
+            keep_events: bool = False, device: str = "host"):
+    """Time ``iters`` iterations on grid ``shape`` with arrays on ``device``; the result dict on rank 0,
+    None elsewhere. An iteration ends with a synchronizing read (the gradient norm), so GPU work is timed."""
+    overlap = overlap or Overlap()
+    T = seq_len or config.block_size
+    mesh = Mesh(*shape, comm=comm)
+    gpt = ParallelGPT(config, mesh, overlap=overlap)
+    gpt.load_params(init_params(config, seed=seed), device=device)
+    opt = AdamW(gpt.params, lr=1e-4)
+    rng = np.random.default_rng(seed)
+    batch = (rng.integers(0, config.vocab_size, (batch_size, T)),
+             rng.integers(0, config.vocab_size, (batch_size, T)))
+    for _ in range(warmup):
+        _iteration(gpt, opt, batch)
+    times, summaries, events = [], [], []
+    for _ in range(iters):
+        comm.Barrier()
+        with timeline.record() as tl:
+            start = time.perf_counter()
+            _iteration(gpt, opt, batch)
+            end = time.perf_counter()
+        times.append(comm.allreduce(end - start, op=_max()))
+        summaries.append(timeline.summarize(tl.events, start, end))
+        events.append(tl)
+    median = sorted(range(iters), key=lambda i: times[i])[iters // 2]
+    gathered = comm.gather(summaries[median], root=0)
+    memories = comm.gather(memory_report(gpt), root=0)
+    timelines = timeline.gather(events[median], comm, root=0) if keep_events else None
+    gpt.free()
+    mesh.free()
+    if comm.rank != 0:
+        return None
+    iter_s = statistics.median(times)
+    flops = model_flops(config, batch_size, T)
+    row = {"shape": list(shape), "world": comm.size, "device": device, "overlap": overlap.to_dict(),
+           "overlap_label": overlap.label(), "config": config.to_dict(), "batch_size": batch_size,
+           "seq_len": T, "iters": iters, "iter_s": iter_s, "iter_s_all": times,
+           "tokens_per_s": batch_size * T / iter_s, "model_flops": flops, "flops_per_s": flops / iter_s,
+           "peak_flops": peak_flops, "mfu": flops / iter_s / peak_flops if peak_flops else None,
+           "summary": timeline.mean_summary(gathered), "per_rank": gathered,
+           "memory": {k: max(m[k] for m in memories) for k in memories[0]}}
+    if keep_events:
+        row["events"] = timelines
+    return row
+
+
+def _max():
+    from mpi4py import MPI
+
+    return MPI.MAX
+
+
+def bench_config(dtype: str = "float32"):
+    """The model of the recorded benchmarks: every grid shape of up to 8 ranks can split it."""
+
+    return GPTConfig(vocab_size=128, block_size=64, n_layer=2, n_head=8, n_embd=128, dtype=dtype)

@@ -1,0 +1,93 @@
+"""The package's shape: importing the library never starts MPI, and no two modules import each other."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[2] / "gpulab"
+
+
+def test_importing_the_library_leaves_mpi_unloaded():
+    """A notebook kernel (on a cluster, inside a Slurm job) must never call MPI_Init."""
+    code = ("import sys, gpulab, gpulab.bcast, gpulab.bcast.model, gpulab.engine, gpulab.widgets, gpulab.cluster, "
+            "gpulab.workloads, gpulab.cli; print('mpi4py.MPI' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_importing_any_module_leaves_mpi_unloaded():
+    """Even the modules that communicate: they import mpi4py.MPI at their first MPI call (``lazy_mpi``)."""
+    names = sorted(_module_name(p) for p in PACKAGE.rglob("*.py") if p.name != "__main__.py")
+    code = f"import importlib, sys\nfor name in {names!r}:\n    importlib.import_module(name)\n" \
+           "print('mpi4py.MPI' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports() -> dict[str, set[str]]:
+    """Every gpulab module -> the gpulab modules it imports, at the top or inside functions."""
+    modules = {_module_name(p): p for p in PACKAGE.rglob("*.py")}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                # "from package import submodule" imports the submodule; "from module import name" the module
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in modules else node.module
+                            for a in node.names}
+        graph[name] = {t for t in targets if t in modules and t != name}
+    return graph
+
+
+def test_no_import_cycles():
+    graph = _imports()
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):  # Tarjan's strongly connected components
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, f"modules that import each other (directly or around a loop): {cycles}"
+
+
+def test_the_broadcast_never_imports_the_workloads():
+    """The workloads sit above the broadcast: they import it, never the other way round."""
+    graph = _imports()
+    assert not [m for m in graph if m.startswith("gpulab.bcast")
+                and any(t.startswith("gpulab.workloads") for t in graph[m])]
+
+
+def test_no_public_name_of_the_broadcast_is_shadowed_by_a_module():
+    """``from gpulab.bcast import select`` must give the function even after the module that defines
+    it was imported (Python binds an imported submodule to its package under the module's name)."""
+    import gpulab.bcast
+
+    assert not [name for name in gpulab.bcast.__all__ if (PACKAGE / "bcast" / f"{name}.py").exists()]
