@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 # Environment variables that MPI launchers set in every rank they start.
@@ -58,10 +60,45 @@ def inside_mpi_job() -> bool:
 def relaunch(n: int, argv: list[str], env: dict | None = None) -> int:
     """Run ``gpulab *argv`` on ``n`` ranks (``mpiexec_command``), wait for it and return its exit code.
 
-    ``env`` adds variables to this process's environment for the job.
+    ``env`` adds variables to this process's environment for the job. Ctrl-C
+    (SIGINT) and SIGTERM reach the job once, through mpiexec, which hands them
+    to every rank: ``gpulab train`` then saves a checkpoint and stops. (mpiexec
+    runs in its own process group; a terminal's Ctrl-C would otherwise reach it
+    twice, and hydra takes a second Ctrl-C as "abort now".)
     """
-    return subprocess.call(mpiexec_command(n, ["-m", "gpulab.cli", *argv]),
-                           env={**os.environ, **(env or {}), LAUNCHED: "1"})
+    proc = subprocess.Popen(mpiexec_command(n, ["-m", "gpulab.cli", *argv]),
+                            env={**os.environ, **(env or {}), LAUNCHED: "1"}, start_new_session=True)
+    forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:  # this process is failing: do not leave the job behind
+            proc.kill()
+            proc.wait()
+
+
+def run_on_ranks(main, *args) -> int:
+    """Call ``main(*args)`` on every rank of a job; an exception on any rank ends the whole job.
+
+    MPI gives a rank that raises no way to tell its peers, which would wait for
+    it forever: the failing rank prints one line (and the traceback, unless it
+    is a plain ``SystemExit`` message) and calls ``MPI_Abort``.
+    """
+    try:
+        return main(*args)
+    except BaseException as err:  # noqa: BLE001 - whatever it is, the peers must not block
+        from mpi4py import MPI
+
+        if isinstance(err, SystemExit) and err.code in (None, 0):
+            raise
+        if not isinstance(err, SystemExit):
+            traceback.print_exc()
+        what = err.code if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
+        print(f"gpulab: rank {MPI.COMM_WORLD.rank} failed ({what}); ending the job", file=sys.stderr, flush=True)
+        MPI.COMM_WORLD.Abort(1)
 
 
 def pin_gpu(comm=None) -> dict:

@@ -22,7 +22,7 @@ import importlib
 
 # public name -> the module of this package that defines it
 _PUBLIC = {"ALGORITHMS": "algorithms", "bcast": "algorithms", "option_names": "algorithms",
-           "BcastSizeError": "group", "Decision": "auto", "select": "auto",
+           "BcastSizeError": "group", "BcastArgumentMismatch": "agreement", "Decision": "auto", "select": "auto",
            "gather_trace": "trace", "tracing": "trace"}
 
 

@@ -23,7 +23,7 @@ import inspect
 import numpy as np
 
 from gpulab.backend import is_device_array
-from gpulab.bcast import gpu, pipelined, scatter_allgather, trees
+from gpulab.bcast import agreement, gpu, pipelined, scatter_allgather, trees
 from gpulab.bcast.auto import select
 from gpulab.bcast.group import Group, mpi_buffer, private_comm
 from gpulab.bcast.hierarchical import hierarchical
@@ -115,9 +115,19 @@ def byte_view(buf):
     return buf.reshape(-1).view(np.uint8)
 
 
+def _nbytes_or_error(buf):
+    try:
+        return byte_view(buf).nbytes
+    except (TypeError, ValueError) as error:
+        return f"unusable buffer ({error})"
+
+
 def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, **options):
     """Broadcast ``buf`` in place from ``root`` over ``comm`` with algorithm ``name``; return ``buf``."""
     comm = MPI.COMM_WORLD if comm is None else comm
+    if agreement.checking():  # before any check that could fail on some ranks only
+        agreement.agree(private_comm(comm), name, int(root) if isinstance(root, (int, np.integer)) else repr(root),
+                        options, _nbytes_or_error(buf))
     if name not in _CORES:
         raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:

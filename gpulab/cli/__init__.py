@@ -22,7 +22,9 @@ COMMANDS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="gpulab", description=__doc__.splitlines()[0])
+    from gpulab.cli.checks import Parser  # one-line errors, for every subcommand too
+
+    parser = Parser(prog="gpulab", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS.values():
         importlib.import_module(module).add_parser(sub)

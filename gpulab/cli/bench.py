@@ -20,7 +20,9 @@ from gpulab.bcast import nccl
 from gpulab.bcast.algorithms import ALGORITHMS
 from gpulab.bcast.drawings import sweep_figure
 from gpulab.bcast.measure import sweep
-from gpulab.bcast.sizes import format_size, parse_size, size_range
+from gpulab.bcast.sizes import format_size
+from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
+                               radix, size, sizes)
 from gpulab.cli.records import metadata
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
 from gpulab.engine.parallel.overlap import PROGRESS, Overlap
@@ -33,33 +35,41 @@ def add_parser(subparsers) -> None:
     what = bench.add_subparsers(dest="what", required=True, metavar="WHAT")
     p = what.add_parser("bcast", help="broadcast algorithms vs MPI_Bcast (OSU conventions)",
                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", "--ranks", type=int, default=4, help="ranks to start when not inside an MPI job")
+    p.add_argument("-n", "--ranks", type=positive_int, default=4, help="ranks to start when not inside an MPI job")
     p.add_argument("--algorithms", default="all", help="comma-separated names, or 'all' (default)")
-    p.add_argument("--sizes", default="1K:64M", help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
-    p.add_argument("--root", type=int, default=0)
-    p.add_argument("--iters", type=int, default=None, help="timed iterations (default: OSU's 1000/100)")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up iterations (default: OSU's 100/10)")
-    p.add_argument("--time-budget", type=float, default=1.0,
+    p.add_argument("--sizes", type=sizes, default="1K:64M", help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
+    p.add_argument("--root", type=nonnegative_int, default=0, help="root rank (default 0)")
+    p.add_argument("--iters", type=positive_int, default=None, help="timed iterations (default: OSU's 1000/100)")
+    p.add_argument("--warmup", type=nonnegative_int, default=None, help="warm-up iterations (default: OSU's 100/10)")
+    p.add_argument("--time-budget", type=nonnegative_float, default=1.0,
                    help="max seconds of timed iterations per point, 0 for none (default 1.0)")
-    p.add_argument("--chunk-bytes", type=str, default=None, help="segment size for pipelined algorithms")
-    p.add_argument("--radix", type=int, default=None, help="k-nomial radix")
-    p.add_argument("--ranks-per-node", type=int, default=None, help="emulated node size for 'hierarchical'")
+    p.add_argument("--chunk-bytes", type=size, default=None, help="segment size for pipelined algorithms")
+    p.add_argument("--radix", type=radix, default=None, help="k-nomial radix")
+    p.add_argument("--ranks-per-node", type=positive_int, default=None, help="emulated node size for 'hierarchical'")
     p.add_argument("--device", choices=tuple(DEVICES), default="host",
                    help="where the buffers live: " + ", ".join(f"{k} = {v}" for k, v in DEVICES.items()))
     p.add_argument("--path", choices=("auto", "cuda-aware", "staged"), default=None,
                    help="device buffers: straight to a CUDA-aware MPI, or staged through host memory "
                         "(default: ask the MPI library; GPULAB_CUDA_AWARE=0/1 overrides)")
-    p.add_argument("--staging-chunk-bytes", type=str, default=None, help="device buffers: D2H pipeline chunk")
-    p.add_argument("--json", dest="json_path", help="write the records (and machine metadata) as JSON")
-    p.add_argument("--csv", dest="csv_path", help="write the records as CSV")
-    p.add_argument("--plot", dest="plot_path", help="save time and busbw against size (PNG/SVG/PDF)")
+    p.add_argument("--staging-chunk-bytes", type=size, default=None, help="device buffers: D2H pipeline chunk")
+    p.add_argument("--json", dest="json_path", type=output_path, help="write the records (and machine metadata) as JSON")
+    p.add_argument("--csv", dest="csv_path", type=output_path, help="write the records as CSV")
+    p.add_argument("--plot", dest="plot_path", type=output_path, help="save time and busbw against size (PNG/SVG/PDF)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
     _add_engine(what)
 
 
 def run(args) -> int:
+    algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
+    unknown = [a for a in algorithms if a not in ALGORITHMS and a != "nccl"]
+    if unknown:
+        raise SystemExit(f"gpulab bench bcast: error: unknown algorithm(s) {unknown}; valid: "
+                         f"{sorted(ALGORITHMS) + ['nccl']}")
     if not inside_mpi_job():
+        if args.root >= args.ranks:
+            raise SystemExit(f"gpulab bench bcast: error: --root {args.root} is not a rank of -n {args.ranks} "
+                             f"(0..{args.ranks - 1})")
         return relaunch(args.ranks, sys.argv[1:])
     return _measure(args)
 
@@ -69,12 +79,6 @@ def _measure(args) -> int:
 
     comm = MPI.COMM_WORLD
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
-    unknown = [a for a in algorithms if a not in ALGORITHMS and a != "nccl"]
-    if unknown:
-        if comm.rank == 0:
-            print(f"gpulab bench: unknown algorithm(s) {unknown}; valid: {sorted(ALGORITHMS) + ['nccl']}",
-                  file=sys.stderr)
-        return 2
     if args.device == "cupy" or "nccl" in algorithms:
         pin_gpu(comm)  # one GPU per rank by node-local rank, before CuPy starts
     if "nccl" in algorithms:
@@ -82,12 +86,15 @@ def _measure(args) -> int:
             if comm.rank == 0:
                 print("gpulab bench: the nccl baseline needs CuPy with NCCL and a GPU per rank", file=sys.stderr)
             return 2
-    sizes = size_range(args.sizes)
-    options = {"chunk_bytes": parse_size(args.chunk_bytes) if args.chunk_bytes else None,
-               "radix": args.radix, "ranks_per_node": args.ranks_per_node, "path": args.path,
-               "staging_chunk_bytes": parse_size(args.staging_chunk_bytes) if args.staging_chunk_bytes else None}
-    bar = _progress(len(algorithms) * len(sizes)) if comm.rank == 0 and not args.quiet else None
-    records = sweep(comm, algorithms, sizes, options=options, root=args.root, iters=args.iters,
+    if args.root >= comm.size:  # inside a job started elsewhere (srun): the job's size is known only here
+        if comm.rank == 0:
+            print(f"gpulab bench bcast: error: --root {args.root} is not a rank of this {comm.size}-rank job",
+                  file=sys.stderr)
+        return 2
+    options = {"chunk_bytes": args.chunk_bytes, "radix": args.radix, "ranks_per_node": args.ranks_per_node,
+               "path": args.path, "staging_chunk_bytes": args.staging_chunk_bytes}
+    bar = _progress(len(algorithms) * len(args.sizes)) if comm.rank == 0 and not args.quiet else None
+    records = sweep(comm, algorithms, args.sizes, options=options, root=args.root, iters=args.iters,
                     device="cupy" if "nccl" in algorithms else args.device,
                     warmup=args.warmup, time_budget=args.time_budget or None,
                     progress=(lambda done, total, r: _advance(bar, r)) if bar else None)
@@ -153,21 +160,21 @@ def _write_outputs(args, records: list[dict], p: int) -> None:
 
 def _add_engine(what) -> None:
     p = what.add_parser("engine", help="time ParallelGPT iterations on grid shapes (gpulab.engine.perf.timing)")
-    p.add_argument("-n", "--ranks", type=int, default=4, help="ranks to start when not inside an MPI job")
+    p.add_argument("-n", "--ranks", type=positive_int, default=4, help="ranks to start when not inside an MPI job")
     p.add_argument("--shapes", default="all", help="'all' or R,C,D,P;R,C,D,P")
     p.add_argument("--overlap", default="none;all", help="overlap settings, ';'-separated (each: none, all, or a,b)")
     p.add_argument("--progress", default="poll", choices=PROGRESS,
                    help="mpich: MPICH's progress thread (the job is started with MPIR_CVAR_ASYNC_PROGRESS=1)")
-    p.add_argument("--bucket-kb", type=int, default=256)
+    p.add_argument("--bucket-kb", type=positive_int, default=256)
     p.add_argument("--config", default=None, help="GPTConfig as JSON (default: bench_config)")
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--iters", type=int, default=5)
-    p.add_argument("--rounds", type=int, default=1,
+    p.add_argument("--batch-size", type=positive_int, default=16)
+    p.add_argument("--iters", type=positive_int, default=5)
+    p.add_argument("--rounds", type=positive_int, default=1,
                    help="sweep every (shape, overlap) this many times, interleaved; keep the best round")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--peak", type=float, default=None, help="machine peak FLOP/s for MFU")
+    p.add_argument("--warmup", type=nonnegative_int, default=2)
+    p.add_argument("--peak", type=positive_float, default=None, help="machine peak FLOP/s for MFU")
     p.add_argument("--device", default="host", choices=tuple(DEVICES), help="where the arrays live")
-    p.add_argument("--out", required=True)
+    p.add_argument("--out", type=output_path, required=True)
     p.set_defaults(func=run_engine)
 
 

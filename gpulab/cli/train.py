@@ -16,39 +16,49 @@ import math
 from gpulab.backend import DEVICES
 from gpulab.engine.parallel.overlap import PROGRESS
 from gpulab.engine.training.loop import train
-from gpulab.launch import inside_mpi_job, relaunch
+from gpulab.cli.checks import nonnegative_float, nonnegative_int, output_path, positive_float, positive_int
+from gpulab.engine.training import checkpoint
+from gpulab.launch import inside_mpi_job, relaunch, run_on_ranks
+
+# the model of a run that does not resume (the flags override each)
+NEW_MODEL = {"block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64, "dtype": "float32"}
 
 # (flags, argparse keywords): one list drives the parser and the re-launch argv
 _OPTIONS = [
     (("--mesh",), dict(default="1,1,1,1", help="grid row,col,depth,data (default 1,1,1,1)")),
-    (("-n", "--nprocs"), dict(type=int, default=None, help="MPI ranks (default: product of --mesh)")),
-    (("--steps",), dict(type=int, default=500, help="optimizer steps to run (default 500)")),
-    (("--batch-size",), dict(type=int, default=32, help="global batch, sequences (default 32)")),
-    (("--block-size",), dict(type=int, default=64, help="sequence length T (default 64)")),
-    (("--n-layer",), dict(type=int, default=2)),
-    (("--n-head",), dict(type=int, default=4)),
-    (("--n-embd",), dict(type=int, default=64)),
-    (("--dtype",), dict(default="float32", choices=["float16", "float32", "float64"])),
+    (("-n", "--nprocs"), dict(type=positive_int, default=None, help="MPI ranks (default: product of --mesh)")),
+    (("--steps",), dict(type=positive_int, default=500, help="optimizer steps to run (default 500)")),
+    (("--batch-size",), dict(type=positive_int, default=32, help="global batch, sequences (default 32)")),
+    # the model: unset, they come from the checkpoint with --resume (a different value is an error),
+    # else from NEW_MODEL
+    (("--block-size",), dict(type=positive_int, default=None, help="sequence length T (default 64)")),
+    (("--n-layer",), dict(type=positive_int, default=None, help="transformer blocks (default 2)")),
+    (("--n-head",), dict(type=positive_int, default=None, help="attention heads (default 4)")),
+    (("--n-embd",), dict(type=positive_int, default=None, help="embedding width (default 64)")),
+    (("--dtype",), dict(default=None, choices=["float16", "float32", "float64"], help="default float32")),
     (("--device",), dict(default="host", choices=tuple(DEVICES),
                          help="where arrays live: " + ", ".join(f"{k} = {v}" for k, v in DEVICES.items()))),
-    (("--lr",), dict(type=float, default=5e-3, help="peak learning rate (default 5e-3)")),
-    (("--warmup",), dict(type=int, default=20, help="linear warm-up steps (default 20)")),
-    (("--weight-decay",), dict(type=float, default=0.1)),
-    (("--grad-clip",), dict(type=float, default=1.0, help="max global gradient norm (default 1)")),
+    (("--lr",), dict(type=positive_float, default=5e-3, help="peak learning rate (default 5e-3)")),
+    (("--warmup",), dict(type=nonnegative_int, default=20, help="linear warm-up steps (default 20)")),
+    (("--weight-decay",), dict(type=nonnegative_float, default=0.1)),
+    (("--grad-clip",), dict(type=positive_float, default=1.0, help="max global gradient norm (default 1)")),
     (("--seed",), dict(type=int, default=0)),
     (("--corpus",), dict(default=None, help="text file (default: the shipped KJV Genesis+Exodus)")),
-    (("--out",), dict(default="results/gpt.npz", help="checkpoint path (default results/gpt.npz)")),
-    (("--log",), dict(default=None, help="loss log, JSON lines (default: <out>.loss.jsonl)")),
+    (("--out",), dict(type=output_path, default="results/gpt.npz", help="checkpoint path (default results/gpt.npz)")),
+    (("--checkpoint-every",), dict(type=nonnegative_int, default=0,
+                                   help="also write the checkpoint every N steps (default 0: at the end, and on "
+                                        "Ctrl-C)")),
+    (("--log",), dict(type=output_path, default=None, help="loss log, JSON lines (default: <out>.loss.jsonl)")),
     (("--resume",), dict(default=None, help="checkpoint to continue from (any grid shape)")),
-    (("--eval-batches",), dict(type=int, default=4, help="validation batches at the end")),
-    (("--sample",), dict(type=int, default=200, help="characters to sample at the end (0: none)")),
-    (("--log-every",), dict(type=int, default=50, help="print the loss every N steps")),
+    (("--eval-batches",), dict(type=nonnegative_int, default=4, help="validation batches at the end")),
+    (("--sample",), dict(type=nonnegative_int, default=200, help="characters to sample at the end (0: none)")),
+    (("--log-every",), dict(type=positive_int, default=50, help="print the loss every N steps")),
     (("--no-progress",), dict(action="store_true", help="no tqdm bar")),
     (("--overlap",), dict(default="none", help="none, all, or a list of async_grads,prefetch,cache,buckets")),
     (("--progress-mode",), dict(default="poll", choices=PROGRESS,
                                 help="who moves collectives in flight (default poll; mpich: MPICH's "
                                      "progress thread, the job started with MPIR_CVAR_ASYNC_PROGRESS=1)")),
-    (("--bucket-kb",), dict(type=int, default=256, help="gradient bucket size with --overlap buckets")),
+    (("--bucket-kb",), dict(type=positive_int, default=256, help="gradient bucket size with --overlap buckets")),
 ]
 
 
@@ -89,7 +99,35 @@ def main(args) -> int:
     if args.nprocs is not None and args.nprocs != n:
         raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} "
                          f"(row*col*depth*data = {n})")
+    resolve_model(args)
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress_mode == "mpich" else {}
         return relaunch(n, ["train", *_argv(args)], env=env)
-    return train(args, shape)
+    return run_on_ranks(train, args, shape)
+
+
+def resolve_model(args) -> None:
+    """Fill the model flags left unset, from the --resume checkpoint or NEW_MODEL.
+
+    The checkpoint is read and checked whole here, before any rank starts: a
+    damaged file, one without tokenizer data, or flags that contradict the
+    model it holds end the command with one line naming the file and the fault.
+    """
+    if not args.resume:
+        for flag, value in NEW_MODEL.items():
+            if getattr(args, flag) is None:
+                setattr(args, flag, value)
+        return
+    try:
+        ck = checkpoint.load(args.resume)
+    except checkpoint.CheckpointError as err:
+        raise SystemExit(f"gpulab train: --resume {err}") from None
+    if not isinstance(ck.extra.get("chars"), str) or not ck.extra["chars"]:
+        raise SystemExit(f"gpulab train: --resume {args.resume}: no tokenizer data in the checkpoint (extra.chars)")
+    held = ck.config.to_dict()
+    differ = [f"--{flag.replace('_', '-')} {getattr(args, flag)} (the checkpoint's is {held[flag]})"
+              for flag in NEW_MODEL if getattr(args, flag) is not None and getattr(args, flag) != held[flag]]
+    if differ:
+        raise SystemExit(f"gpulab train: --resume {args.resume} holds another model: {'; '.join(differ)}")
+    for flag in NEW_MODEL:
+        setattr(args, flag, held[flag])

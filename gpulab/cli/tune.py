@@ -21,6 +21,8 @@ import sys
 import tempfile
 
 from gpulab.bcast.fit import MPICH_SINGLE_COPY, fit_machine
+from gpulab.cli.checks import typed, nonnegative_float, output_path, positive_int
+from gpulab.cli.checks import sizes as size_list
 from gpulab.cli.tune_jobs import inner, outer
 from gpulab.launch import inside_mpi_job, relaunch
 
@@ -28,8 +30,19 @@ def _ranks(text: str) -> list[int]:
     """'4' -> [4]; '2,3,4,8' -> those; '2:8' -> 2..8."""
     if ":" in text:
         low, high = (int(x) for x in text.split(":"))
-        return list(range(low, high + 1))
-    return [int(x) for x in text.split(",")]
+        counts = list(range(low, high + 1))
+    else:
+        counts = [int(x) for x in text.split(",")]
+    if not counts or min(counts) < 1:
+        raise ValueError(f"process counts must be >= 1: {text!r}")
+    return counts
+
+
+def _radices(text: str) -> list[int]:
+    values = [int(x) for x in text.split(",")]
+    if min(values) < 2:
+        raise ValueError(f"radices must be >= 2: {text!r}")
+    return values
 
 
 def add_parser(subparsers) -> None:
@@ -44,28 +57,28 @@ def add_parser(subparsers) -> None:
              "1K,4K,16K,64K,256K,1M,4M,16M,64M"),
             ("workload", "broadcast real networks' parameters, layer-wise and fused", "4", None)):
         p = what.add_parser(name, help=helptext)
-        p.add_argument("-n", "--ranks", default=ranks, help=f"process counts: 4, 2,3,4,8 or 2:8 (default {ranks})")
+        p.add_argument("-n", "--ranks", type=typed(_ranks, "process counts"), default=ranks, help=f"process counts: 4, 2,3,4,8 or 2:8 (default {ranks})")
         if sizes:
-            p.add_argument("--sizes", default=sizes, help=f"message sizes (default {sizes})")
+            p.add_argument("--sizes", type=size_list, default=sizes, help=f"message sizes (default {sizes})")
         p.add_argument("--table", default=None, help="tuning file (default $GPULAB_TUNING_TABLE or "
                                                      "~/.cache/gpulab/bcast_tuning.json)")
-        p.add_argument("--time-budget", type=float, default=0.05 if name != "fit" else 0.02,
+        p.add_argument("--time-budget", type=nonnegative_float, default=0.05 if name != "fit" else 0.02,
                        help="max seconds of timed iterations per point")
-        p.add_argument("--json", dest="json_path", help="write the results as JSON")
-        p.add_argument("--plot", dest="plot_path", help="save a plot (PNG/SVG/PDF)")
+        p.add_argument("--json", dest="json_path", type=output_path, help="write the results as JSON")
+        p.add_argument("--plot", dest="plot_path", type=output_path, help="save a plot (PNG/SVG/PDF)")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--inner-out", help=argparse.SUPPRESS)
         if name in ("fit", "bcast", "accuracy"):
-            p.add_argument("--ranks-per-node", type=int, default=None if name != "accuracy" else 2,
+            p.add_argument("--ranks-per-node", type=positive_int, default=None if name != "accuracy" else 2,
                            help="emulated node size (fit: pairs inside vs across; accuracy: for hierarchical)")
         if name == "fit":
-            p.add_argument("--sizes", default=None, help="ping-pong sizes (default: 8 B .. 4 MiB around the "
+            p.add_argument("--sizes", type=size_list, default=None, help="ping-pong sizes (default: 8 B .. 4 MiB around the "
                                                          "eager/single-copy switch)")
             p.add_argument("--no-save", action="store_true", help="print the fit without storing it")
         if name == "bcast":
-            p.add_argument("--chunks", default="16K,64K,256K,1M", help="chunk sizes for pipelined algorithms")
-            p.add_argument("--radices", default="3,4,8", help="k-nomial radices")
-            p.add_argument("--margin", type=float, default=0.10,
+            p.add_argument("--chunks", type=size_list, default="16K,64K,256K,1M", help="chunk sizes for pipelined algorithms")
+            p.add_argument("--radices", type=typed(_radices, "radices"), default="3,4,8", help="k-nomial radices")
+            p.add_argument("--margin", type=nonnegative_float, default=0.10,
                            help="how much faster than MPI_Bcast an algorithm must be to replace it")
             p.add_argument("--no-fit", action="store_true", help="do not fit the model before the sweep")
         if name in ("compare", "accuracy", "workload"):
@@ -74,12 +87,12 @@ def add_parser(subparsers) -> None:
             p.add_argument("--reanalyse", metavar="JSON", help="measure nothing: refit the ping-pong samples and "
                                                                "recompute the predictions of a saved run")
         if name in ("compare", "accuracy"):
-            p.add_argument("--rounds", type=int, default=3 if name == "compare" else 2,
+            p.add_argument("--rounds", type=positive_int, default=3 if name == "compare" else 2,
                            help="interleaved rounds per size; each point keeps its fastest round")
         if name == "workload":
             p.add_argument("--networks", default="vgg16,gpt2", help="comma-separated: alexnet, vgg16, resnet50, "
                                                                     "gpt2, gpt2-medium")
-            p.add_argument("--repeats", type=int, default=3)
+            p.add_argument("--repeats", type=positive_int, default=3)
         p.set_defaults(func=run)
 
 
@@ -103,7 +116,7 @@ def run(args) -> int:
     if inside_mpi_job():
         return inner(args)
     results = {}
-    for p in _ranks(args.ranks):
+    for p in args.ranks:
         with tempfile.TemporaryDirectory(prefix="gpulab-tune-") as tmp:
             out = os.path.join(tmp, "result.json")
             if not args.quiet:

@@ -13,14 +13,10 @@ import os
 import sys
 
 from gpulab.bcast import experiments, report
-from gpulab.bcast.sizes import format_size, size_range
+from gpulab.bcast.sizes import format_size
 from gpulab.cli.records import metadata
 from gpulab.workloads.startup import broadcast_model
 from gpulab.workloads.startup import report as workload_report
-
-
-def _sizes(text):
-    return size_range(text) if text else None
 
 
 def _progress(comm, args):
@@ -42,23 +38,23 @@ def inner(args) -> int:
     algorithms = args.algorithms.split(",") if getattr(args, "algorithms", None) else None
     result: dict = {}
     if args.what == "fit":
-        result["model"] = experiments.fit(comm, _sizes(args.sizes), args.ranks_per_node, args.time_budget)
+        result["model"] = experiments.fit(comm, args.sizes, args.ranks_per_node, args.time_budget)
     elif args.what == "bcast":
         model = None if args.no_fit or comm.size < 2 else experiments.fit(comm, ranks_per_node=args.ranks_per_node)
         model = comm.bcast(model, root=0)
         result["model"] = model
         result["table"] = experiments.tune(
-            comm, _sizes(args.sizes), chunks=[int(c) for c in _sizes(args.chunks)],
-            radices=[int(r) for r in args.radices.split(",")], time_budget=args.time_budget,
+            comm, args.sizes, chunks=args.chunks,
+            radices=args.radices, time_budget=args.time_budget,
             margin=args.margin, machine=model, progress=progress)
     elif args.what == "compare":
         kw = {"algorithms": algorithms} if algorithms else {}
-        result["rows"] = experiments.compare(comm, _sizes(args.sizes), table=args.table, rounds=args.rounds,
+        result["rows"] = experiments.compare(comm, args.sizes, table=args.table, rounds=args.rounds,
                                              time_budget=args.time_budget, progress=progress, **kw)
     elif args.what == "accuracy":
         result["model"] = experiments.fit(comm) if comm.size > 1 else None
         kw = {"algorithms": algorithms} if algorithms else {}
-        result["rows"] = experiments.accuracy(comm, _sizes(args.sizes), time_budget=args.time_budget,
+        result["rows"] = experiments.accuracy(comm, args.sizes, time_budget=args.time_budget,
                                               ranks_per_node=args.ranks_per_node, rounds=args.rounds,
                                               progress=progress, **kw)
     elif args.what == "workload":

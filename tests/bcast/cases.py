@@ -173,3 +173,24 @@ def measure_a_broken_algorithm(world: MPI.Comm) -> bool:
         return measure_bcast(world, "does_nothing", 100, iters=2, warmup=1)["valid"]
     finally:
         del ALGORITHMS["does_nothing"]
+
+
+def mismatched_call(world: MPI.Comm, differ: str) -> str:
+    """In check mode, rank 1 calls the broadcast differently; every rank must raise, none may hang."""
+    from gpulab.bcast import BcastArgumentMismatch
+    from gpulab.bcast.agreement import checking
+
+    call = {"algorithm": "chain", "root": 0, "chunk_bytes": 256}
+    if world.rank == 1:
+        call.update({"root": {"root": 2}, "algorithm": {"algorithm": "binomial"},
+                     "options": {"chunk_bytes": 512}}[differ])
+    algorithm, root = call.pop("algorithm"), call.pop("root")
+    checking(True)
+    buf = np.zeros(1000, np.uint8)
+    try:
+        ALGORITHMS[algorithm](buf, root, world, **call)
+    except BcastArgumentMismatch as error:
+        return str(error)
+    finally:
+        checking(False)
+    raise AssertionError("the mismatch went unnoticed")

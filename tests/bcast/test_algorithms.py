@@ -54,3 +54,12 @@ def test_broadcasts_leave_the_users_messages_alone():
 
 def test_freeing_a_communicator_frees_its_private_duplicate():
     assert run_mpi(2, "tests.bcast.cases:freed_communicators_free_their_duplicates", timeout=60) == [0, 0]
+
+
+@pytest.mark.parametrize("differ, says", [("root", "rank 1: chain(root=2, chunk_bytes=256)"),
+                                          ("algorithm", "rank 1: binomial(root=0, chunk_bytes=256)"),
+                                          ("options", "rank 1: chain(root=0, chunk_bytes=512)")])
+def test_check_mode_names_the_rank_called_differently(differ, says):
+    messages = run_mpi(3, "tests.bcast.cases:mismatched_call", differ=differ, timeout=60)
+    assert len(set(messages)) == 1, messages  # every rank raised, with the same account
+    assert "rank 0: chain(root=0, chunk_bytes=256) on 1000 bytes" in messages[0] and says in messages[0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -73,6 +74,20 @@ def lr_at(step: int, total: int, args) -> float:
     return args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+class _Interrupt:
+    """SIGINT sets a flag instead of raising, so no rank leaves a collective half done."""
+
+    def __init__(self):
+        self.requested = False
+        self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+    def restore(self) -> None:
+        signal.signal(signal.SIGINT, self.previous)
+
+
 def train(args, shape) -> int:
     from mpi4py import MPI
     from threadpoolctl import threadpool_limits
@@ -98,7 +113,7 @@ def train(args, shape) -> int:
         config = GPTConfig(vocab_size=-(-tok.size // pad) * pad, block_size=args.block_size,
                            n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, dtype=args.dtype)
         params, start = init_params(config, seed=args.seed), 0
-    T = min(args.block_size, config.block_size)
+    T = config.block_size  # gpulab.cli.train made the flags agree with a resumed checkpoint
 
     try:
         overlap = Overlap.parse(args.overlap, progress=args.progress_mode, bucket_bytes=args.bucket_kb << 10)
@@ -124,10 +139,24 @@ def train(args, shape) -> int:
               f"{len(train_ids)} training tokens, steps {start}..{start + args.steps}", flush=True)
     log = open(log_path, "a" if ck else "w") if rank0 else None
 
+    def save(step: int) -> dict | None:  # collective: every rank sends its pieces, rank 0 writes (and returns them)
+        full = gpt.gather_full({**gpt.params, **opt.master}, root=0)  # float16 runs: the float32 masters
+        moments = {"m": gpt.gather_full(opt.m, root=0), "v": gpt.gather_full(opt.v, root=0)}
+        if rank0:
+            try:
+                checkpoint.save(out, full, config=config, step=step, opt_state={"t": opt.t, **moments},
+                                extra={"chars": tok.chars, "mesh": list(shape), "seed": args.seed})
+            except OSError as err:  # e.g. a full disk: the previous checkpoint is still there, whole
+                print(f"gpulab train: could not write {out} at step {step} ({err}); the previous checkpoint "
+                      f"is intact", file=sys.stderr, flush=True)
+        return full
+
     t0 = time.perf_counter()
     losses, summaries = [], []
-    bar = tqdm(range(start, start + args.steps), disable=not rank0 or args.no_progress,
+    end = start + args.steps
+    bar = tqdm(range(start, end), disable=not rank0 or args.no_progress,
                desc="train", unit="step", file=sys.stdout)
+    interrupt = _Interrupt()  # Ctrl-C: mpiexec hands SIGINT to every rank; all stop after the same step
     for step in bar:
         x, y = get_batch(train_ids, args.batch_size, T, np.random.default_rng([args.seed, step]))
         lr = lr_at(step, start + args.steps, args)
@@ -144,8 +173,19 @@ def train(args, shape) -> int:
             log.write(json.dumps(record) + "\n")
             log.flush()
             bar.set_postfix(loss=f"{loss:.3f}", refresh=False)  # tqdm redraws on its own clock
-            if (step + 1 - start) % args.log_every == 0 or step + 1 == start + args.steps:
+            if (step + 1 - start) % args.log_every == 0 or step + 1 == end:
                 tqdm.write(f"step {step + 1}: loss {loss:.4f}", file=sys.stdout)
+        if comm.allreduce(interrupt.requested, op=MPI.LOR):
+            save(step + 1)
+            if rank0:
+                log.close()
+                print(f"gpulab train: interrupted after step {step + 1}; checkpoint {out} (resume with "
+                      f"--resume {out})", flush=True)
+            interrupt.restore()
+            return 130
+        if args.checkpoint_every and (step + 1 - start) % args.checkpoint_every == 0 and step + 1 < end:
+            save(step + 1)
+    interrupt.restore()
     wall = time.perf_counter() - t0
     with threadpool_limits(os.cpu_count() or 1):  # the machine's peak: rank 0, the others asleep
         peak = alone(comm, lambda: peak_matmul(dtype=config.dtype, repeats=10, device=args.device))
@@ -155,13 +195,9 @@ def train(args, shape) -> int:
 
     rng = np.random.default_rng([args.seed, 10**9])  # validation batches, the same on all ranks
     vals = [gpt.loss(*get_batch(val_ids, args.batch_size, T, rng)) for _ in range(args.eval_batches)]
-    full = gpt.gather_full({**gpt.params, **opt.master}, root=0)  # float16 runs: the float32 masters
-    moments = {"m": gpt.gather_full(opt.m, root=0), "v": gpt.gather_full(opt.v, root=0)}
+    full = save(end)
     if rank0:
         log.close()
-        checkpoint.save(out, full, config=config, step=start + args.steps,
-                        opt_state={"t": opt.t, **moments},
-                        extra={"chars": tok.chars, "mesh": list(shape), "seed": args.seed})
         head = float(np.mean(losses[:10])) if losses else float("nan")
         tail = float(np.mean(losses[-10:])) if losses else float("nan")
         summary = {"first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
