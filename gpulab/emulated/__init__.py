@@ -1,0 +1,392 @@
+"""An emulated multi-node cluster on one Linux machine: network namespaces as nodes.
+
+    from gpulab.emulated import EmulatedCluster
+    with EmulatedCluster(nodes=4, ranks_per_node=2, link="1gbit", placement="block") as cluster:
+        subprocess.run(cluster.mpiexec_command(8, ["-m", "my_program"]))
+        # or anything that calls gpulab.launch.mpiexec_command (gpulab bench/tune/train, run_mpi)
+
+Each node is a network namespace with one interface (``eth0``, 10.77.0.K/24)
+whose veth peer is a port of a Linux bridge in a switch namespace; ``tbf``
+limits the rate of both ends (``link="1gbit"``, ``"10gbit"``, ``"100mbit"`` or
+``None``/``"unlimited"``). MPI ranks on one node share memory as before;
+between nodes MPICH is forced onto TCP (``UCX_TLS=tcp,self``), because UCX
+would otherwise move data between namespaces through shared memory and the
+links would carry nothing. ``Split_type(COMM_TYPE_SHARED)`` gives one
+communicator per emulated node.
+
+Set up as root, or unprivileged inside a user namespace (``unshare -r``) where
+the kernel allows it (``mode="auto"`` tries root, then user). Where neither
+works, :class:`ClusterUnavailable` says why; the commands then print the
+reason and run on the single machine as before.
+
+Nothing is left behind: the namespaces are held open by one keeper process
+(``gpulab.emulated.netns``) and are never bind-mounted, so they vanish with
+the keeper, which tears everything down when its creator ends, however it
+ends (normal exit, exception, Ctrl-C, kill -9).
+
+Only the standard library is imported here (``gpulab.launch`` consults
+:func:`active_cluster` on every launch).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from gpulab.emulated.netns import node_address, tool
+
+PLACEMENTS = ("block", "round-robin")
+TRANSPORT = "TCP between nodes (UCX_TLS=tcp,self), shared memory inside a node"
+ENV_STATE = "GPULAB_CLUSTER"  # path of the state file of the cluster that launches use
+ENV_TOPOLOGY = "GPULAB_TOPOLOGY"  # JSON topology, set in every rank of an emulated job
+STATE_DIR = Path(tempfile.gettempdir()) / "gpulab-clusters"  # state files of `gpulab cluster up`
+
+# MPICH/UCX settings that make inter-node traffic cross the emulated links
+MPI_ENV = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0"}
+
+
+class ClusterUnavailable(RuntimeError):
+    """This machine cannot host an emulated cluster (the message says why and what would help)."""
+
+
+class ClusterJobFailed(RuntimeError):
+    """A job on the emulated cluster failed or timed out; the message names what failed."""
+
+
+_RATE = re.compile(r"^(\d+(?:\.\d+)?)([kmg]?)bit$")
+
+
+def parse_link(link: str | None) -> str | None:
+    """'1gbit' -> '1gbit'; None, '', 'unlimited', 'none' -> None; anything else -> ValueError."""
+    if link is None or str(link).lower() in ("", "unlimited", "none", "inf"):
+        return None
+    text = str(link).lower()
+    if not _RATE.match(text):
+        raise ValueError(f"link rate must look like 100mbit, 1gbit, 10gbit or 'unlimited', got {link!r}")
+    return text
+
+
+def link_bytes_per_s(link: str | None) -> float | None:
+    """The rate of a link in bytes per second (None for unlimited)."""
+    link = parse_link(link)
+    if link is None:
+        return None
+    value, unit = _RATE.match(link).groups()
+    return float(value) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[unit] / 8
+
+
+def _hosts(nodes: int, n: int, ranks_per_node: int | None, placement: str) -> tuple[list[tuple[int, int]], int]:
+    """[(node k, slots)] for hydra's -hosts, and the ranks per node used."""
+    rpn = ranks_per_node if ranks_per_node and ranks_per_node * nodes >= n else math.ceil(n / nodes)
+    used = min(nodes, math.ceil(n / rpn)) if placement == "block" else min(nodes, n)
+    slots = rpn if placement == "block" else 1
+    return [(k, slots) for k in range(1, used + 1)], rpn
+
+
+def rank_nodes(nodes: int, n: int, ranks_per_node: int | None = None, placement: str = "block") -> list[int]:
+    """The emulated node (1-based) of every rank, as hydra places them."""
+    hosts, rpn = _hosts(nodes, n, ranks_per_node, placement)
+    if placement == "block":
+        return [hosts[r // rpn][0] for r in range(n)]
+    return [hosts[r % len(hosts)][0] for r in range(n)]
+
+
+_STACK: list["EmulatedCluster"] = []
+
+
+def active_cluster() -> "EmulatedCluster | None":
+    """The cluster launches go to: the innermost ``with EmulatedCluster``, else $GPULAB_CLUSTER."""
+    if _STACK:
+        return _STACK[-1]
+    state = os.environ.get(ENV_STATE)
+    if state:
+        return EmulatedCluster.attach(state)
+    return None
+
+
+def topology_metadata(p: int | None = None) -> dict:
+    """What a result's metadata records about where it ran (read in the ranks, from the launch)."""
+    text = os.environ.get(ENV_TOPOLOGY)
+    if text:
+        return json.loads(text)
+    return {"emulated": False, "nodes": None, "ranks_per_node": None, "placement": None, "link": None,
+            "transport": "as the MPI library chose (one machine: shared memory)"}
+
+
+class EmulatedCluster:
+    """N emulated nodes joined by rate-limited links; see the module docstring.
+
+    ``mode``: "auto" (root if root, else a user namespace), "root" or "user".
+    ``name`` (optional) registers the cluster under $TMPDIR/gpulab-clusters/NAME.json
+    for ``gpulab cluster show/down`` and ``GPULAB_CLUSTER=NAME``.
+    """
+
+    def __init__(self, nodes: int = 2, ranks_per_node: int | None = None, link: str | None = "1gbit",
+                 placement: str = "block", mode: str = "auto", name: str | None = None,
+                 export: bool = True):
+        if nodes < 1:
+            raise ValueError(f"nodes must be >= 1, got {nodes}")
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, got {placement!r}")
+        if mode not in ("auto", "root", "user"):
+            raise ValueError(f"mode must be auto, root or user, got {mode!r}")
+        self.nodes, self.ranks_per_node, self.placement = nodes, ranks_per_node, placement
+        self.link = parse_link(link)
+        self.mode = ("root" if os.geteuid() == 0 else "user") if mode == "auto" else mode
+        self.name, self.export = name, export
+        self.keeper: subprocess.Popen | None = None
+        self.state: dict | None = None
+        self.state_file: str | None = None
+        self._saved_env: str | None = None
+
+    # ---- life cycle -------------------------------------------------------------------------
+    def start(self, detached: bool = False) -> "EmulatedCluster":
+        check_tools()
+        tmpdir = tempfile.mkdtemp(prefix="gpulab-cluster-")
+        if self.name:
+            STATE_DIR.mkdir(exist_ok=True)
+            state_file = str(STATE_DIR / f"{self.name}.json")
+            if os.path.exists(state_file):
+                other = EmulatedCluster.attach(state_file)
+                if other.alive():
+                    shutil.rmtree(tmpdir)
+                    raise ClusterUnavailable(f"a cluster named {self.name!r} is already up (gpulab cluster down "
+                                             f"{self.name})")
+                os.unlink(state_file)
+        else:
+            state_file = os.path.join(tmpdir, "state.json")
+        spec = {"nodes": self.nodes, "rate": self.link, "tmpdir": tmpdir, "detached": detached,
+                "state_file": state_file if self.name else None}
+        cmd = [sys.executable, "-m", "gpulab.emulated.netns", json.dumps(spec)]
+        if self.mode == "user":
+            cmd = [tool("unshare"), "--user", "--map-root-user", "--", *cmd]
+        env = {**os.environ, "PYTHONPATH": _package_root() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        self.keeper = subprocess.Popen(cmd, stdin=subprocess.DEVNULL if detached else subprocess.PIPE,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                       start_new_session=True)
+        line = self.keeper.stdout.readline()
+        try:
+            reply = json.loads(line) if line else {"ok": False, "error": self.keeper.stderr.read().strip()}
+        except json.JSONDecodeError:
+            reply = {"ok": False, "error": line + self.keeper.stderr.read()}
+        if not reply.get("ok"):
+            self.keeper.wait()
+            self.keeper = None
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise ClusterUnavailable(_explain(self.mode, reply.get("error", "")))
+        self.state = {**reply, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
+                      "placement": self.placement, "link": self.link, "mode": self.mode, "tmpdir": tmpdir,
+                      "name": self.name, "started": time.time()}
+        self.state["launcher"] = self._write_launcher(tmpdir)
+        self.state_file = state_file
+        Path(state_file).write_text(json.dumps(self.state, indent=1))
+        return self
+
+    def stop(self) -> None:
+        """Tear everything down and wait until it is gone."""
+        if self.keeper is not None:  # ours: close the pipe (or signal a detached keeper) and reap it
+            if self.keeper.stdin:
+                self.keeper.stdin.close()
+            else:
+                self.keeper.terminate()
+            try:
+                self.keeper.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.keeper.kill()
+                self.keeper.wait()
+            for stream in (self.keeper.stdout, self.keeper.stderr):
+                stream.close()
+            self.keeper = None
+        elif self.state is not None:  # attached (gpulab cluster down): signal it, wait for the state file to go
+            try:
+                os.kill(self.state["pid"], 15)
+            except ProcessLookupError:
+                pass
+            deadline = time.monotonic() + 30
+            while self.alive() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.state_file and os.path.exists(self.state_file):
+                os.unlink(self.state_file)
+        if self.state:
+            shutil.rmtree(self.state["tmpdir"], ignore_errors=True)
+
+    def __enter__(self) -> "EmulatedCluster":
+        if self.state is None:
+            self.start()
+        _STACK.append(self)
+        if self.export:
+            self._saved_env = os.environ.get(ENV_STATE)
+            os.environ[ENV_STATE] = self.state_file
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self in _STACK:
+            _STACK.remove(self)
+        if self.export:
+            if self._saved_env is None:
+                os.environ.pop(ENV_STATE, None)
+            else:
+                os.environ[ENV_STATE] = self._saved_env
+        self.stop()
+
+    @classmethod
+    def attach(cls, name_or_path: str) -> "EmulatedCluster":
+        """A handle on a running cluster, by name (``gpulab cluster up NAME``) or state-file path."""
+        path = name_or_path if os.sep in name_or_path else str(STATE_DIR / f"{name_or_path}.json")
+        try:
+            state = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ClusterUnavailable(f"no emulated cluster {name_or_path!r} is up (no {path})") from None
+        self = cls(state["nodes"], state["ranks_per_node"], state["link"], state["placement"], mode=state["mode"],
+                   name=state.get("name"), export=False)
+        self.state, self.state_file = state, path
+        return self
+
+    def alive(self) -> bool:
+        """Whether the keeper still holds the namespaces."""
+        if self.state is None:
+            return False
+        try:
+            return os.stat(self.node_netns(1)).st_ino == self.state["inodes"][0]
+        except OSError:
+            return False
+
+    # ---- reaching the nodes -------------------------------------------------------------------
+    def node_netns(self, k: int) -> str:
+        """Path that opens node k's (1-based) network namespace."""
+        return f"/proc/{self.state['pid']}/fd/{self.state['fds'][k - 1]}"
+
+    def switch_netns(self) -> str:
+        return f"/proc/{self.state['pid']}/ns/net"
+
+    def addresses(self) -> list[str]:
+        return [node_address(k) for k in range(1, self.nodes + 1)]
+
+    def _enter(self, netns: str, from_inside: bool = False) -> list[str]:
+        # user mode: enter the keeper's user namespace too, unless already inside it (hydra's proxies)
+        user = ([f"--user=/proc/{self.state['pid']}/ns/user", "--preserve-credentials"]
+                if self.mode == "user" and not from_inside else [])
+        return [tool("nsenter"), *user, f"--net={netns}", "--"]
+
+    def on_node(self, k: int, argv: list[str], from_inside: bool = False) -> list[str]:
+        """argv that runs ``argv`` inside node k (``from_inside``: from a process already in the cluster)."""
+        return [*self._enter(self.node_netns(k), from_inside), *argv]
+
+    def on_switch(self, argv: list[str]) -> list[str]:
+        return [*self._enter(self.switch_netns()), *argv]
+
+    def _write_launcher(self, tmpdir: str) -> str:
+        """hydra's launcher (``-launcher ssh -launcher-exec``): ``SCRIPT [-x] HOST COMMAND...`` -> that node."""
+        cases = "\n".join(f"  {node_address(k)}) exec {' '.join(self.on_node(k, [], from_inside=True))} sh -c \"$*\" ;;"
+                          for k in range(1, self.nodes + 1))
+        path = os.path.join(tmpdir, "launcher.sh")
+        Path(path).write_text(f"""#!/bin/sh
+# hydra calls: launcher [-x ...] HOST "proxy command"; run the command inside HOST's namespace
+while [ $# -gt 0 ]; do case "$1" in -*) shift ;; *) break ;; esac; done
+host=$1; shift
+case "$host" in
+{cases}
+  *) echo "gpulab emulated cluster: unknown host $host" >&2; exit 1 ;;
+esac
+""")
+        os.chmod(path, 0o755)
+        return path
+
+    # ---- MPI -------------------------------------------------------------------------------
+    def topology(self, n: int) -> dict:
+        """What a result records about where its ``n`` ranks ran."""
+        nodes_of = rank_nodes(self.nodes, n, self.ranks_per_node, self.placement)
+        per_node = [nodes_of.count(k) for k in sorted(set(nodes_of))]
+        return {"emulated": True, "nodes": len(per_node), "ranks_per_node": max(per_node),
+                "placement": self.placement, "link": self.link or "unlimited",
+                "link_bytes_per_s": link_bytes_per_s(self.link), "transport": TRANSPORT,
+                "rank_nodes": nodes_of, "mode": self.mode}
+
+    def mpiexec_command(self, n: int, python_args: list[str], program: list[str] | None = None) -> list[str]:
+        """argv that starts ``python *python_args`` (or ``program``) on ``n`` ranks spread over the nodes.
+
+        mpiexec runs inside node 1 (the head node) and reaches the others through the launcher
+        script; hosts are given as addresses, so hydra's control traffic stays on the emulated network.
+        """
+        from gpulab.launch import find_mpiexec
+
+        if n < 1:
+            raise ValueError(f"number of ranks must be >= 1, got {n}")
+        hosts, _ = _hosts(self.nodes, n, self.ranks_per_node, self.placement)
+        genv = []
+        for key, value in {**MPI_ENV, ENV_TOPOLOGY: json.dumps(self.topology(n))}.items():
+            genv += ["-genv", key, value]
+        return self.on_node(1, [
+            find_mpiexec(), "-launcher", "ssh", "-launcher-exec", self.state["launcher"],
+            "-hosts", ",".join(f"{node_address(k)}:{slots}" for k, slots in hosts), "-n", str(n), *genv,
+            *(program or [sys.executable, *python_args])])
+
+    # ---- inspection and faults --------------------------------------------------------------------
+    def describe(self) -> str:
+        lines = [f"emulated cluster{' ' + self.name if self.name else ''}: {self.nodes} nodes, link "
+                 f"{self.link or 'unlimited'}, placement {self.placement}, ranks per node "
+                 f"{self.ranks_per_node or 'ranks / nodes'}, mode {self.mode}, keeper pid {self.state['pid']}"]
+        for k in range(1, self.nodes + 1):
+            addr = _run(self.on_node(k, [tool("ip"), "-br", "addr", "show", "dev", "eth0"])).split()
+            qdisc = _run(self.on_node(k, [tool("tc"), "qdisc", "show", "dev", "eth0"])).strip()
+            pids = self.pids_on_node(k)
+            lines.append(f"  node {k}: {' '.join(addr[2:3])} eth0 {addr[1] if len(addr) > 1 else '?'}; "
+                         f"{qdisc.split(' root ')[0].replace('qdisc ', '') or 'no qdisc'} "
+                         f"{_rate_of(qdisc)}; {len(pids)} processes")
+        return "\n".join(lines)
+
+    def pids_on_node(self, k: int) -> list[int]:
+        from gpulab.emulated.netns import pids_inside
+
+        return pids_inside({self.state["inodes"][k - 1]})
+
+    def link_down(self, k: int) -> None:
+        """Cut node k's link (its switch port goes down): a fault to test with."""
+        subprocess.run(self.on_switch([tool("ip"), "link", "set", f"n{k}", "down"]), check=True)
+
+    def link_up(self, k: int) -> None:
+        subprocess.run(self.on_switch([tool("ip"), "link", "set", f"n{k}", "up"]), check=True)
+
+    def links_down(self) -> list[int]:
+        """Nodes whose link is down."""
+        out = _run(self.on_switch([tool("ip"), "-br", "link", "show", "master", "br0"]))
+        return [int(line.split()[0].split("@")[0][1:]) for line in out.splitlines()
+                if line.split() and line.split()[1] != "UP"]
+
+
+def _rate_of(qdisc: str) -> str:
+    match = re.search(r"rate (\S+)", qdisc)
+    return f"rate {match.group(1)}" if match else ""
+
+
+def _run(argv: list[str]) -> str:
+    return subprocess.run(argv, capture_output=True, text=True).stdout
+
+
+def _package_root() -> str:
+    return str(Path(__file__).resolve().parents[2])
+
+
+def check_tools() -> None:
+    missing = [name for name in ("ip", "tc", "nsenter", "unshare") if tool(name) is None]
+    if missing:
+        raise ClusterUnavailable(f"an emulated cluster needs {', '.join(missing)} (Debian/Ubuntu: apt-get install "
+                                 f"iproute2 util-linux); running on the single machine instead")
+
+
+def _explain(mode: str, error: str) -> str:
+    if mode == "user":
+        hint = ("unprivileged user namespaces seem disabled here (check /proc/sys/kernel/"
+                "unprivileged_userns_clone, /proc/sys/user/max_user_namespaces, or AppArmor's "
+                "kernel.apparmor_restrict_unprivileged_userns); run as root or enable them")
+    else:
+        hint = "creating network namespaces, veths, a bridge or tbf failed (kernel modules veth, bridge, sch_tbf?)"
+    return f"cannot set up an emulated cluster ({mode} mode): {error.strip() or 'no reason given'}; {hint}"

@@ -1,0 +1,197 @@
+"""The keeper: the one process that owns an emulated cluster's network namespaces.
+
+    python -m gpulab.emulated.netns SPEC_JSON      (started by EmulatedCluster, never by hand)
+
+It enters a fresh network namespace, the "switch" (a Linux bridge), creates
+one namespace per node, and keeps each node namespace alive by holding an open
+file descriptor to it (no ``ip netns add``: nothing is bind-mounted in
+/run/netns, so nothing outlives the keeper). Each node gets a veth pair: the
+end inside the node is ``eth0`` with address 10.77.0.K/24, the other end is a
+port of the bridge; a ``tbf`` qdisc on both ends limits the rate in each
+direction. The addresses exist only inside these namespaces, which have no
+route anywhere else.
+
+Others reach a node through ``/proc/KEEPER_PID/fd/FD`` (``nsenter --net=...``).
+The keeper prints one JSON line when ready, then waits until its stdin closes
+(the creator ended, however it ended) or it gets SIGTERM/SIGINT/SIGHUP. Then it
+kills every process inside the nodes, closes the descriptors (the kernel
+removes the namespaces, their veths and the bridge) and deletes its temporary
+directory. If the keeper itself is killed with SIGKILL the namespaces still
+vanish as soon as the last process inside them exits.
+
+Only the standard library: this runs before anything else is set up.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+CLONE_NEWNET = 0x40000000
+SUBNET = "10.77.0"
+TBF_BURST = "32kb"  # smaller bursts cost rate (tbf at 1 Gbit/s with a 4 KB burst reaches 83 MB/s);
+# larger ones let messages below the burst through at full speed
+TBF_LATENCY = "50ms"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def tool(name: str) -> str | None:
+    """Absolute path of ip, tc, nsenter, unshare (often in /usr/sbin, off an ordinary user's PATH)."""
+    return shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin",
+                                                     "/usr/bin", "/bin"]))
+
+
+def _unshare_net() -> None:
+    if _libc.unshare(CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare(CLONE_NEWNET): {os.strerror(err)}")
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def node_address(k: int) -> str:
+    """Address of node k (1-based)."""
+    return f"{SUBNET}.{k}"
+
+
+def _ip(*args: str, netns: str | None = None) -> None:
+    cmd = ([tool("nsenter"), f"--net={netns}"] if netns else []) + [tool(args[0]), *args[1:]]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed: {done.stderr.strip()}")
+
+
+def _tbf(dev: str, rate: str | None, netns: str | None = None) -> None:
+    if rate:
+        _ip("tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", TBF_BURST,
+            "latency", TBF_LATENCY, netns=netns)
+
+
+def build(nodes: int, rate: str | None) -> list[int]:
+    """In the caller's (switch) namespace: bridge + one node namespace per node; returns their fds."""
+    switch_fd = os.open("/proc/self/ns/net", os.O_RDONLY)
+    me = os.getpid()
+    _ip("ip", "link", "set", "lo", "up")
+    _ip("ip", "link", "add", "br0", "type", "bridge")
+    _ip("ip", "link", "set", "br0", "up")
+    fds = []
+    for k in range(1, nodes + 1):
+        _unshare_net()
+        fds.append(os.open("/proc/self/ns/net", os.O_RDONLY))
+        _setns(switch_fd)
+    for k, fd in enumerate(fds, start=1):
+        node = f"/proc/{me}/fd/{fd}"
+        _ip("ip", "link", "set", "lo", "up", netns=node)
+        # created inside the node; the peer goes straight to the switch (this process's namespace)
+        _ip("ip", "link", "add", "eth0", "type", "veth", "peer", "name", f"n{k}", "netns", str(me), netns=node)
+        _ip("ip", "addr", "add", f"{node_address(k)}/24", "dev", "eth0", netns=node)
+        _ip("ip", "link", "set", "eth0", "up", netns=node)
+        _tbf("eth0", rate, netns=node)
+        _ip("ip", "link", "set", f"n{k}", "master", "br0")
+        _ip("ip", "link", "set", f"n{k}", "up")
+        _tbf(f"n{k}", rate)
+    os.close(switch_fd)
+    return fds
+
+
+def _net_inode(pid: int | str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/net").st_ino
+    except OSError:  # gone, a zombie, or not ours to look at
+        return None
+
+
+def pids_inside(inodes: set[int], exclude: int | None = None) -> list[int]:
+    """Live processes whose network namespace is one of ``inodes``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != exclude and _net_inode(entry) in inodes:
+            found.append(int(entry))
+    return found
+
+
+def kill_inside(inodes: set[int], exclude: int | None = None, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        pids = pids_inside(inodes, exclude)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:  # reap our own children (the keeper starts none, but be safe)
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.02)
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    tmpdir = spec["tmpdir"]
+    stop = {"now": False}
+
+    def on_signal(signum, frame):
+        stop["now"] = True
+
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, on_signal)
+    fds: list[int] = []
+    switch_inode = None
+    try:
+        _unshare_net()
+        switch_inode = _net_inode("self")
+        fds = build(spec["nodes"], spec.get("rate"))
+        state = {"ok": True, "pid": os.getpid(), "fds": fds,
+                 "inodes": [os.fstat(fd).st_ino for fd in fds], "switch_inode": switch_inode}
+        print(json.dumps(state), flush=True)
+        detached = spec.get("detached", False)
+        while not stop["now"]:
+            if detached:
+                signal.pause()
+                continue
+            try:
+                ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+            except InterruptedError:
+                continue
+            if ready and not os.read(sys.stdin.fileno(), 4096):
+                break  # the creator closed the pipe or died
+    except Exception as e:  # noqa: BLE001 - report to the creator, then clean up
+        print(json.dumps({"ok": False, "error": f"{type(e).__name__}: {e}"}), flush=True)
+    finally:
+        for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(s, signal.SIG_IGN)
+        inodes = {os.fstat(fd).st_ino for fd in fds}
+        if switch_inode:
+            inodes.add(switch_inode)
+        kill_inside(inodes, exclude=os.getpid())
+        for fd in fds:
+            os.close(fd)
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        state_file = spec.get("state_file")
+        if state_file:
+            try:
+                os.unlink(state_file)
+            except FileNotFoundError:
+                pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
