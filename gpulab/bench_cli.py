@@ -17,6 +17,7 @@ import platform
 import subprocess
 import sys
 
+from gpulab.emulated.topology import add_topology_args, record_topology, topology_context, topology_metadata
 from gpulab.launch import inside_mpi_job, mpiexec_command, pin_gpu
 
 
@@ -46,14 +47,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--csv", dest="csv_path", help="write the records as CSV")
     p.add_argument("--plot", dest="plot_path", help="save time and busbw against size (PNG/SVG/PDF)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_topology_args(p)
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     if not inside_mpi_job():
         argv = [a for a in sys.argv[1:]]
-        command = mpiexec_command(args.ranks, ["-m", "gpulab.cli", *argv])
-        return subprocess.call(command)
+        with topology_context(args):
+            command = mpiexec_command(args.ranks, ["-m", "gpulab.cli", *argv])
+            return subprocess.call(command)
     return _measure(args)
 
 
@@ -64,6 +67,7 @@ def _measure(args) -> int:
     from gpulab.bench import parse_size, size_range, sweep
 
     comm = MPI.COMM_WORLD
+    record_topology(comm)
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
     unknown = [a for a in algorithms if a not in ALGORITHMS and a != "nccl"]
     if unknown:
@@ -138,7 +142,7 @@ def metadata(p: int) -> dict:
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": "gpulab " + " ".join(sys.argv[1:]), "ranks": p, "host": platform.node(),
             "cpu": platform.processor() or platform.machine(), "python": platform.python_version(),
-            "mpi": " ".join(MPI.Get_library_version().split()[:3])}
+            "mpi": " ".join(MPI.Get_library_version().split()[:3]), **topology_metadata()}
 
 
 def _write_outputs(args, records: list[dict], p: int) -> None:

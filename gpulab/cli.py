@@ -1,4 +1,4 @@
-"""The gpulab command line: gpulab bench|train|tune|model ...
+"""The gpulab command line: gpulab bench|cluster|train|tune|model ...
 
 Each command lives in its own module that defines ``add_parser(subparsers)``;
 the parser it adds sets ``func`` (called with the parsed args). Modules are
@@ -14,6 +14,7 @@ import sys
 # command name -> module that implements it
 COMMANDS = {
     "bench": "gpulab.bench_cli",
+    "cluster": "gpulab.emulated.cli",
     "model": "gpulab.engine.model_cli",
     "train": "gpulab.engine.train",
     "tune": "gpulab.tune_cli",

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 
+from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.launch import inside_mpi_job, mpiexec_command
 
 WHAT = ("fit", "bcast", "compare", "accuracy", "workload")
@@ -57,6 +58,7 @@ def add_parser(subparsers) -> None:
         p.add_argument("--plot", dest="plot_path", help="save a plot (PNG/SVG/PDF)")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--inner-out", help=argparse.SUPPRESS)
+        add_topology_args(p)
         if name in ("fit", "bcast", "accuracy"):
             p.add_argument("--ranks-per-node", type=int, default=None if name != "accuracy" else 2,
                            help="emulated node size (fit: pairs inside vs across; accuracy: for hierarchical)")
@@ -110,6 +112,11 @@ def run(args) -> int:
         from gpulab.tune_jobs import inner
 
         return inner(args)
+    with topology_context(args):
+        return _launch_each(args)
+
+
+def _launch_each(args) -> int:
     results = {}
     for p in _ranks(args.ranks):
         with tempfile.TemporaryDirectory(prefix="gpulab-tune-") as tmp:

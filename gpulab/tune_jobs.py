@@ -14,6 +14,8 @@ import os
 import platform
 import sys
 
+from gpulab.emulated.topology import record_topology, topology_metadata
+
 
 def _sizes(text):
     from gpulab.bench import size_range
@@ -41,7 +43,7 @@ def metadata(comm) -> dict:
                                             and "gpulab-tune-" not in a),
             "ranks": comm.size, "host": platform.node(), "cores": len(os.sched_getaffinity(0)),
             "python": platform.python_version(), "mpi": " ".join(MPI.Get_library_version().split()[:3]),
-            "load_before": os.getloadavg()}
+            "load_before": os.getloadavg(), **topology_metadata()}
 
 
 def inner(args) -> int:
@@ -50,6 +52,7 @@ def inner(args) -> int:
     from gpulab.bcast import experiments
 
     comm = MPI.COMM_WORLD
+    record_topology(comm)
     meta = metadata(comm) if comm.rank == 0 else None
     progress = _progress(comm, args)
     algorithms = args.algorithms.split(",") if getattr(args, "algorithms", None) else None

@@ -108,17 +108,11 @@ def active_cluster() -> "EmulatedCluster | None":
         return _STACK[-1]
     state = os.environ.get(ENV_STATE)
     if state:
-        return EmulatedCluster.attach(state)
+        cluster = EmulatedCluster.attach(state)
+        if not cluster.alive():
+            raise ClusterUnavailable(f"the emulated cluster {state!r} (${ENV_STATE}) is no longer up")
+        return cluster
     return None
-
-
-def topology_metadata(p: int | None = None) -> dict:
-    """What a result's metadata records about where it ran (read in the ranks, from the launch)."""
-    text = os.environ.get(ENV_TOPOLOGY)
-    if text:
-        return json.loads(text)
-    return {"emulated": False, "nodes": None, "ranks_per_node": None, "placement": None, "link": None,
-            "transport": "as the MPI library chose (one machine: shared memory)"}
 
 
 class EmulatedCluster:

@@ -162,6 +162,10 @@ def main(argv: list[str]) -> int:
                  "inodes": [os.fstat(fd).st_ino for fd in fds], "switch_inode": switch_inode}
         print(json.dumps(state), flush=True)
         detached = spec.get("detached", False)
+        if detached:  # the creator exits soon: nothing more to say to its pipes
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
         while not stop["now"]:
             if detached:
                 signal.pause()

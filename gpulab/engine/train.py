@@ -71,6 +71,9 @@ def add_parser(subparsers) -> None:
                                    description=__doc__.splitlines()[0])
     for flags, kwargs in _OPTIONS:
         parser.add_argument(*flags, **kwargs)
+    from gpulab.emulated.topology import add_topology_args
+
+    add_topology_args(parser)  # --nodes/--link/--placement: an emulated cluster for the launch
     parser.set_defaults(func=main)
 
 
@@ -104,11 +107,13 @@ def main(args) -> int:
         raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} "
                          f"(row*col*depth*data = {n})")
     if not (inside_mpi() or os.environ.get("GPULAB_TRAIN_LAUNCHED")):
+        from gpulab.emulated.topology import topology_context
         from gpulab.launch import mpiexec_command
 
-        cmd = mpiexec_command(n, ["-m", "gpulab.cli", "train", *_argv(args)])
-        env = {**os.environ, "GPULAB_TRAIN_LAUNCHED": "1"}  # never re-launch twice
-        return subprocess.call(cmd, env=env)
+        with topology_context(args):
+            cmd = mpiexec_command(n, ["-m", "gpulab.cli", "train", *_argv(args)])
+            env = {**os.environ, "GPULAB_TRAIN_LAUNCHED": "1"}  # never re-launch twice
+            return subprocess.call(cmd, env=env)
     return train(args, shape)
 
 
@@ -176,7 +181,9 @@ def train(args, shape) -> int:
         from gpulab.launch import pin_gpu
 
         pin_gpu(comm)  # before CuPy starts CUDA: one GPU per node-local rank
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    from gpulab.emulated.topology import record_topology, topology_metadata
+
+    local = record_topology(comm)["ranks_per_node"]
     threadpool_limits(max(1, (os.cpu_count() or 1) // local))  # ranks sharing a node share cores
 
     text = load_text(args.corpus)
@@ -262,7 +269,8 @@ def train(args, shape) -> int:
                    "first10_mean": head, "last10_mean": tail,
                    "val_loss": float(np.mean(vals)) if vals else None, "steps": args.steps,
                    "wall_s": round(wall, 2), "mesh": list(shape), "checkpoint": str(out),
-                   "overlap": overlap.label(), "device": args.device, "dtype": config.dtype}
+                   "overlap": overlap.label(), "device": args.device, "dtype": config.dtype,
+                   "topology": topology_metadata()}
         if scaler.enabled:
             summary.update(loss_scale=scaler.scale, skipped_steps=scaler.skipped)
         if per_rank[0] is not None:

@@ -80,3 +80,18 @@ def sleep_forever(comm: MPI.Comm) -> None:
         f.write(str(os.getpid()))
     while True:
         time.sleep(1)
+
+
+def two_level_fit(comm: MPI.Comm, sizes: list, time_budget: float = 0.002) -> dict | None:
+    """The cost model fitted by ping-pong on the cluster, and its prediction for every algorithm."""
+    from gpulab.bcast import experiments
+    from gpulab.bcast.model import Machine, predict
+
+    fitted = experiments.fit(comm, sizes, time_budget=time_budget)
+    if comm.rank != 0:
+        return None
+    machine = Machine.from_dict(fitted)
+    nbytes = 4 << 20
+    return {"machine": fitted, "ranks_per_node": machine.ranks_per_node,
+            "intra_beta": machine.intra.regime(nbytes).beta, "inter_beta": machine.inter.regime(nbytes).beta,
+            "predicted_s": {name: predict(name, nbytes, comm.size, machine) for name in sorted(ALGORITHMS)}}
