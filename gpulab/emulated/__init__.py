@@ -35,6 +35,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -125,7 +126,7 @@ class EmulatedCluster:
 
     def __init__(self, nodes: int = 2, ranks_per_node: int | None = None, link: str | None = "1gbit",
                  placement: str = "block", mode: str = "auto", name: str | None = None,
-                 export: bool = True):
+                 export: bool = True, fault_grace: float = 5.0):
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
         if placement not in PLACEMENTS:
@@ -135,7 +136,7 @@ class EmulatedCluster:
         self.nodes, self.ranks_per_node, self.placement = nodes, ranks_per_node, placement
         self.link = parse_link(link)
         self.mode = ("root" if os.geteuid() == 0 else "user") if mode == "auto" else mode
-        self.name, self.export = name, export
+        self.name, self.export, self.fault_grace = name, export, fault_grace
         self.keeper: subprocess.Popen | None = None
         self.state: dict | None = None
         self.state_file: str | None = None
@@ -157,15 +158,19 @@ class EmulatedCluster:
                 os.unlink(state_file)
         else:
             state_file = os.path.join(tmpdir, "state.json")
+        report_fd = None if detached else os.dup(2)  # the keeper reports faults on our stderr
         spec = {"nodes": self.nodes, "rate": self.link, "tmpdir": tmpdir, "detached": detached,
-                "state_file": state_file if self.name else None}
+                "state_file": state_file if self.name else None, "report_fd": report_fd,
+                "fault_grace": self.fault_grace}
         cmd = [sys.executable, "-m", "gpulab.emulated.netns", json.dumps(spec)]
         if self.mode == "user":
             cmd = [tool("unshare"), "--user", "--map-root-user", "--", *cmd]
         env = {**os.environ, "PYTHONPATH": _package_root() + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.keeper = subprocess.Popen(cmd, stdin=subprocess.DEVNULL if detached else subprocess.PIPE,
                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                       start_new_session=True)
+                                       start_new_session=True, pass_fds=() if detached else (report_fd,))
+        if report_fd is not None:
+            os.close(report_fd)
         line = self.keeper.stdout.readline()
         try:
             reply = json.loads(line) if line else {"ok": False, "error": self.keeper.stderr.read().strip()}
@@ -354,6 +359,91 @@ esac
         out = _run(self.on_switch([tool("ip"), "-br", "link", "show", "master", "br0"]))
         return [int(line.split()[0].split("@")[0][1:]) for line in out.splitlines()
                 if line.split() and line.split()[1] != "UP"]
+
+
+    def faults(self) -> list[str]:
+        """What the keeper noticed so far (links down and up, jobs it ended), oldest first."""
+        try:
+            text = Path(self.state["tmpdir"], "faults.log").read_text()
+        except FileNotFoundError:
+            return []
+        return [line.split(" ", 1)[1].replace("gpulab emulated cluster: ", "") for line in text.splitlines()]
+
+    def run(self, n: int, python_args: list[str], *, timeout: float | None = None, env: dict | None = None,
+            cwd=None) -> subprocess.CompletedProcess:
+        """Run ``python *python_args`` on ``n`` ranks; raise :class:`ClusterJobFailed` naming what failed.
+
+        A rank that dies ends the job at once (hydra notices); a link that goes down ends it after
+        ``fault_grace`` seconds (the keeper notices); ``timeout`` bounds everything else.
+        """
+        import threading
+
+        seen = len(self.faults())
+        proc = subprocess.Popen(self.mpiexec_command(n, python_args), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, start_new_session=True)
+        start, done, ranks = time.monotonic(), threading.Event(), {}
+        tracker = threading.Thread(target=self._track_ranks, args=(done, ranks), daemon=True)
+        tracker.start()
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.end_jobs()
+            proc.kill()
+            output, _ = proc.communicate()
+            raise ClusterJobFailed(self._diagnosis(f"timed out after {timeout:.0f} s", n, output, seen,
+                                                   ranks)) from None
+        finally:
+            done.set()
+            tracker.join()
+        if proc.returncode != 0:
+            elapsed = time.monotonic() - start
+            raise ClusterJobFailed(self._diagnosis(f"failed after {elapsed:.1f} s (exit {proc.returncode})", n,
+                                                   output, seen, ranks))
+        return subprocess.CompletedProcess(proc.args, 0, output, None)
+
+    def _track_ranks(self, done, ranks: dict) -> None:
+        """pid -> MPI rank of the processes on the nodes (hydra names a dead process by pid only)."""
+        from gpulab.emulated.netns import pids_inside
+
+        while not done.wait(0.5):
+            for pid in pids_inside(set(self.state["inodes"])):
+                if pid in ranks:
+                    continue
+                try:
+                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                rank = next((v[9:] for v in environ if v.startswith(b"PMI_RANK=")), None)
+                if rank is not None:
+                    ranks[pid] = int(rank)
+
+    def end_jobs(self) -> None:
+        """Kill every process running on the nodes (the cluster stays up)."""
+        from gpulab.emulated.netns import kill_inside
+
+        kill_inside(set(self.state["inodes"]))
+
+    def _diagnosis(self, what: str, n: int, output: str, seen: int, ranks: dict) -> str:
+        nodes_of = self.topology(n)["rank_nodes"]
+        reasons = [f for f in self.faults()[seen:] if "up again" not in f]
+        down = self.links_down()
+        if down and not reasons:
+            reasons.append("links down: " + ", ".join(f"node {k} ({node_address(k)})" for k in down))
+        # hydra: "PID 123 RUNNING AT 10.77.0.2" then "EXIT CODE: 9" (a process killed by signal 9 reads so)
+        for match in re.finditer(r"PID (\d+) RUNNING AT (\S+)\s*\n=\s*(KILLED BY SIGNAL: [^\n=]*|EXIT CODE: \d+)",
+                                 output):
+            pid, host, how = int(match.group(1)), match.group(2), match.group(3).strip()
+            node = self.addresses().index(host) + 1 if host in self.addresses() else "?"
+            rank = ranks.get(pid)
+            who = f"rank {rank}" if rank is not None else "a rank"
+            code = re.match(r"EXIT CODE: (\d+)", how)
+            if code:
+                number = int(code.group(1))
+                how = f"exit code {number}" + (f" (how hydra reports a process killed by signal {number}, "
+                                               f"{signal.Signals(number).name})" if 0 < number < 32 else "")
+            reasons.append(f"{who} (pid {pid}, node {node}, {host}) ended: {how}")
+        summary = "; ".join(dict.fromkeys(reasons)) or "no fault seen by the cluster; see the output"
+        return f"job of {n} ranks on the emulated cluster {what}: {summary}\noutput tail:\n{output[-2000:]}"
 
 
 def _rate_of(qdisc: str) -> str:

@@ -25,11 +25,14 @@ Only the standard library: this runs before anything else is set up.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import json
 import os
 import select
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -142,6 +145,49 @@ def kill_inside(inodes: set[int], exclude: int | None = None, timeout: float = 1
         time.sleep(0.02)
 
 
+SIOCGIFFLAGS, IFF_UP, IFF_RUNNING = 0x8913, 0x1, 0x40
+
+
+def port_up(name: str) -> bool:
+    """Whether a switch port (in this process's namespace) is up with a carrier on its node's end."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            flags = struct.unpack("16sH", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH", name.encode(), 0)))[1]
+        except OSError:
+            return False
+    return bool(flags & IFF_UP) and bool(flags & IFF_RUNNING)
+
+
+class LinkWatch:
+    """Notice links that go down; if one stays down ``grace`` seconds while processes run on the
+    cluster, end them and say why (MPI over TCP would otherwise wait for minutes)."""
+
+    def __init__(self, nodes: int, grace: float, report):
+        self.nodes, self.grace, self.report = nodes, grace, report
+        self.down_since: dict[int, float] = {}
+        self.handled: set[int] = set()
+
+    def check(self, inodes: set[int]) -> None:
+        now = time.monotonic()
+        for k in range(1, self.nodes + 1):
+            if port_up(f"n{k}"):
+                if k in self.down_since:
+                    self.report(f"node {k} ({node_address(k)}): link up again")
+                self.down_since.pop(k, None)
+                self.handled.discard(k)
+                continue
+            if k not in self.down_since:
+                self.down_since[k] = now
+                self.report(f"node {k} ({node_address(k)}): link down")
+            elif k not in self.handled and now - self.down_since[k] >= self.grace:
+                self.handled.add(k)
+                victims = pids_inside(inodes, exclude=os.getpid())
+                if victims:
+                    self.report(f"node {k} ({node_address(k)}): link down for {now - self.down_since[k]:.1f} s; "
+                                f"ending the {len(victims)} processes running on the cluster")
+                    kill_inside(inodes, exclude=os.getpid())
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     tmpdir = spec["tmpdir"]
@@ -162,16 +208,32 @@ def main(argv: list[str]) -> int:
                  "inodes": [os.fstat(fd).st_ino for fd in fds], "switch_inode": switch_inode}
         print(json.dumps(state), flush=True)
         detached = spec.get("detached", False)
+        faults_path = os.path.join(tmpdir, "faults.log")
+        report_fd = spec.get("report_fd")
+
+        def report(message: str) -> None:
+            line = f"gpulab emulated cluster: {message}\n"
+            with open(faults_path, "a") as f:
+                f.write(f"{time.time():.3f} {line}")
+            if report_fd is not None and not detached:
+                try:
+                    os.write(report_fd, line.encode())
+                except OSError:
+                    pass
+
+        watch = LinkWatch(spec["nodes"], spec.get("fault_grace", 5.0), report)
+        node_inodes = {os.fstat(fd).st_ino for fd in fds}
         if detached:  # the creator exits soon: nothing more to say to its pipes
             devnull = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(devnull, fd)
         while not stop["now"]:
+            watch.check(node_inodes)
             if detached:
-                signal.pause()
+                time.sleep(0.25)
                 continue
             try:
-                ready, _, _ = select.select([sys.stdin], [], [], 1.0)
+                ready, _, _ = select.select([sys.stdin], [], [], 0.25)
             except InterruptedError:
                 continue
             if ready and not os.read(sys.stdin.fileno(), 4096):

@@ -95,3 +95,14 @@ def two_level_fit(comm: MPI.Comm, sizes: list, time_budget: float = 0.002) -> di
     return {"machine": fitted, "ranks_per_node": machine.ranks_per_node,
             "intra_beta": machine.intra.regime(nbytes).beta, "inter_beta": machine.inter.regime(nbytes).beta,
             "predicted_s": {name: predict(name, nbytes, comm.size, machine) for name in sorted(ALGORITHMS)}}
+
+
+def bcast_forever(comm: MPI.Comm, nbytes: int, algorithm: str = "chain") -> None:
+    """Broadcast ``nbytes`` again and again (until a fault ends the job); say when running."""
+    buf = np.zeros(nbytes, np.uint8)
+    for i in range(10**9):
+        step(f"bcast {i}")
+        ALGORITHMS[algorithm](buf, 0, comm)
+        if i == 1:
+            with open(os.environ["GPULAB_TEST_READY"] + f".{comm.rank}", "w") as f:
+                f.write(str(os.getpid()))
