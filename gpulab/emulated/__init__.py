@@ -191,6 +191,9 @@ class EmulatedCluster:
 
     def stop(self) -> None:
         """Tear everything down and wait until it is gone."""
+        if getattr(self, "_ipc_stop", None) is not None:
+            self._ipc_stop.set()
+            self._ipc_stop = None
         if self.keeper is not None:  # ours: close the pipe (or signal a detached keeper) and reap it
             if self.keeper.stdin:
                 self.keeper.stdin.close()
@@ -315,18 +318,62 @@ esac
         mpiexec runs inside node 1 (the head node) and reaches the others through the launcher
         script; hosts are given as addresses, so hydra's control traffic stays on the emulated network.
         """
-        from gpulab.launch import find_mpiexec
-
         if n < 1:
             raise ValueError(f"number of ranks must be >= 1, got {n}")
+        return [*self.mpiexec_prefix(), "-n", str(n), *self.mpiexec_args(n),
+                *(program or [sys.executable, *python_args])]
+
+    def mpiexec_prefix(self) -> list[str]:
+        """mpiexec inside the head node, with the launcher script (the part before ``-n N``)."""
+        from gpulab.launch import find_mpiexec
+
+        return self.on_node(1, [find_mpiexec(), "-launcher", "ssh", "-launcher-exec", self.state["launcher"]])
+
+    def mpiexec_args(self, n: int) -> list[str]:
+        """Hosts and environment for ``n`` ranks (the part after ``-n N``)."""
         hosts, _ = _hosts(self.nodes, n, self.ranks_per_node, self.placement)
-        genv = []
+        args = ["-hosts", ",".join(f"{node_address(k)}:{slots}" for k, slots in hosts)]
         for key, value in {**MPI_ENV, ENV_TOPOLOGY: json.dumps(self.topology(n))}.items():
-            genv += ["-genv", key, value]
-        return self.on_node(1, [
-            find_mpiexec(), "-launcher", "ssh", "-launcher-exec", self.state["launcher"],
-            "-hosts", ",".join(f"{node_address(k)}:{slots}" for k, slots in hosts), "-n", str(n), *genv,
-            *(program or [sys.executable, *python_args])])
+            args += ["-genv", key, value]
+        return args
+
+    def ipc_prefix(self) -> str:
+        """A path prefix for unix-socket (ZeroMQ ipc://) endpoints that every node can reach: unix
+        sockets live in the file system, which the namespaces share, so no address is needed."""
+        return os.path.join(self.state["tmpdir"], "ipc")
+
+    def link_ipc_sockets(self) -> list[str]:
+        """ipyparallel 9's controller binds ipc sockets as PREFIX-PORT while engines and clients
+        connect to PREFIX:PORT: give every bound socket its second name (a symlink)."""
+        made = []
+        prefix = Path(self.ipc_prefix())
+        for sock in prefix.parent.glob(prefix.name + "-*"):
+            alias = sock.with_name(prefix.name + ":" + sock.name[len(prefix.name) + 1:])
+            if not alias.is_symlink() and not alias.exists():
+                try:
+                    alias.symlink_to(sock.name)
+                except FileExistsError:
+                    continue
+                made.append(str(alias))
+        return made
+
+    def keep_linking_ipc_sockets(self) -> None:
+        """Run :meth:`link_ipc_sockets` every 0.1 s until the cluster stops (the controller's
+        schedulers bind their sockets after it reports ready, and again after a restart)."""
+        import threading
+
+        if getattr(self, "_ipc_stop", None) is not None:
+            return
+        self._ipc_stop = threading.Event()
+
+        def loop(stop=self._ipc_stop):
+            while not stop.wait(0.1):
+                try:
+                    self.link_ipc_sockets()
+                except OSError:
+                    pass
+
+        threading.Thread(target=loop, daemon=True, name="gpulab-ipc-aliases").start()
 
     # ---- inspection and faults --------------------------------------------------------------------
     def describe(self) -> str:

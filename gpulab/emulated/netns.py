@@ -106,6 +106,11 @@ def build(nodes: int, rate: str | None) -> list[int]:
         _ip("ip", "link", "set", f"n{k}", "up")
         _tbf(f"n{k}", rate)
     os.close(switch_fd)
+    deadline = time.monotonic() + 10  # the kernel reports a new carrier up to a second late
+    while not all(port_up(f"n{k}") for k in range(1, nodes + 1)):
+        if time.monotonic() > deadline:
+            raise RuntimeError("the links did not come up within 10 s")
+        time.sleep(0.02)
     return fds
 
 
