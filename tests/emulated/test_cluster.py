@@ -176,14 +176,14 @@ USER_MODE_SCRIPT = textwrap.dedent("""
         shown = cluster.describe()
         job = subprocess.run(cluster.mpiexec_command(2, ["-c", "from mpi4py import MPI; "
             "print(MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED).size, MPI.COMM_WORLD.allreduce(1))"]),
-            capture_output=True, text=True, timeout=60)
+            capture_output=True, text=True, timeout=150)
         print(json.dumps({"state": cluster.state, "shown": shown, "out": job.stdout, "err": job.stderr[-2000:]}))
 """)
 
 
 def _run_user_mode(prefix: list[str], python: str, env: dict, cwd) -> None:
     done = subprocess.run([*prefix, python, "-c", USER_MODE_SCRIPT], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+                          text=True, timeout=170)
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.splitlines()[-1])
     assert result["state"]["mode"] == "user" and "rate 100Mbit" in result["shown"], result["shown"]
