@@ -58,6 +58,10 @@ class ClusterUnavailable(RuntimeError):
     """This machine cannot host an emulated cluster (the message says why and what would help)."""
 
 
+class ClusterNameTaken(ClusterUnavailable):
+    """A cluster of that name is already up."""
+
+
 class ClusterJobFailed(RuntimeError):
     """A job on the emulated cluster failed or timed out; the message names what failed."""
 
@@ -136,6 +140,7 @@ class EmulatedCluster:
         self.nodes, self.ranks_per_node, self.placement = nodes, ranks_per_node, placement
         self.link = parse_link(link)
         self.mode = ("root" if os.geteuid() == 0 else "user") if mode == "auto" else mode
+        self._fallback = mode == "auto" and self.mode == "root"  # root refused (a container?): try user
         self.name, self.export, self.fault_grace = name, export, fault_grace
         self.keeper: subprocess.Popen | None = None
         self.state: dict | None = None
@@ -144,6 +149,19 @@ class EmulatedCluster:
 
     # ---- life cycle -------------------------------------------------------------------------
     def start(self, detached: bool = False) -> "EmulatedCluster":
+        """Bring the cluster up (``detached``: it stays up after this process, see ``gpulab cluster``)."""
+        try:
+            return self._start(detached)
+        except ClusterUnavailable as as_root:
+            if not self._fallback or isinstance(as_root, ClusterNameTaken):
+                raise
+            self.mode, self._fallback = "user", False
+            try:
+                return self._start(detached)
+            except ClusterUnavailable as as_user:
+                raise ClusterUnavailable(f"{as_root}\n{as_user}") from None
+
+    def _start(self, detached: bool) -> "EmulatedCluster":
         check_tools()
         tmpdir = tempfile.mkdtemp(prefix="gpulab-cluster-")
         if self.name:
@@ -153,7 +171,7 @@ class EmulatedCluster:
                 other = EmulatedCluster.attach(state_file)
                 if other.alive():
                     shutil.rmtree(tmpdir)
-                    raise ClusterUnavailable(f"a cluster named {self.name!r} is already up (gpulab cluster down "
+                    raise ClusterNameTaken(f"a cluster named {self.name!r} is already up (gpulab cluster down "
                                              f"{self.name})")
                 os.unlink(state_file)
         else:

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 
 import pytest
 
 
-def require_cluster() -> None:
-    """Skip (or, under CI, fail) where no emulated cluster can be set up, with the reason."""
+@functools.lru_cache(maxsize=None)
+def _why_no_cluster() -> str | None:
     from gpulab.emulated import ClusterUnavailable, EmulatedCluster
 
     try:
         with EmulatedCluster(nodes=1, link=None, export=False):
-            pass
+            return None
     except ClusterUnavailable as e:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"CI must run the emulated-cluster tests: {e}")
-        pytest.skip(str(e))
+        return str(e)
+
+
+def require_cluster() -> None:
+    """Skip (or, under CI, fail) where no emulated cluster can be set up, with the reason."""
+    reason = _why_no_cluster()
+    if reason is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI must run the emulated-cluster tests: {reason}")
+    pytest.skip(reason)
 
 
 def _state(pid: str) -> str:
