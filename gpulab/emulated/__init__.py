@@ -173,7 +173,8 @@ class EmulatedCluster:
                     shutil.rmtree(tmpdir)
                     raise ClusterNameTaken(f"a cluster named {self.name!r} is already up (gpulab cluster down "
                                              f"{self.name})")
-                os.unlink(state_file)
+                os.unlink(state_file)  # its keeper was killed: clear what it could not
+                shutil.rmtree(other.state["tmpdir"], ignore_errors=True)
         else:
             state_file = os.path.join(tmpdir, "state.json")
         report_fd = None if detached else os.dup(2)  # the keeper reports faults on our stderr
@@ -343,9 +344,7 @@ esac
 
     def mpiexec_prefix(self) -> list[str]:
         """mpiexec inside the head node, with the launcher script (the part before ``-n N``)."""
-        from gpulab.launch import find_mpiexec
-
-        return self.on_node(1, [find_mpiexec(), "-launcher", "ssh", "-launcher-exec", self.state["launcher"]])
+        return self.on_node(1, [hydra_mpiexec(), "-launcher", "ssh", "-launcher-exec", self.state["launcher"]])
 
     def mpiexec_args(self, n: int) -> list[str]:
         """Hosts and environment for ``n`` ranks (the part after ``-n N``)."""
@@ -522,6 +521,16 @@ def _run(argv: list[str]) -> str:
 
 def _package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
+
+
+def hydra_mpiexec() -> str:
+    """MPICH's hydra mpiexec (the ``mpich`` wheel's, beside this Python, else on PATH): the emulated
+    cluster needs its launcher options, so $GPULAB_MPIEXEC (a site's srun, say) does not apply."""
+    beside_python = Path(sys.executable).parent / "mpiexec"
+    found = str(beside_python) if beside_python.exists() else shutil.which("mpiexec")
+    if found is None:
+        raise ClusterUnavailable("the emulated cluster launches with MPICH's mpiexec (pip install mpich)")
+    return found
 
 
 def check_tools() -> None:
