@@ -90,7 +90,8 @@ def measure(nodes: int, ranks: int, placement: str, link: str, sizes: str, algor
 def table(runs: list[dict]) -> str:
     from gpulab.bench import format_size
 
-    lines = ["| placement | algorithm | size | measured max over ranks (ms) | predicted (ms) | one link transfer (ms) |",
+    lines = ["| placement | algorithm | size | measured max over ranks (ms) | predicted (ms) "
+             "| one link transfer (ms) |",
              "|---|---|---|---|---|---|"]
     for run in runs:
         rate = run["topology"]["link_bytes_per_s"]

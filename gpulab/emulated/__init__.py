@@ -537,7 +537,7 @@ def check_tools() -> None:
     missing = [name for name in ("ip", "tc", "nsenter", "unshare") if tool(name) is None]
     if missing:
         raise ClusterUnavailable(f"an emulated cluster needs {', '.join(missing)} (Debian/Ubuntu: apt-get install "
-                                 f"iproute2 util-linux); running on the single machine instead")
+                                 f"iproute2 util-linux)")
 
 
 def _explain(mode: str, error: str) -> str:

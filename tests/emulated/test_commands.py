@@ -134,3 +134,20 @@ def test_a_killed_keeper_leaves_nothing_and_the_name_can_be_reused():
     # (namespace inode numbers are reused: the old cluster's may now belong to the new one)
     assert gpulab("cluster", "down", name).returncode == 0
     assert leftovers(new_state) == []
+
+
+def test_where_no_cluster_can_be_made_commands_say_why_and_run_on_one_machine(monkeypatch, capsys):
+    import argparse
+
+    from gpulab.emulated.topology import topology_context
+
+    monkeypatch.setattr("gpulab.emulated.tool", lambda name: None)
+    monkeypatch.delenv("PMI_RANK", raising=False)
+    args = argparse.Namespace(nodes=2, link="1gbit", placement="block")
+    with topology_context(args) as cluster:
+        assert cluster is None
+        from gpulab.launch import mpiexec_command
+
+        assert "nsenter" not in " ".join(mpiexec_command(2, ["-c", "pass"]))
+    err = capsys.readouterr().err
+    assert "an emulated cluster needs ip, tc, nsenter, unshare" in err and "single machine instead" in err
