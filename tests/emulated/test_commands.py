@@ -120,19 +120,22 @@ def test_a_killed_keeper_leaves_nothing_and_the_name_can_be_reused():
 
     name = f"stale{os.getpid()}"
     assert gpulab("cluster", "up", "--name", name, "--nodes", "2", "--link", "unlimited").returncode == 0
-    state = EmulatedCluster.attach(name).state
-    os.kill(state["pid"], signal.SIGKILL)  # the keeper, not its creator (which has exited)
-    deadline = time.monotonic() + 10
-    while any("process" in item for item in leftovers(state)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert [item for item in leftovers(state) if "temporary directory" not in item] == []
-    assert "not up (stale state file)" in gpulab("cluster", "show", name).stdout
-    again = gpulab("cluster", "up", "--name", name, "--nodes", "2", "--link", "unlimited")
-    assert again.returncode == 0, again.stderr
-    new_state = EmulatedCluster.attach(name).state
-    assert not os.path.exists(state["tmpdir"])  # the new 'up' cleared the killed keeper's directory
-    # (namespace inode numbers are reused: the old cluster's may now belong to the new one)
-    assert gpulab("cluster", "down", name).returncode == 0
+    try:
+        state = EmulatedCluster.attach(name).state
+        os.kill(state["pid"], signal.SIGKILL)  # the keeper, not its creator (which has exited)
+        deadline = time.monotonic() + 10
+        while any("process" in item for item in leftovers(state)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert [item for item in leftovers(state) if "temporary directory" not in item] == []
+        assert "not up (stale state file)" in gpulab("cluster", "show", name).stdout
+        again = gpulab("cluster", "up", "--name", name, "--nodes", "2", "--link", "unlimited")
+        assert again.returncode == 0, again.stderr
+        new_state = EmulatedCluster.attach(name).state
+        assert not os.path.exists(state["tmpdir"])  # the new 'up' cleared the killed keeper's directory
+        # (namespace inode numbers are reused: the old cluster's may now belong to the new one)
+    finally:
+        down = gpulab("cluster", "down", name)
+    assert down.returncode == 0, down.stderr
     assert leftovers(new_state) == []
 
 
