@@ -212,8 +212,12 @@ def open_tmp():
 
 def test_unprivileged_user(open_tmp):
     """As user nobody (no capabilities at all), where the kernel allows unprivileged user namespaces."""
+    import shutil
+
     if os.geteuid() != 0:
         pytest.skip("already unprivileged: test_user_namespace_mode covers it")
+    if shutil.which("setpriv") is None:
+        pytest.fail("setpriv (util-linux) is needed to run as user nobody")
     if subprocess.run([*NOBODY, "unshare", "-r", "-n", "true"], capture_output=True).returncode != 0:
         reason = "this kernel does not let an unprivileged user create user and network namespaces"
         if os.environ.get("CI") == "true":
