@@ -445,8 +445,8 @@ esac
         seen = len(self.faults())
         proc = subprocess.Popen(self.mpiexec_command(n, python_args), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, start_new_session=True)
-        start, done, ranks = time.monotonic(), threading.Event(), {}
-        tracker = threading.Thread(target=self._track_ranks, args=(done, ranks), daemon=True)
+        start, done, ranks, exits = time.monotonic(), threading.Event(), {}, {"order": [], "complete": False}
+        tracker = threading.Thread(target=self._track_ranks, args=(done, ranks, exits, n), daemon=True)
         tracker.start()
         try:
             output, _ = proc.communicate(timeout=timeout)
@@ -455,39 +455,57 @@ esac
             proc.kill()
             output, _ = proc.communicate()
             raise ClusterJobFailed(self._diagnosis(f"timed out after {timeout:.0f} s", n, output, seen,
-                                                   ranks)) from None
+                                                   ranks, exits)) from None
         finally:
             done.set()
             tracker.join()
         if proc.returncode != 0:
             elapsed = time.monotonic() - start
             raise ClusterJobFailed(self._diagnosis(f"failed after {elapsed:.1f} s (exit {proc.returncode})", n,
-                                                   output, seen, ranks))
+                                                   output, seen, ranks, exits))
         return subprocess.CompletedProcess(proc.args, 0, output, None)
 
-    def _track_ranks(self, done, ranks: dict) -> None:
-        """pid -> MPI rank of the processes on the nodes (hydra names a dead process by pid only)."""
+    def _track_ranks(self, done, ranks: dict, exits: dict, n: int) -> None:
+        """pid -> MPI rank of the processes on the nodes (hydra names a dead process by pid only), and
+        the order in which ranks end (``exits["order"]``: (pid, time)). When one rank is killed its
+        peers may crash on the broken connection, and hydra reports whichever death it saw first; on a
+        busy machine even the order of the exits can put a crashing peer first, so all are listed."""
+        import select as select_module
+
         from gpulab.emulated.netns import pids_inside
 
-        while not done.wait(0.5):
-            for pid in pids_inside(set(self.state["inodes"])):
-                if pid in ranks:
-                    continue
-                try:
-                    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                rank = next((v[9:] for v in environ if v.startswith(b"PMI_RANK=")), None)
-                if rank is not None:
-                    ranks[pid] = int(rank)
+        pidfds: dict[int, int] = {}  # pidfd -> pid
+        try:
+            while not done.is_set():
+                for pid in pids_inside(set(self.state["inodes"])) if len(ranks) < n else []:
+                    if pid in ranks:
+                        continue
+                    try:
+                        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+                    except OSError:
+                        continue
+                    rank = next((v[9:] for v in environ if v.startswith(b"PMI_RANK=")), None)
+                    if rank is not None:
+                        ranks[pid] = int(rank)
+                        try:
+                            pidfds[os.pidfd_open(pid)] = pid
+                        except (OSError, AttributeError):  # gone already, or no pidfd (Linux < 5.3)
+                            pass
+                if len(pidfds) == n and not exits["order"]:
+                    exits["complete"] = True  # every rank watched before any ended: the order is known
+                # wait for rank exits (in order), looking for new ranks every 0.05 s until all are found
+                wait = 0.05 if len(ranks) < n else 0.2
+                ready, _, _ = select_module.select(list(pidfds), [], [], wait) if pidfds else ([], [], [])
+                if not pidfds:
+                    done.wait(wait)
+                for fd in ready:
+                    exits["order"].append((pidfds.pop(fd), time.monotonic()))
+                    os.close(fd)
+        finally:
+            for fd in pidfds:
+                os.close(fd)
 
-    def end_jobs(self) -> None:
-        """Kill every process running on the nodes (the cluster stays up)."""
-        from gpulab.emulated.netns import kill_inside
-
-        kill_inside(set(self.state["inodes"]))
-
-    def _diagnosis(self, what: str, n: int, output: str, seen: int, ranks: dict) -> str:
+    def _diagnosis(self, what: str, n: int, output: str, seen: int, ranks: dict, exits: dict) -> str:
         nodes_of = self.topology(n)["rank_nodes"]
         reasons = [f for f in self.faults()[seen:] if "up again" not in f]
         down = self.links_down()
@@ -506,6 +524,12 @@ esac
                 how = f"exit code {number}" + (f" (how hydra reports a process killed by signal {number}, "
                                                f"{signal.Signals(number).name})" if 0 < number < 32 else "")
             reasons.append(f"{who} (pid {pid}, node {node}, {host}) ended: {how}")
+        ended = exits["order"]
+        if ended and exits["complete"] and not any("link down" in r for r in reasons):
+            t0 = ended[0][1]
+            listed = [f"rank {ranks[pid]} (pid {pid}, node {nodes_of[ranks[pid]]}, "
+                      f"{node_address(nodes_of[ranks[pid]])}) at +{t - t0:.3f} s" for pid, t in ended[:8]]
+            reasons.insert(0, "ranks in the order they ended: " + ", ".join(listed))
         summary = "; ".join(dict.fromkeys(reasons)) or "no fault seen by the cluster; see the output"
         return f"job of {n} ranks on the emulated cluster {what}: {summary}\noutput tail:\n{output[-2000:]}"
 

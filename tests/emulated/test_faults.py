@@ -68,6 +68,7 @@ def test_a_killed_rank_ends_the_job_naming_the_rank(tmp_path):
         killed = {}
 
         def kill_rank_1(pids):
+            time.sleep(0.5)  # the cluster has found every rank by now (it checks every 0.05 s)
             killed["t"] = time.monotonic()
             os.kill(pids[1], signal.SIGKILL)
 
@@ -76,6 +77,9 @@ def test_a_killed_rank_ends_the_job_naming_the_rank(tmp_path):
             _run_broadcasts(cluster, ready, tmp_path, 1 << 20)
         ended_after = time.monotonic() - killed["t"]
     message = str(failure.value)
-    assert "rank 1 (pid" in message and "node 2, 10.77.0.2) ended" in message and "SIGKILL" in message, message
+    # hydra reports the first death it sees (sometimes a peer crashing on the broken connection);
+    # the cluster lists the ranks in the order they ended, the killed one among the first
+    assert "ranks in the order they ended: " in message, message
+    assert "rank 1 (pid" in message and "node 2, 10.77.0.2)" in message, message
     assert ended_after < 15, ended_after
     assert leftovers(state) == []
