@@ -44,9 +44,18 @@ def find_mpiexec() -> str:
 
 
 def mpiexec_command(n: int, python_args: list[str]) -> list[str]:
-    """The argv that starts ``python *python_args`` on ``n`` ranks."""
+    """The argv that starts ``python *python_args`` on ``n`` ranks.
+
+    Inside ``with EmulatedCluster(...)`` (or with $GPULAB_CLUSTER set) the ranks go to the
+    emulated nodes instead (see gpulab.emulated).
+    """
     if n < 1:
         raise ValueError(f"number of ranks must be >= 1, got {n}")
+    from gpulab.emulated import active_cluster  # standard library only; starts nothing
+
+    cluster = active_cluster()
+    if cluster is not None:
+        return cluster.mpiexec_command(n, python_args)
     launcher = shlex.split(find_mpiexec())
     extra = shlex.split(os.environ.get("GPULAB_MPIEXEC_ARGS", ""))
     return [*launcher, "-n", str(n), *extra, sys.executable, *python_args]

@@ -97,7 +97,16 @@ def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_bud
 def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library") -> dict | None:
     samples = pingpong(comm, sizes or SIZES, ranks_per_node=ranks_per_node, time_budget=time_budget)
     call = comm.bcast(call_overhead() if comm.rank == 0 else None, root=0)  # measured alone, no messages
+    networked = False
+    if ranks_per_node is None:  # real (or emulated) nodes, as Split_type finds them: two levels to fit
+        from gpulab.bcast.hierarchical import node_of_rank
+
+        node = node_of_rank(comm, None)
+        if len(set(node)) > 1:
+            ranks_per_node, networked = max(node.count(n) for n in set(node)), True
     machine = fit_machine(samples, p=comm.size, ranks_per_node=ranks_per_node, switch=switch, call=call)
+    if networked:  # nodes with a network between them: the link, not the shared cores, paces 'inter'
+        machine.notes["nodes_from"] = "split_type"
     return machine.to_dict() if comm.rank == 0 else None
 
 

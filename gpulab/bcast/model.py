@@ -156,6 +156,8 @@ def _flat(algorithm: str, nbytes: float, p: int, link: Link, machine: Machine, o
     plan = schedule(algorithm, nbytes, p, link.serial, options.get("chunk_bytes"), options.get("radix") or 4)
     ranks = ranks or p
     slow = stretch(machine, ranks)
+    if link is machine.inter and machine.notes.get("nodes_from") == "split_type":
+        slow = 1.0  # between nodes found by Split_type a network link sets the pace, not the shared cores
     lat, bw = _sum(plan.path, link, overhead, slow)
     result = Prediction(lat + bw, lat, bw, "path")
     if machine.cores is not None and ranks > machine.cores:

@@ -1,4 +1,4 @@
-"""The gpulab command line: gpulab bench|train|tune|model ...
+"""The gpulab command line: gpulab bench|cluster|train|tune|model ...
 
 Every command lives in a module of this folder that defines
 ``add_parser(subparsers)``; the parser it adds sets ``func`` (called with the
@@ -15,6 +15,7 @@ import importlib
 # command name -> module that implements it
 COMMANDS = {
     "bench": "gpulab.cli.bench",
+    "cluster": "gpulab.cli.cluster",
     "model": "gpulab.cli.model",
     "train": "gpulab.cli.train",
     "tune": "gpulab.cli.tune",

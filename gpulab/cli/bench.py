@@ -24,6 +24,7 @@ from gpulab.bcast.sizes import format_size
 from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
                                radix, size, sizes)
 from gpulab.cli.records import metadata
+from gpulab.emulated.topology import add_topology_args, record_topology, topology_context
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
 from gpulab.engine.parallel.overlap import PROGRESS, Overlap
 from gpulab.engine.perf.timing import bench_config, measure
@@ -56,6 +57,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--csv", dest="csv_path", type=output_path, help="write the records as CSV")
     p.add_argument("--plot", dest="plot_path", type=output_path, help="save time and busbw against size (PNG/SVG/PDF)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_topology_args(p)
     p.set_defaults(func=run)
     _add_engine(what)
 
@@ -70,7 +72,8 @@ def run(args) -> int:
         if args.root >= args.ranks:
             raise SystemExit(f"gpulab bench bcast: error: --root {args.root} is not a rank of -n {args.ranks} "
                              f"(0..{args.ranks - 1})")
-        return relaunch(args.ranks, sys.argv[1:])
+        with topology_context(args):
+            return relaunch(args.ranks, sys.argv[1:])
     return _measure(args)
 
 
@@ -78,6 +81,7 @@ def _measure(args) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    record_topology(comm)
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
     if args.device == "cupy" or "nccl" in algorithms:
         pin_gpu(comm)  # one GPU per rank by node-local rank, before CuPy starts

@@ -7,9 +7,11 @@ import os
 import platform
 import sys
 
+from gpulab.emulated.topology import topology_metadata
+
 
 def metadata(ranks: int) -> dict:
-    """Date, command line (without the internal ``--inner-out``), ranks, host, CPU and cores, Python, MPI.
+    """Date, command line (without the internal ``--inner-out``), ranks, host, CPU and cores, Python, MPI, topology.
 
     Call it inside the MPI job (it asks the MPI library for its version).
     """
@@ -20,4 +22,4 @@ def metadata(ranks: int) -> dict:
                                             and "gpulab-tune-" not in a),
             "ranks": ranks, "host": platform.node(), "cpu": platform.processor() or platform.machine(),
             "cores": len(os.sched_getaffinity(0)), "python": platform.python_version(),
-            "mpi": " ".join(MPI.Get_library_version().split()[:3])}
+            "mpi": " ".join(MPI.Get_library_version().split()[:3]), **topology_metadata()}

@@ -17,6 +17,7 @@ from gpulab.backend import DEVICES
 from gpulab.engine.parallel.overlap import PROGRESS
 from gpulab.engine.training.loop import train
 from gpulab.cli.checks import nonnegative_float, nonnegative_int, output_path, positive_float, positive_int
+from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine.training import checkpoint
 from gpulab.launch import inside_mpi_job, relaunch, run_on_ranks
 
@@ -67,6 +68,7 @@ def add_parser(subparsers) -> None:
                                    description=__doc__.splitlines()[0])
     for flags, kwargs in _OPTIONS:
         parser.add_argument(*flags, **kwargs)
+    add_topology_args(parser)  # --nodes/--link/--placement: an emulated cluster for the launch
     parser.set_defaults(func=main)
 
 
@@ -102,7 +104,8 @@ def main(args) -> int:
     resolve_model(args)
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress_mode == "mpich" else {}
-        return relaunch(n, ["train", *_argv(args)], env=env)
+        with topology_context(args):
+            return relaunch(n, ["train", *_argv(args)], env=env)
     return run_on_ranks(train, args, shape)
 
 

@@ -24,6 +24,7 @@ from gpulab.bcast.fit import MPICH_SINGLE_COPY, fit_machine
 from gpulab.cli.checks import typed, nonnegative_float, output_path, positive_int
 from gpulab.cli.checks import sizes as size_list
 from gpulab.cli.tune_jobs import inner, outer
+from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.launch import inside_mpi_job, relaunch
 
 def _ranks(text: str) -> list[int]:
@@ -68,6 +69,7 @@ def add_parser(subparsers) -> None:
         p.add_argument("--plot", dest="plot_path", type=output_path, help="save a plot (PNG/SVG/PDF)")
         p.add_argument("--quiet", action="store_true", help="no progress output")
         p.add_argument("--inner-out", help=argparse.SUPPRESS)
+        add_topology_args(p)
         if name in ("fit", "bcast", "accuracy"):
             p.add_argument("--ranks-per-node", type=positive_int, default=None if name != "accuracy" else 2,
                            help="emulated node size (fit: pairs inside vs across; accuracy: for hierarchical)")
@@ -115,6 +117,11 @@ def run(args) -> int:
         return outer(args, _reanalysed(args.reanalyse))
     if inside_mpi_job():
         return inner(args)
+    with topology_context(args):
+        return _launch_each(args)
+
+
+def _launch_each(args) -> int:
     results = {}
     for p in args.ranks:
         with tempfile.TemporaryDirectory(prefix="gpulab-tune-") as tmp:

@@ -15,6 +15,7 @@ import sys
 from gpulab.bcast import experiments, report
 from gpulab.bcast.sizes import format_size
 from gpulab.cli.records import metadata
+from gpulab.emulated.topology import record_topology
 from gpulab.workloads.startup import broadcast_model
 from gpulab.workloads.startup import report as workload_report
 
@@ -33,6 +34,7 @@ def inner(args) -> int:
     from mpi4py import MPI
 
     comm = MPI.COMM_WORLD
+    record_topology(comm)
     meta = {**metadata(comm.size), "load_before": os.getloadavg()} if comm.rank == 0 else None
     progress = _progress(comm, args)
     algorithms = args.algorithms.split(",") if getattr(args, "algorithms", None) else None

@@ -53,9 +53,10 @@ class Engines:
     ``placement[rank]`` says where each rank runs: host, pid, local_rank, local_size, gpu.
     """
 
-    def __init__(self, n: int, make_cluster, launcher: str, cell_timeout: float | None = 300):
+    def __init__(self, n: int, make_cluster, launcher: str, cell_timeout: float | None = 300, emulated=None):
         self.n, self._make_cluster, self.launcher = n, make_cluster, launcher
         self.cell_timeout = cell_timeout
+        self.emulated = emulated  # gpulab.emulated.EmulatedCluster the engines run on, or None
         self.cluster = self.client = self.view = self._reaper = None
         self.placement: list[dict] = []
         self._start()
@@ -63,6 +64,8 @@ class Engines:
     def _start(self, timeout: float = 120):
         self.cluster, self.placement = self._make_cluster(), []
         try:
+            if self.emulated is not None:  # ipc endpoints need a second name (see link_ipc_sockets)
+                self.emulated.keep_linking_ipc_sockets()
             self.cluster.start_cluster_sync(n=self.n)
             self._reaper = start_reaper(self.cluster)  # stops all of this if our process dies
             self.client = self.cluster.connect_client_sync()
@@ -150,11 +153,12 @@ class Engines:
         """Stop everything (a hung MPI call cannot be interrupted) and start a fresh cluster of the same size."""
         # hung engines ignore SIGTERM for seconds: do not wait for those on this host
         kill_trees(self._local_pids())
-        self.stop()
+        self.stop(keep_network=True)
         self._start()
 
-    def stop(self):
-        """Stop engines and controller, then kill whatever mpiexec left behind. Safe to call twice."""
+    def stop(self, keep_network: bool = False):
+        """Stop engines and controller, then kill whatever mpiexec left behind (and take the emulated
+        cluster down unless ``keep_network``). Safe to call twice."""
         if self.client is not None:
             self.client.close()
         if self.cluster is not None:
@@ -170,6 +174,9 @@ class Engines:
                     except subprocess.TimeoutExpired:
                         self._reaper.kill()
         self.cluster = self.client = self.view = self._reaper = None
+        if self.emulated is not None and not keep_network:
+            self.emulated.stop()
+            self.emulated = None
 
     def __enter__(self):
         return self
@@ -196,9 +203,18 @@ def _ename(err) -> str | None:
     return None if err is None else getattr(err, "ename", type(err).__name__)
 
 
-def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = None,
+def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = None, emulated=None,
                    **slurm) -> tuple[str, Config, str, str]:
     """(engine launcher name, ipyparallel config, controller ip, controller location) for start_engines."""
+    if emulated is not None:
+        # engines on the emulated nodes; the controller and the client stay in this namespace and
+        # all of them talk over unix sockets (ZeroMQ ipc://), which every namespace reaches
+        config = Config()
+        config.MPIEngineSetLauncher.mpi_cmd = emulated.mpiexec_prefix()
+        config.MPIEngineSetLauncher.mpi_args = emulated.mpiexec_args(n)
+        config.MPIEngineSetLauncher.environment = dict(THREAD_LIMITS)
+        config.Cluster.controller_args = ["--transport=ipc"]
+        return "mpi", config, emulated.ipc_prefix(), ""
     if launcher == "local":
         config = Config()
         # the same launcher as gpulab's MPI jobs: GPULAB_MPIEXEC may carry flags ("srun --mpi=pmix")
@@ -216,7 +232,8 @@ def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = 
 def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | None = None,
                   profile: str = PROFILE, partition: str = "", account: str = "", gpus_per_node: int = 4,
                   ranks_per_node: int | None = None, time: str = "00:30:00",
-                  slurm_template: str = SLURM_TEMPLATE, cell_timeout: float | None = 300) -> Engines:
+                  slurm_template: str = SLURM_TEMPLATE, cell_timeout: float | None = 300,
+                  nodes: int | None = None, link: str | None = "1gbit", placement: str = "block") -> Engines:
     """Start a controller and n MPI engines; return the connected ``Engines`` handle.
 
     launcher="local": ``mpiexec -n n`` on this machine (the mpiexec beside this
@@ -226,13 +243,28 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
     ("*" = all interfaces, the default for Slurm, whose engines run elsewhere).
     A %%px cell running longer than cell_timeout s ends the engines with its
     stack shown in the notebook (None: no limit); ``Engines.run`` has its own timeout.
+    nodes=N (launcher="local"): the engines run on an emulated cluster of N nodes joined by
+    ``link`` ("1gbit", "10gbit", "unlimited"), ranks placed "block" or "round-robin" (see
+    gpulab.emulated); ``engines.emulated`` is that cluster, taken down by ``engines.stop()``.
     """
     slurm = {} if launcher != "slurm" else dict(
         partition=partition, account=account, gpus_per_node=gpus_per_node,
         ranks_per_node=ranks_per_node, time=time, template=slurm_template)
-    engines, config, ip, location = cluster_config(n, launcher, controller_ip, **slurm)
-    profile_dir = ipp.Cluster(profile=profile, load_profile=False).profile_dir
-    stop_stale_clusters(profile_dir)
+    emulated = None
+    if nodes:
+        if launcher != "local":
+            raise ValueError("nodes= emulates a cluster on this machine: it needs launcher='local'")
+        from gpulab.emulated import EmulatedCluster
+
+        emulated = EmulatedCluster(nodes=nodes, link=link, placement=placement, export=False).start()
+    try:
+        engines, config, ip, location = cluster_config(n, launcher, controller_ip, emulated, **slurm)
+        profile_dir = ipp.Cluster(profile=profile, load_profile=False).profile_dir
+        stop_stale_clusters(profile_dir)
+    except BaseException:
+        if emulated is not None:
+            emulated.stop()
+        raise
 
     def make_cluster():
         # the owner pid in the id lets a later start find clusters of killed kernels
@@ -241,4 +273,9 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
                            controller_ip=ip, controller_location=location, config=config,
                            log_level=40, load_profile=False)  # our errors say more than its logs
 
-    return Engines(n, make_cluster, launcher, cell_timeout)
+    try:
+        return Engines(n, make_cluster, launcher, cell_timeout, emulated)
+    except BaseException:  # Engines stopped its own part; the network is ours to take down
+        if emulated is not None:
+            emulated.stop()
+        raise

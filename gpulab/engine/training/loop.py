@@ -39,6 +39,7 @@ from gpulab.engine.perf.flops import model_flops
 from gpulab.engine.perf.timing import alone, peak_matmul
 from gpulab.engine.training import checkpoint
 from gpulab.engine.training.optim import AdamW, LossScaler, train_step
+from gpulab.emulated.topology import record_topology, topology_metadata
 from gpulab.launch import pin_gpu
 
 WARMUP_STEPS = 3  # steps left out of the timeline summary (caches, thread pools, first allocations)
@@ -97,7 +98,7 @@ def train(args, shape) -> int:
     rank0 = comm.rank == 0
     if args.device == "cupy":
         pin_gpu(comm)  # before CuPy starts CUDA: one GPU per node-local rank
-    local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    local = record_topology(comm)["ranks_per_node"]
     threadpool_limits(max(1, (os.cpu_count() or 1) // local))  # ranks sharing a node share cores
 
     text = load_text(args.corpus)
@@ -204,7 +205,8 @@ def train(args, shape) -> int:
                    "first10_mean": head, "last10_mean": tail,
                    "val_loss": float(np.mean(vals)) if vals else None, "steps": args.steps,
                    "wall_s": round(wall, 2), "mesh": list(shape), "checkpoint": str(out),
-                   "overlap": overlap.label(), "device": args.device, "dtype": config.dtype}
+                   "overlap": overlap.label(), "device": args.device, "dtype": config.dtype,
+                   "topology": topology_metadata()}
         if scaler.enabled:
             summary.update(loss_scale=scaler.scale, skipped_steps=scaler.skipped)
         if per_rank[0] is not None:
