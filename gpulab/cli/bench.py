@@ -22,7 +22,7 @@ from gpulab.bcast.drawings import sweep_figure
 from gpulab.bcast.measure import sweep
 from gpulab.bcast.sizes import format_size
 from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
-                               radix, size, sizes)
+                               radix, size, sizes, usage_error)
 from gpulab.cli.records import metadata
 from gpulab.emulated.topology import add_topology_args, record_topology, topology_context
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
@@ -66,12 +66,12 @@ def run(args) -> int:
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
     unknown = [a for a in algorithms if a not in ALGORITHMS and a != "nccl"]
     if unknown:
-        raise SystemExit(f"gpulab bench bcast: error: unknown algorithm(s) {unknown}; valid: "
-                         f"{sorted(ALGORITHMS) + ['nccl']}")
+        usage_error(f"gpulab bench bcast: error: unknown algorithm(s) {unknown}; valid: "
+                    f"{sorted(ALGORITHMS) + ['nccl']}")
     if not inside_mpi_job():
         if args.root >= args.ranks:
-            raise SystemExit(f"gpulab bench bcast: error: --root {args.root} is not a rank of -n {args.ranks} "
-                             f"(0..{args.ranks - 1})")
+            usage_error(f"gpulab bench bcast: error: --root {args.root} is not a rank of -n {args.ranks} "
+                        f"(0..{args.ranks - 1})")
         with topology_context(args):
             return relaunch(args.ranks, sys.argv[1:])
     return _measure(args)

@@ -24,6 +24,12 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+def usage_error(message: str):
+    """Refuse the command line as the parser does: one line on stderr, exit status 2."""
+    print(message, file=sys.stderr)
+    sys.exit(2)
+
+
 def typed(convert, what: str):
     def check(text):
         try:
