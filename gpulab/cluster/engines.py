@@ -91,7 +91,7 @@ class Engines:
             ended = self._job_ended()
             if ended:
                 raise EngineDied(f"{ended} before all {self.n} engines connected "
-                                 f"({len(self.client.ids)} did){self._logs()}")
+                                 f"({len(self.client.ids)} did){self._logs()}{self._job_output()}")
             if time.monotonic() > deadline:
                 queued = f" (Slurm job {self.job_id}: {self._job_state() or 'gone'})" if self.job_id else ""
                 raise EngineTimeout(f"only {len(self.client.ids)} of {self.n} engines connected within "
@@ -134,6 +134,15 @@ class Engines:
         if state in ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "UNKNOWN"):
             return ""
         return f"the Slurm job {self.job_id} of the engines ended ({state or 'no longer in the queue'})"
+
+    def _job_output(self, lines: int = 15) -> str:
+        """The end of the engines' job output (Slurm's errors, the engines' tracebacks)."""
+        path = getattr(getattr(self.cluster, "engine_set", None), "output_file", "")
+        try:
+            tail = Path(path).read_text(errors="replace").splitlines()[-lines:] if path else []
+        except OSError:
+            return ""
+        return f"\nend of the job's output ({path}):\n" + "\n".join(tail) if tail else ""
 
     @property
     def dump_dir(self) -> Path:

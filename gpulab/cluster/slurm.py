@@ -15,6 +15,7 @@ SLURM_TEMPLATE for your site (modules, constraints, QoS) and pass it as
 from __future__ import annotations
 
 import math
+import os
 import re
 
 from traitlets.config import Config
@@ -60,9 +61,23 @@ def slurm_script(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> str:
     return _drop_empty_directives(template.format(**ns))
 
 
+def submit_command(environ=None) -> list[str]:
+    """sbatch, without the Slurm variables of an enclosing job (a JupyterLab that is itself a Slurm job).
+
+    A job exports its settings to its processes (SLURM_EXPORT_ENV, SLURM_CPUS_PER_TASK, ...); a
+    nested sbatch would pass them on, and the engines' srun would obey them (dropping the
+    variables the engines need, or asking for the wrong number of CPUs).
+    """
+    environ = os.environ if environ is None else environ
+    inherited = sorted(k for k in environ if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
+                       and k != "SLURM_CONF")
+    return ["env", *(f"--unset={k}" for k in inherited), "sbatch"] if inherited else ["sbatch"]
+
+
 def slurm_config(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> Config:
     """ipyparallel config that submits the engines with this template."""
     config = Config()
+    config.SlurmEngineSetLauncher.submit_command = submit_command()
     # gpulab's fields are filled here, ipyparallel's ({n}, {program_and_args}, ...) when it submits
     config.SlurmEngineSetLauncher.batch_template = slurm_script(n, template=template, **fields)
     config.SlurmEngineSetLauncher.engine_args = ["--mpi"]  # ipengine initialises MPI: engine id = rank

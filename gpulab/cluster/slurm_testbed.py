@@ -18,7 +18,9 @@ removes the directory, whatever state the start reached.
 Each node is a ``Node(name, address, port)``. By default all nodes are slurmd's
 on 127.0.0.1 with their own ports, started with ``slurmd -N NAME``; Slurm then
 treats them as separate nodes (MPI's node-local rank follows Slurm's layout),
-although they share the machine's network and memory. ``Node.wrap`` is the
+although they share the machine's network; each slurmd runs in its own mount
+namespace with a private /dev/shm (``private_shm``), so MPI's shared-memory
+segments stay within a node and vanish with it. ``Node.wrap`` is the
 hook for running a node's slurmd elsewhere (a network namespace: a command
 prefix such as ``nsenter --net=/run/netns/n1 ...``). Nodes declare ``cpus``
 CPUs and ``gpus`` fake GPUs (GRES backed by character devices like /dev/null, so Slurm
@@ -94,10 +96,12 @@ class SlurmTestbed:
     """``with SlurmTestbed(nodes, cpus=4, gpus=2) as slurm: slurm.env()`` -> {"SLURM_CONF": ...}."""
 
     def __init__(self, nodes: list[Node] | None = None, *, cpus: int = 4, gpus: int = 2,
-                 partition: str = "debug", controller_address: str = "127.0.0.1", workdir: str | None = None):
+                 partition: str = "debug", controller_address: str = "127.0.0.1", workdir: str | None = None,
+                 private_shm: bool = True, shm_size: str = "1g"):
         self.nodes = nodes or [Node("n1"), Node("n2")]
         self.cpus, self.gpus, self.partition = cpus, gpus, partition
         self.controller_address = controller_address
+        self.private_shm, self.shm_size = private_shm, shm_size
         self._workdir_arg = workdir
         self.dir: Path | None = None
         self.procs: dict[str, subprocess.Popen] = {}
@@ -180,8 +184,20 @@ class SlurmTestbed:
         self.procs["slurmctld"] = self._spawn("slurmctld", [_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
         for node in self.nodes:
             self.procs[f"slurmd-{node.name}"] = self._spawn(
-                f"slurmd-{node.name}", [*node.wrap, _sbin("slurmd"), "-D", "-N", node.name, "-f", str(self.conf)])
+                f"slurmd-{node.name}", [*node.wrap, *self._own_shm(), _sbin("slurmd"), "-D", "-N", node.name,
+                                        "-f", str(self.conf)])
         self.wait_for_nodes(timeout)
+
+    def _own_shm(self) -> list[str]:
+        """A command prefix that gives a slurmd (and its jobs) a private /dev/shm, gone when they are.
+
+        MPI's shared-memory segments of one node stay on that node: two nodes on one machine
+        cannot meet in each other's segments, and segments of killed jobs do not outlive the node.
+        """
+        if not self.private_shm:
+            return []
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                f"mount -t tmpfs -o size={self.shm_size},mode=1777 gpulab-shm /dev/shm && exec \"$@\"", "own-shm"]
 
     def _start_munge(self) -> None:
         munge_dir = self.dir / "munge"

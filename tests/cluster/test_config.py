@@ -73,3 +73,11 @@ def test_environment_points_start_engines_at_slurm(monkeypatch):
     with pytest.raises(RuntimeError, match="stop here"):
         engines_module.start_engines(4, launcher="slurm", partition="other", mpi="pmi2")
     assert (seen["partition"], seen["mpi"]) == ("other", "pmi2")  # arguments win over the environment
+
+
+def test_sbatch_from_inside_a_job_drops_the_enclosing_jobs_settings():
+    from gpulab.cluster.slurm import submit_command
+
+    assert submit_command({"PATH": "/bin", "SLURM_CONF": "/etc/slurm.conf"}) == ["sbatch"]
+    assert submit_command({"SLURM_JOB_ID": "7", "SLURM_EXPORT_ENV": "HOME", "SLURM_CONF": "x", "SBATCH_EXPORT": "NONE"}) \
+        == ["env", "--unset=SBATCH_EXPORT", "--unset=SLURM_EXPORT_ENV", "--unset=SLURM_JOB_ID", "sbatch"]
