@@ -11,6 +11,7 @@ their directory is removed; a test that leaves a job in the queue fails.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -58,7 +59,10 @@ def slurm_env(slurm, monkeypatch):
     for name in [k for k in os.environ if k.startswith(("SLURM_JOB", "SLURM_NTASKS", "SBATCH_", "SRUN_"))]:
         monkeypatch.delenv(name)  # a developer running the tests inside an allocation
     yield slurm
-    left = slurm.jobs()
+    deadline = time.monotonic() + 20  # finished jobs are COMPLETING for a moment
+    while slurm.jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [line for line in slurm.run("squeue", "-h", "-o", "%i %T %j", check=False).stdout.splitlines()]
     if left:
         slurm.cancel_all()
     assert not left, f"the test left Slurm jobs behind: {left}"
