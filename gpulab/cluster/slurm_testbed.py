@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 PACKAGES = ["slurm-wlm", "slurm-client", "munge"]
 BINARIES = ["slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scancel", "sinfo"]
 
@@ -312,10 +314,35 @@ class SlurmTestbed:
                 except (ProcessLookupError, PermissionError):
                     pass
         self.procs = {}
+        left = self.leftovers()
+        if left:  # a job step's processes that outlived their slurmstepd
+            problems.append(f"processes left by jobs (killed): {[' '.join(p.cmdline()[:3]) for p in left]}")
+            for proc in left:
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            psutil.wait_procs(left, timeout=10)
         if self.dir is not None and self._workdir_arg is None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
         return problems
+
+    def leftovers(self) -> list:
+        """Processes that belong to this cluster (its SLURM_CONF in their environment, or its directory
+        on their command line) other than this process."""
+        if self.dir is None:
+            return []
+        conf, found = str(self.conf), []
+        for proc in psutil.process_iter(["pid", "cmdline"]):
+            try:
+                if proc.pid == os.getpid() or proc.status() == psutil.STATUS_ZOMBIE:
+                    continue
+                if str(self.dir) in " ".join(proc.info["cmdline"] or []) or proc.environ().get("SLURM_CONF") == conf:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        return found
 
     def logs(self, tail: int = 1500) -> str:
         if self.dir is None:

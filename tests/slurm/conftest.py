@@ -58,11 +58,13 @@ def slurm_env(slurm, monkeypatch):
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
     for name in [k for k in os.environ if k.startswith(("SLURM_JOB", "SLURM_NTASKS", "SBATCH_", "SRUN_"))]:
         monkeypatch.delenv(name)  # a developer running the tests inside an allocation
+    before = set(slurm.jobs())  # jobs of module-wide fixtures are theirs to clean up
     yield slurm
     deadline = time.monotonic() + 20  # finished jobs are COMPLETING for a moment
-    while slurm.jobs() and time.monotonic() < deadline:
+    while set(slurm.jobs()) - before and time.monotonic() < deadline:
         time.sleep(0.5)
-    left = [line for line in slurm.run("squeue", "-h", "-o", "%i %T %j", check=False).stdout.splitlines()]
+    left = [line for line in slurm.run("squeue", "-h", "-o", "%i %T %j", check=False).stdout.splitlines()
+            if line.split()[0] not in before]
     if left:
         slurm.cancel_all()
     assert not left, f"the test left Slurm jobs behind: {left}"

@@ -38,7 +38,7 @@ from gpulab.cluster.slurm_testbed import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_PACKAGES = {"jupyterhub": "jupyterhub", "batchspawner": "batchspawner",
-                "configurable_http_proxy": "configurable-http-proxy"}
+                "configurable_http_proxy": "configurable-http-proxy", "websocket": "websocket-client"}
 
 
 def documented_config() -> str:
