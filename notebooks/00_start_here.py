@@ -26,7 +26,8 @@
 #
 # * `start_engines(n)` starts **n MPI ranks** (ipyparallel *engines*) with
 #   `mpiexec`, here on your machine; on a cluster, the same call submits a Slurm
-#   job (`launcher="slurm"`). Engine *i* is MPI rank *i*.
+#   job (`launcher="slurm"`, or `GPULAB_LAUNCHER=slurm` in the environment, as a
+#   cluster's JupyterHub sets it: see docs/cluster.md). Engine *i* is MPI rank *i*.
 # * A cell that starts with `%%px` runs **on every engine at once**, like the
 #   body of an `mpiexec -n 4 python ...` program. Other cells run here, in the
 #   notebook.

@@ -12,8 +12,10 @@ dead kernel left in the profile.
 
 On a Slurm cluster, the engines run as one batch job, one rank per GPU:
 ``start_engines(8, launcher="slurm", partition="gpu", account="abc",
-gpus_per_node=4, time="00:30:00")``; ``print(slurm_script(8, partition="gpu"))``
-shows the job script, rendered from ``SLURM_TEMPLATE``.
+gpus_per_node=4, time="00:30:00")`` (or ``GPULAB_LAUNCHER=slurm`` and friends in
+the environment, see docs/cluster.md); ``print(slurm_script(8, partition="gpu"))``
+shows the job script, rendered from ``SLURM_TEMPLATE``. A job that Slurm ends
+(scancel, time limit) raises EngineDied naming the job and its state.
 
 Nothing waits forever: ``engines.run(fn, timeout=...)`` raises EngineTimeout /
 EngineDied / EngineFailed naming the engines and the line each one is stuck
@@ -24,7 +26,8 @@ Modules: ``engines`` (start_engines, Engines, the errors), ``engine_side``
 (what runs on each engine: the hang watchdog; the GPU pinning, ``pin_gpu``,
 lives in ``gpulab.launch`` because ``gpulab train`` and ``gpulab bench`` pin
 too, without ipyparallel), ``slurm`` (batch template), ``processes``
-(reaper, stale-cluster cleanup).
+(reaper, stale-cluster cleanup), ``slurm_testbed`` (a real throwaway Slurm on
+one machine, for tests and trying things: ``python -m gpulab.cluster.slurm_testbed up``).
 """
 
 from gpulab.launch import pin_gpu

@@ -10,6 +10,7 @@ Engine ids equal MPI ranks (ipengine --mpi asks the controller for its rank as i
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -53,15 +54,18 @@ class Engines:
     ``placement[rank]`` says where each rank runs: host, pid, local_rank, local_size, gpu.
     """
 
-    def __init__(self, n: int, make_cluster, launcher: str, cell_timeout: float | None = 300, emulated=None):
+    def __init__(self, n: int, make_cluster, launcher: str, cell_timeout: float | None = 300,
+                 start_timeout: float = 120, emulated=None):
         self.n, self._make_cluster, self.launcher = n, make_cluster, launcher
-        self.cell_timeout = cell_timeout
+        self.cell_timeout, self.start_timeout = cell_timeout, start_timeout
+        self._job_checked = 0
         self.emulated = emulated  # gpulab.emulated.EmulatedCluster the engines run on, or None
         self.cluster = self.client = self.view = self._reaper = None
         self.placement: list[dict] = []
         self._start()
 
-    def _start(self, timeout: float = 120):
+    def _start(self):
+        timeout = self.start_timeout
         self.cluster, self.placement = self._make_cluster(), []
         try:
             if self.emulated is not None:  # ipc endpoints need a second name (see link_ipc_sockets)
@@ -69,7 +73,7 @@ class Engines:
             self.cluster.start_cluster_sync(n=self.n)
             self._reaper = start_reaper(self.cluster)  # stops all of this if our process dies
             self.client = self.cluster.connect_client_sync()
-            self.client.wait_for_engines(self.n, timeout=timeout)
+            self._wait_for_engines(timeout)
             self.view = self.client[:]
             self.view.block = True
             if get_ipython() is not None:
@@ -82,6 +86,74 @@ class Engines:
         except BaseException:
             self.stop()
             raise
+
+    def _wait_for_engines(self, timeout: float) -> None:
+        """Wait until all n engines registered; a Slurm job that ended or a launcher that exited fails at once."""
+        deadline = time.monotonic() + timeout
+        while len(self.client.ids) < self.n:
+            ended = self._job_ended()
+            if ended:
+                raise EngineDied(f"{ended} before all {self.n} engines connected "
+                                 f"({len(self.client.ids)} did){self._logs()}{self._job_output()}")
+            if time.monotonic() > deadline:
+                queued = f" (Slurm job {self.job_id}: {self._job_state() or 'gone'})" if self.job_id else ""
+                raise EngineTimeout(f"only {len(self.client.ids)} of {self.n} engines connected within "
+                                    f"{timeout:g} s{queued}{self._logs()}")
+            try:
+                self.client.wait_for_engines(self.n, timeout=1, interactive=False)
+            except TimeoutError:
+                pass
+
+    @property
+    def job_id(self) -> str:
+        """The Slurm job of the engines ("" for launcher="local")."""
+        return getattr(getattr(self.cluster, "engine_set", None), "job_id", "") or ""
+
+    def _job_state(self) -> str:
+        """Slurm's state for the engines' job (RUNNING, PENDING, TIMEOUT, CANCELLED, ...); "" once Slurm forgot it."""
+        try:
+            done = subprocess.run(["scontrol", "show", "job", "--oneliner", self.job_id], capture_output=True,
+                                  text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return "UNKNOWN"  # scontrol failing or hanging is no proof that the job ended
+        found = re.search(r"\bJobState=(\S+)", done.stdout)
+        if found:
+            return found.group(1)
+        return "" if "Invalid job id" in done.stderr else "UNKNOWN"
+
+    def _job_ended(self) -> str:
+        """'the Slurm job 12 ended (TIMEOUT)' once the engines' job is no longer pending or running, or
+        'the engines' mpiexec exited' for a local launcher that is gone; else ""."""
+        if not self.job_id:
+            process = getattr(getattr(self.cluster, "engine_set", None), "process", None)
+            return "the engines' mpiexec exited" if process is not None and not alive(process) else ""
+        now = time.monotonic()
+        if now - getattr(self, "_job_checked", 0) < 2:  # squeue at most every 2 s
+            return ""
+        self._job_checked = now
+        state = self._job_state()
+        deadline = now + 10
+        while state == "COMPLETING" and time.monotonic() < deadline:  # ending: wait for why (TIMEOUT, ...)
+            time.sleep(0.5)
+            state = self._job_state()
+        if state in ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "UNKNOWN"):
+            return ""
+        return f"the Slurm job {self.job_id} of the engines ended ({state or 'no longer in the queue'})"
+
+    def _job_output(self, lines: int = 15) -> str:
+        """The end of the engines' job output (Slurm's errors, the engines' tracebacks)."""
+        engine_set = getattr(self.cluster, "engine_set", None)
+        path = getattr(engine_set, "output_file", "")
+        try:  # ipyparallel keeps a stopped launcher's output after removing its file
+            text = engine_set.get_output() if engine_set is not None else ""
+        except Exception:  # noqa: BLE001 - a launcher that cannot say is no reason to hide the error
+            text = ""
+        try:
+            text = text or (Path(path).read_text(errors="replace") if path else "")
+        except OSError:
+            pass
+        tail = text.splitlines()[-lines:]
+        return f"\nend of the job's output ({path}):\n" + "\n".join(tail) if tail else ""
 
     @property
     def dump_dir(self) -> Path:
@@ -121,6 +193,10 @@ class Engines:
             dead = self._dead_ranks()
             if dead:
                 raise EngineDied(f"engine(s) {dead} died while running {what}; call engines.restart(){self._logs()}")
+            ended = self._job_ended()  # engines on other nodes: Slurm knows when their job is gone
+            if ended:
+                raise EngineDied(f"{ended} while engine(s) {pending} were running {what}; "
+                                 f"call engines.restart(){self._logs()}")
             if time.monotonic() > deadline:
                 stacks = "".join(f"\n  engine {rank} stuck at: {stuck_at(dumps / f'engine{rank}.txt', frames=4)}"
                                  for rank in pending)
@@ -174,6 +250,7 @@ class Engines:
                     except subprocess.TimeoutExpired:
                         self._reaper.kill()
         self.cluster = self.client = self.view = self._reaper = None
+        self._job_checked = 0
         if self.emulated is not None and not keep_network:
             self.emulated.stop()
             self.emulated = None
@@ -185,7 +262,8 @@ class Engines:
         self.stop()
 
     def __repr__(self):
-        return f"<Engines {self.launcher} n={self.n}: {f'{len(self.ids)} engines' if self.client else 'stopped'}>"
+        job = f" (Slurm job {self.job_id})" if self.job_id else ""
+        return f"<Engines {self.launcher} n={self.n}: {f'{len(self.ids)} engines' if self.client else 'stopped'}{job}>"
 
 
 def _errors(tasks) -> str:
@@ -223,22 +301,30 @@ def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = 
         config.MPIEngineSetLauncher.environment = dict(THREAD_LIMITS)  # n ranks share few cores
         return "mpi", config, controller_ip or "127.0.0.1", ""
     if launcher == "slurm":
-        # engines on compute nodes must reach the controller: listen on all interfaces
+        # engines on compute nodes must reach the controller: by default listen on all interfaces
         # (messages are signed with the cluster's key) and tell them this host's name
-        return "slurm", slurm_config(n, **slurm), controller_ip or "*", socket.getfqdn()
+        ip = controller_ip or "*"
+        return "slurm", slurm_config(n, **slurm), ip, socket.getfqdn() if ip in ("*", "0.0.0.0") else ip
     raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
 
 
-def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | None = None,
-                  profile: str = PROFILE, partition: str = "", account: str = "", gpus_per_node: int = 4,
-                  ranks_per_node: int | None = None, time: str = "00:30:00",
-                  slurm_template: str = SLURM_TEMPLATE, cell_timeout: float | None = 300,
+def _env(name: str, default=None, kind=str):
+    value = os.environ.get(name, "")
+    return kind(value) if value else default
+
+
+def start_engines(n: int = 4, *, launcher: str | None = None, controller_ip: str | None = None,
+                  profile: str = PROFILE, partition: str | None = None, account: str | None = None,
+                  gpus_per_node: int | None = None, ranks_per_node: int | None = None, time: str | None = None,
+                  mpi: str | None = None, slurm_template: str = SLURM_TEMPLATE,
+                  cell_timeout: float | None = 300, start_timeout: float = 120,
                   nodes: int | None = None, link: str | None = "1gbit", placement: str = "block") -> Engines:
     """Start a controller and n MPI engines; return the connected ``Engines`` handle.
 
     launcher="local": ``mpiexec -n n`` on this machine (the mpiexec beside this
     Python, or $GPULAB_MPIEXEC). launcher="slurm": one sbatch job from
-    slurm_template with partition, account, gpus_per_node, ranks_per_node, time.
+    slurm_template with partition, account, gpus_per_node, ranks_per_node, time
+    and mpi (srun's --mpi plugin, "pmi2" for the mpich wheel).
     The controller listens on 127.0.0.1 unless controller_ip asks for more
     ("*" = all interfaces, the default for Slurm, whose engines run elsewhere).
     A %%px cell running longer than cell_timeout s ends the engines with its
@@ -246,10 +332,27 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
     nodes=N (launcher="local"): the engines run on an emulated cluster of N nodes joined by
     ``link`` ("1gbit", "10gbit", "unlimited"), ranks placed "block" or "round-robin" (see
     gpulab.emulated); ``engines.emulated`` is that cluster, taken down by ``engines.stop()``.
+    start_timeout bounds the wait for the engines (a Slurm job that ends before
+    they connect fails at once).
+
+    Arguments left at None come from the environment, so that a site (or a
+    JupyterHub spawner) can point unchanged notebooks at Slurm:
+    GPULAB_LAUNCHER (default "local"), GPULAB_CONTROLLER_IP,
+    GPULAB_SLURM_PARTITION, GPULAB_SLURM_ACCOUNT, GPULAB_GPUS_PER_NODE
+    (default 4), GPULAB_RANKS_PER_NODE, GPULAB_SLURM_TIME (default 00:30:00),
+    GPULAB_SLURM_MPI (default pmi2).
     """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"start_engines needs a positive number of engines, got n={n!r}")
+    launcher = launcher or _env("GPULAB_LAUNCHER", "local")
+    controller_ip = controller_ip or _env("GPULAB_CONTROLLER_IP")
     slurm = {} if launcher != "slurm" else dict(
-        partition=partition, account=account, gpus_per_node=gpus_per_node,
-        ranks_per_node=ranks_per_node, time=time, template=slurm_template)
+        partition=_env("GPULAB_SLURM_PARTITION", "") if partition is None else partition,
+        account=_env("GPULAB_SLURM_ACCOUNT", "") if account is None else account,
+        gpus_per_node=_env("GPULAB_GPUS_PER_NODE", 4, int) if gpus_per_node is None else gpus_per_node,
+        ranks_per_node=ranks_per_node or _env("GPULAB_RANKS_PER_NODE", None, int),
+        time=_env("GPULAB_SLURM_TIME", "00:30:00") if time is None else time,
+        mpi=_env("GPULAB_SLURM_MPI", "pmi2") if mpi is None else mpi, template=slurm_template)
     emulated = None
     if nodes:
         if launcher != "local":
@@ -269,12 +372,15 @@ def start_engines(n: int = 4, *, launcher: str = "local", controller_ip: str | N
     def make_cluster():
         # the owner pid in the id lets a later start find clusters of killed kernels
         cluster_id = f"gpulab-{os.getpid()}-{os.urandom(3).hex()}"
+        if engines == "slurm":  # the job script beside the engine logs, not in the notebook's directory
+            Path(profile_dir, "log").mkdir(parents=True, exist_ok=True)
+            config.SlurmEngineSetLauncher.batch_file_name = str(Path(profile_dir, "log", f"{cluster_id}.sbatch"))
         return ipp.Cluster(engines=engines, n=n, profile_dir=profile_dir, cluster_id=cluster_id,
                            controller_ip=ip, controller_location=location, config=config,
                            log_level=40, load_profile=False)  # our errors say more than its logs
 
     try:
-        return Engines(n, make_cluster, launcher, cell_timeout, emulated)
+        return Engines(n, make_cluster, launcher, cell_timeout, start_timeout, emulated)
     except BaseException:  # Engines stopped its own part; the network is ours to take down
         if emulated is not None:
             emulated.stop()

@@ -4,13 +4,19 @@
 
 ipyparallel fills {n}, {cluster_id}, {output_file} and {program_and_args}
 (the ipengine command) when it submits; the other fields come from
-``start_engines(..., launcher="slurm")``. Edit a copy of SLURM_TEMPLATE for
-your site (modules, constraints, QoS) and pass it as ``slurm_template=``.
+``start_engines(..., launcher="slurm")``. Directives whose value is empty
+(no partition or account given, ``gpus_per_node=0``) are left out, so the
+site's defaults apply. ``mpi`` is srun's ``--mpi`` plugin: ``pmi2`` for the
+``mpich`` wheel, often ``pmix`` for a site's MPI. Edit a copy of
+SLURM_TEMPLATE for your site (modules, constraints, QoS) and pass it as
+``slurm_template=``.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import re
 
 from traitlets.config import Config
 
@@ -27,31 +33,53 @@ SLURM_TEMPLATE = """\
 #SBATCH --output={output_file}
 #SBATCH --export=ALL
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-srun --cpu-bind=none {program_and_args}
+srun --mpi={mpi} --cpu-bind=none {program_and_args}
 """
 
 
-def slurm_fields(n: int, *, partition: str, account: str = "", gpus_per_node: int = 4,
-                 ranks_per_node: int | None = None, time: str = "00:30:00") -> dict:
+def slurm_fields(n: int, *, partition: str = "", account: str = "", gpus_per_node: int = 4,
+                 ranks_per_node: int | None = None, time: str = "00:30:00", mpi: str = "pmi2") -> dict:
     """The template's gpulab fields; by default one rank per GPU, as many nodes as that needs."""
     if n < 1 or gpus_per_node < 0:
         raise ValueError(f"need n >= 1 and gpus_per_node >= 0, got n={n}, gpus_per_node={gpus_per_node}")
     ranks_per_node = ranks_per_node or max(gpus_per_node, 1)
     return {"partition": partition, "account": account, "gpus_per_node": gpus_per_node,
-            "ranks_per_node": ranks_per_node, "nodes": math.ceil(n / ranks_per_node), "time": time}
+            "ranks_per_node": ranks_per_node, "nodes": math.ceil(n / ranks_per_node), "time": time,
+            "mpi": mpi or "none"}
+
+
+def _drop_empty_directives(text: str) -> str:
+    """Leave out '#SBATCH --x=' lines without a value (and --gpus-per-node=0): Slurm's defaults apply."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not re.fullmatch(r"#SBATCH --[\w-]+=(0)?\s*", line) or line.startswith("#SBATCH --ntasks"))
 
 
 def slurm_script(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> str:
     """The script as sbatch will see it, with ipyparallel's own fields left as {placeholders}."""
     ns = slurm_fields(n, **fields)
     ns.update(n=n, cluster_id="{cluster_id}", output_file="{output_file}", program_and_args="{program_and_args}")
-    return template.format(**ns)
+    return _drop_empty_directives(template.format(**ns))
+
+
+def submit_command(environ=None) -> list[str]:
+    """sbatch, without the Slurm variables of an enclosing job (a JupyterLab that is itself a Slurm job).
+
+    A job exports its settings to its processes (SLURM_EXPORT_ENV, SLURM_CPUS_PER_TASK, ...); a
+    nested sbatch would pass them on, and the engines' srun would obey them (dropping the
+    variables the engines need, or asking for the wrong number of CPUs).
+    """
+    environ = os.environ if environ is None else environ
+    inherited = sorted(k for k in environ if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
+                       and k != "SLURM_CONF")
+    return ["env", *(f"--unset={k}" for k in inherited), "sbatch"] if inherited else ["sbatch"]
 
 
 def slurm_config(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> Config:
     """ipyparallel config that submits the engines with this template."""
     config = Config()
-    config.SlurmEngineSetLauncher.batch_template = template
+    config.SlurmEngineSetLauncher.submit_command = submit_command()
+    # gpulab's fields are filled here, ipyparallel's ({n}, {program_and_args}, ...) when it submits
+    config.SlurmEngineSetLauncher.batch_template = slurm_script(n, template=template, **fields)
     config.SlurmEngineSetLauncher.engine_args = ["--mpi"]  # ipengine initialises MPI: engine id = rank
     config.SlurmEngineSetLauncher.namespace = slurm_fields(n, **fields)
     return config

@@ -12,7 +12,7 @@ def test_script_shows_partition_account_gpus_and_time():
     text = slurm_script(8, partition="gpu", account="proj42", gpus_per_node=4, time="01:00:00")
     for line in ["#SBATCH --partition=gpu", "#SBATCH --account=proj42", "#SBATCH --nodes=2",
                  "#SBATCH --ntasks=8", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
-                 "#SBATCH --time=01:00:00", "srun --cpu-bind=none {program_and_args}"]:
+                 "#SBATCH --time=01:00:00", "srun --mpi=pmi2 --cpu-bind=none {program_and_args}"]:
         assert line in text.splitlines(), line
 
 
@@ -49,3 +49,35 @@ def test_local_launcher_uses_gpulab_mpiexec_with_flags(monkeypatch):
     assert kind == "mpi" and ip == "127.0.0.1"
     assert config.MPIEngineSetLauncher.mpi_cmd == ["srun", "--mpi=pmix"]
     assert config.MPIEngineSetLauncher.mpi_args == ["--cpu-bind=none"]
+
+
+def test_empty_directives_are_left_out_for_the_sites_defaults():
+    text = slurm_script(4, gpus_per_node=0, ranks_per_node=2, time="", mpi="pmix")
+    assert not [line for line in text.splitlines() if line.endswith("=") or "--gpus-per-node" in line], text
+    assert "#SBATCH --ntasks=4" in text and "srun --mpi=pmix --cpu-bind=none {program_and_args}" in text
+
+
+def test_environment_points_start_engines_at_slurm(monkeypatch):
+    import gpulab.cluster.engines as engines_module
+
+    seen = {}
+    monkeypatch.setattr(engines_module, "cluster_config", lambda n, launcher, ip, **slurm: seen.update(
+        launcher=launcher, ip=ip, **slurm) or (_ for _ in ()).throw(RuntimeError("stop here")))
+    for name, value in {"GPULAB_LAUNCHER": "slurm", "GPULAB_CONTROLLER_IP": "10.1.2.3", "GPULAB_SLURM_PARTITION": "gpu",
+                        "GPULAB_GPUS_PER_NODE": "8", "GPULAB_RANKS_PER_NODE": "2", "GPULAB_SLURM_MPI": "pmix"}.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(RuntimeError, match="stop here"):
+        engines_module.start_engines(4)
+    assert (seen["launcher"], seen["ip"], seen["partition"], seen["gpus_per_node"], seen["ranks_per_node"],
+            seen["mpi"], seen["account"]) == ("slurm", "10.1.2.3", "gpu", 8, 2, "pmix", "")
+    with pytest.raises(RuntimeError, match="stop here"):
+        engines_module.start_engines(4, launcher="slurm", partition="other", mpi="pmi2")
+    assert (seen["partition"], seen["mpi"]) == ("other", "pmi2")  # arguments win over the environment
+
+
+def test_sbatch_from_inside_a_job_drops_the_enclosing_jobs_settings():
+    from gpulab.cluster.slurm import submit_command
+
+    assert submit_command({"PATH": "/bin", "SLURM_CONF": "/etc/slurm.conf"}) == ["sbatch"]
+    assert submit_command({"SLURM_JOB_ID": "7", "SLURM_EXPORT_ENV": "HOME", "SLURM_CONF": "x", "SBATCH_EXPORT": "NONE"}) \
+        == ["env", "--unset=SBATCH_EXPORT", "--unset=SLURM_EXPORT_ENV", "--unset=SLURM_JOB_ID", "sbatch"]

@@ -135,3 +135,20 @@ def test_cell_watchdog_ends_a_stuck_execute_and_restart_recovers(ipython_dir):
         engines.view.execute("y = 1")  # a quick cell is not touched by the watchdog
         assert engines.view["y"] == [1, 1]
     assert stop_leftovers(ipython_dir, grace=3) == []
+
+
+@pytest.mark.parametrize("n", [0, -2, 2.5, True])
+def test_start_engines_refuses_a_count_that_is_not_a_positive_int(n, ipython_dir):
+    with pytest.raises(ValueError, match="positive number of engines"):
+        start_engines(n)
+    assert cluster_processes(ipython_dir) == []
+
+
+def test_a_launcher_that_fails_shows_its_output_within_seconds(ipython_dir, monkeypatch):
+    monkeypatch.setenv("GPULAB_MPIEXEC_ARGS", "--no-such-flag")  # hydra refuses it and exits at once
+    start = time.monotonic()
+    with pytest.raises(EngineDied, match="the engines' mpiexec exited before all 2 engines connected") as died:
+        start_engines(2, start_timeout=120)
+    assert time.monotonic() - start < 60, "it waited for the start timeout instead"
+    assert "no-such-flag" in str(died.value), str(died.value)  # the launcher's own complaint is shown
+    assert stop_leftovers(ipython_dir, grace=3) == []

@@ -1,0 +1,70 @@
+"""A real two-node Slurm for the tests in this directory, shared by all of them (about 2 s to start).
+
+Debian's slurm-wlm and munge are installed when missing (root and apt-get);
+where that is impossible the tests skip, except under CI=true where they
+must run. Afterwards every job is cancelled, the daemons are stopped and
+their directory is removed; a test that leaves a job in the queue fails.
+
+    python -m pytest -m "not slurm"      # deselect them
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from gpulab.cluster.slurm_testbed import Node, SlurmTestbed, SlurmUnavailable, ensure_slurm
+
+NODES = ("n1", "n2")
+CPUS_PER_NODE = 4  # declared, whatever the machine has: 2 engines per node and room for a notebook job
+GPUS_PER_NODE = 2  # fake GPUs: Slurm sets CUDA_VISIBLE_DEVICES in jobs, pin_gpu picks one per engine
+
+
+def pytest_collection_modifyitems(items):
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.slurm)
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """The running SlurmTestbed (``slurm.env()``, ``slurm.jobs()``, ``slurm.run("sinfo")``)."""
+    try:
+        ensure_slurm()
+    except SlurmUnavailable as err:
+        if os.environ.get("CI"):
+            pytest.fail(f"Slurm must run in CI: {err}")
+        pytest.skip(str(err))
+    if os.geteuid() != 0:  # munged and slurmd's as root; the hub test makes a user
+        if os.environ.get("CI"):
+            pytest.fail("the Slurm tests must run as root in CI")
+        pytest.skip("the Slurm testbed needs root (it starts slurmctld, slurmd's and munged)")
+    testbed = SlurmTestbed([Node(name) for name in NODES], cpus=CPUS_PER_NODE, gpus=GPUS_PER_NODE)
+    testbed.start()
+    try:
+        yield testbed
+    finally:
+        problems = testbed.stop()
+        assert not problems, f"Slurm did not stop cleanly: {problems}"
+
+
+@pytest.fixture
+def slurm_env(slurm, monkeypatch):
+    """SLURM_CONF in os.environ for this test (sbatch, squeue and scancel find the test cluster);
+    afterwards the queue must be empty."""
+    monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    for name in [k for k in os.environ if k.startswith(("SLURM_JOB", "SLURM_NTASKS", "SBATCH_", "SRUN_"))]:
+        monkeypatch.delenv(name)  # a developer running the tests inside an allocation
+    before = set(slurm.jobs())  # jobs of module-wide fixtures are theirs to clean up
+    yield slurm
+    deadline = time.monotonic() + 20  # finished jobs are COMPLETING for a moment
+    while set(slurm.jobs()) - before and time.monotonic() < deadline:
+        time.sleep(0.5)
+    left = [line for line in slurm.run("squeue", "-h", "-o", "%i %T %j", check=False).stdout.splitlines()
+            if line.split()[0] not in before]
+    if left:
+        slurm.cancel_all()
+    assert not left, f"the test left Slurm jobs behind: {left}"

@@ -1,0 +1,68 @@
+"""``gpulab train`` and ``gpulab bench`` under srun and sbatch, exactly as docs/cluster.md writes them
+(the shell blocks after ``<!-- tested: srun -->`` and ``<!-- tested: sbatch -->``), on the test Slurm's two
+nodes with GPULAB_DEVICE=fake (the blocks default to cupy on a real GPU node)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
+
+
+def documented(name: str) -> str:
+    found = re.search(rf"<!-- tested: {name} -->\s*```bash\n(.*?)```", DOC.read_text(), re.S)
+    assert found, f"docs/cluster.md has no ```bash block after <!-- tested: {name} -->"
+    return found.group(1)
+
+
+def job_env(slurm) -> dict:
+    # the venv's gpulab on PATH even when pytest was started as .venv/bin/python without activating
+    return slurm.env({**os.environ, "GPULAB_DEVICE": "fake",
+                      "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"})
+
+
+def check_train(text: str) -> None:
+    summary = json.loads(text.split("summary ", 1)[1].splitlines()[0])
+    assert summary["mesh"] == [1, 2, 1, 2] and summary["steps"] == 20 and summary["device"] == "fake"
+    assert summary["last10_mean"] < summary["first10_mean"], "the loss did not fall"
+
+
+def check_bench(text: str) -> None:
+    assert "broadcast time per call (us, average over 4 ranks)" in text, text[-2000:]
+    assert re.search(r"^\s+1M\s+[\d.]+\s+[\d.]+\s+[\d.]+", text, re.M), text[-2000:]
+
+
+def test_srun_as_documented(slurm_env, tmp_path):
+    block = documented("srun")
+    assert block.count("srun ") == 2 and "--mpi=pmi2" in block
+    t0 = time.monotonic()
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=job_env(slurm_env),
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    check_train(done.stdout)
+    check_bench(done.stdout)
+    print(f"\nsrun train + bench: {time.monotonic() - t0:.1f} s")
+
+
+def test_sbatch_as_documented(slurm_env, tmp_path):
+    script = tmp_path / "gpulab-job.sh"
+    script.write_text(documented("sbatch"))
+    t0 = time.monotonic()
+    done = subprocess.run(["sbatch", "--parsable", "--wait", str(script)], cwd=tmp_path, env=job_env(slurm_env),
+                          capture_output=True, text=True, timeout=300)
+    job = done.stdout.strip().split(";")[0]
+    out = tmp_path / f"gpulab-{job}.out"
+    text = out.read_text() if out.exists() else ""
+    assert done.returncode == 0, f"sbatch --wait: {done.returncode} {done.stderr}\n{text[-3000:]}"
+    check_train(text)
+    check_bench(text)
+    records = json.loads((tmp_path / f"bcast-{job}.json").read_text())["records"]
+    assert {r["algorithm"] for r in records} == {"chain", "hierarchical", "mpi"}
+    assert all(r["valid"] and r["p"] == 4 for r in records)
+    print(f"\nsbatch train + bench: {time.monotonic() - t0:.1f} s")

@@ -1,0 +1,162 @@
+"""start_engines(launcher="slurm") against a real Slurm: one sbatch job, engines on both nodes in one MPI
+world (srun --mpi=pmi2), node-local ranks and fake GPUs as Slurm sets them, a broadcast and a 4D engine
+step through them, a clean stop, and a job killed by Slurm reported within a bounded time."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gpulab.cluster import EngineDied, start_engines
+from tests.cluster.procs import cluster_processes
+
+SLURM = dict(launcher="slurm", controller_ip="127.0.0.1", gpus_per_node=2, ranks_per_node=2, time="00:10:00")
+
+
+def where_am_i():
+    import os
+
+    from mpi4py import MPI
+
+    from gpulab.bcast.hierarchical import node_of_rank
+
+    world = MPI.COMM_WORLD
+    return {"rank": world.rank, "size": world.size, "node": os.environ.get("SLURMD_NODENAME"),
+            "job": os.environ.get("SLURM_JOB_ID"), "hierarchical_node": node_of_rank(world, None)[world.rank]}
+
+
+def engine_step():
+    """One measured iteration of the 4D-parallel engine on a (row, col, depth, data) = (1, 2, 1, 2) grid."""
+    from mpi4py import MPI
+
+    from gpulab.engine.bench import bench_config, measure
+
+    row = measure(MPI.COMM_WORLD, bench_config(), (1, 2, 1, 2), 4, iters=1, warmup=1, seq_len=16, device="fake")
+    return None if row is None else {"iter_s": row["iter_s"], "world": row["world"], "shape": row["shape"]}
+
+
+def sleeper():
+    import time
+
+    time.sleep(300)
+
+
+def job_state(slurm, job_id):
+    return slurm.run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
+
+
+def test_engines_as_a_slurm_job_on_two_nodes(timing_out, slurm_env, ipython_dir):
+    slurm = slurm_env
+    t0 = time.monotonic()
+    with start_engines(4, **SLURM) as engines:
+        connected_s = time.monotonic() - t0
+        assert engines.job_id and job_state(slurm, engines.job_id) == "RUNNING"
+        where = engines.run(where_am_i, timeout=60)
+        assert [w["rank"] for w in where] == [0, 1, 2, 3] and {w["size"] for w in where} == {4}  # one world
+        assert [w["node"] for w in where] == ["n1", "n1", "n2", "n2"]
+        assert {w["job"] for w in where} == {engines.job_id}
+        assert [w["hierarchical_node"] for w in where] == [0, 0, 1, 1]  # hierarchical sees Slurm's nodes
+        # Slurm exposed both fake GPUs of a node to the job; each engine pinned the one of its local rank
+        assert [(p["local_rank"], p["local_size"], p["gpu"]) for p in engines.placement] == \
+            [(0, 2, "0"), (1, 2, "1"), (0, 2, "0"), (1, 2, "1")]
+
+        from gpulab.widgets import EngineRunner
+
+        runner = EngineRunner(engines, iters=5, warmup=1)
+        rows = [runner.measure(name, 1 << 16) for name in ("hierarchical", "chain", "mpi")]
+        assert all(r["valid"] and r["avg_us"] > 0 and r["p"] == 4 for r in rows), rows
+        step = engines.run(engine_step, timeout=120, what="a 4D engine step")
+        assert step[0]["world"] == 4 and step[0]["iter_s"] > 0 and step[1:] == [None] * 3
+        job_id = engines.job_id
+    t_stop = time.monotonic()
+    while job_state(slurm, job_id) and time.monotonic() - t_stop < 15:
+        time.sleep(0.3)
+    assert job_state(slurm, job_id) == "", "engines.stop() left the job in the queue"
+    assert cluster_processes(ipython_dir) == []
+    assert not list(Path.cwd().glob("*.sbatch")), "the job script belongs in the profile's log directory"
+    print(f"\nslurm engines: 4 connected in {connected_s:.1f} s; stop and queue empty in "
+          f"{time.monotonic() - t_stop:.1f} s; hierarchical {rows[0]['avg_us']:.0f} us, "
+          f"4D step {step[0]['iter_s'] * 1e3:.0f} ms")
+
+
+class TimingOut(threading.Thread):
+    """Engines whose job passes its 1-minute time limit while a task runs on them, in the background.
+
+    Slurm checks time limits every 30 s or so, so this takes 60-90 s; it runs alongside the other
+    tests of this module (1 CPU per node, idle engines) and the last test collects the outcome.
+    """
+
+    def __init__(self, ipython_dir):
+        super().__init__(daemon=True)
+        self.ipython_dir, self.error, self.engines, self.reported_s = ipython_dir, None, None, None
+        self.started = threading.Event()
+
+    def run(self):
+        try:
+            try:
+                self.engines = start_engines(2, **{**SLURM, "ranks_per_node": 1, "time": "00:01:00",
+                                                   "gpus_per_node": 0})  # the GPUs are for the other tests
+            finally:
+                self.started.set()
+            t0 = time.monotonic()
+            try:
+                self.engines.run(sleeper, timeout=250, what="a long task")
+            except EngineDied as died:
+                self.error, self.reported_s = died, time.monotonic() - t0
+        except BaseException as err:  # noqa: BLE001 - reported by the test
+            self.error = err
+
+
+@pytest.fixture(scope="module")
+def timing_out(slurm, tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    ipython_dir = tmp_path_factory.mktemp("ipython-timelimit")
+    mp.setenv("SLURM_CONF", str(slurm.conf))  # module-wide; tests' own settings are restored to it
+    mp.setenv("IPYTHONDIR", str(ipython_dir))
+    mp.setenv("IPP_NONINTERACTIVE", "1")
+    thread = TimingOut(ipython_dir)
+    thread.start()
+    # its processes (controller, reaper) take os.environ as it is when they start: wait for them
+    assert thread.started.wait(120), "the engines of the time-limit test did not start within 120 s"
+    mp.delenv("IPYTHONDIR")
+    try:
+        yield thread
+    finally:
+        thread.join(200)
+        if thread.engines is not None:
+            thread.engines.stop()
+        mp.undo()
+        assert not cluster_processes(ipython_dir), "the timed-out cluster left processes"
+
+
+def test_a_job_cancelled_from_outside_is_reported_not_a_hang(timing_out, slurm_env, ipython_dir):
+    slurm = slurm_env
+    with start_engines(2, **{**SLURM, "ranks_per_node": 1}) as engines:
+        job_id = engines.job_id
+        killer = threading.Timer(2, lambda: slurm.run("scancel", job_id))
+        killer.start()
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(EngineDied) as died:
+                engines.run(sleeper, timeout=250, what="a long task")
+        finally:
+            killer.cancel()
+        reported_s = time.monotonic() - t0
+        assert f"the Slurm job {job_id} of the engines ended (CANCELLED) while engine(s) [0, 1] were running " \
+               "a long task" in str(died.value), str(died.value)
+        assert reported_s < 15
+        print(f"\nscancel: reported after {reported_s:.1f} s")
+    assert job_state(slurm, job_id) == ""
+
+
+def test_a_job_past_its_time_limit_is_reported_not_a_hang(timing_out, slurm_env):
+    timing_out.join(200)  # started with the module, running alongside the other tests
+    assert not timing_out.is_alive(), "no report 200 s after the job's 1-minute time limit"
+    assert isinstance(timing_out.error, EngineDied), repr(timing_out.error)
+    job_id = timing_out.engines.job_id
+    assert f"the Slurm job {job_id} of the engines ended (TIMEOUT)" in str(timing_out.error), str(timing_out.error)
+    print(f"\ntime limit: reported {timing_out.reported_s:.1f} s after the task started")

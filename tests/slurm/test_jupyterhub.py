@@ -1,0 +1,103 @@
+"""JupyterHub + batchspawner end to end: the hub configured as docs/cluster.md says, a user's JupyterLab
+spawned as a Slurm job, notebook 00 executed on that server through the hub's proxy (its kernel
+submitting the engines as a second Slurm job, as a learner's would), then everything stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import nbformat
+import psutil
+import pytest
+
+from tests.notebooks.nbrun import NOTEBOOKS, inject_parameters
+from tests.slurm.hub import Hub, TestUser, UserPython, documented_config, ensure_hub_packages, site_config
+
+PARAMETERS = {"N_ENGINES": 4, "NBYTES": 1 << 16, "ITERS": 5}  # 4 engines: two on each node
+CHECK_ENGINES = """import json, os
+print(json.dumps({"server_job": os.environ.get("SLURM_JOB_ID"), "engines_job": engines.job_id,
+                  "launcher": engines.launcher, "placement": engines.placement}))"""
+
+
+@pytest.fixture(scope="module")
+def hub_packages():
+    problem = ensure_hub_packages()
+    if problem:
+        if os.environ.get("CI"):
+            pytest.fail(problem)
+        pytest.skip(problem)
+
+
+def test_documented_config_marks_every_site_value():
+    text = documented_config()
+    assert "batchspawner.SlurmSpawner" in text and '"GPULAB_LAUNCHER": "slurm"' in text
+    for line in text.splitlines():  # every site-specific value is marked, so a site knows what to change
+        if any(key in line for key in ("example.org", '"gpu"', "/opt/gpulab", "module load")):
+            assert "# SITE" in line, line
+    with pytest.raises(AssertionError, match="not '# SITE' lines"):
+        site_config(text, {"c.JupyterHub.spawner_class": "x"}, "")  # only marked lines may change
+
+
+def _stream(outputs) -> str:
+    return "".join(o.get("text", "") for o in outputs if o["type"] == "stream")
+
+
+def test_notebook_00_on_a_jupyterlab_spawned_through_slurm(slurm_env, hub_packages, tmp_path):
+    slurm, timings = slurm_env, {}
+    with TestUser() as user, UserPython(user) as python, \
+            Hub(tmp_path, user, python, slurm, partition=slurm.partition) as hub:
+        state = hub.spawn()
+        jobs = slurm.run("squeue", "-h", "-u", user.name, "-o", "%i %j %T %N").stdout.splitlines()
+        assert len(jobs) == 1 and "spawner-jupyterhub RUNNING" in jobs[0], jobs
+        server_job = jobs[0].split()[0]
+        assert http_ok(hub, "/api/status"), "the server does not answer through the proxy"
+
+        nb = inject_parameters(nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4), PARAMETERS)
+        cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.strip()]
+        start_cell = next(i for i, src in enumerate(cells) if "start_engines(N_ENGINES)" in src)
+        outputs = []
+        t0 = time.monotonic()
+        with hub.kernel() as kernel:
+            for i, source in enumerate(cells):
+                t_cell = time.monotonic()
+                outputs.append(kernel.execute(source, timeout=180))
+                if i == start_cell:
+                    timings["engines_connected_s"] = time.monotonic() - t_cell
+                    info = json.loads(_stream(kernel.execute(CHECK_ENGINES)))
+                    assert info["server_job"] == server_job  # the kernel runs inside the JupyterLab job
+                    assert info["launcher"] == "slurm" and info["engines_job"] not in ("", server_job)
+                    queue = slurm.run("squeue", "-h", "-u", user.name, "-o", "%i %T %N").stdout
+                    assert f"{info['engines_job']} RUNNING n[1-2]" in queue, queue
+                    assert [p["local_rank"] for p in info["placement"]] == [0, 1, 0, 1]
+                    assert [p["gpu"] for p in info["placement"]] == ["0", "1", "0", "1"]  # Slurm's fake GPUs
+                    engines_job = info["engines_job"]
+        timings["notebook_s"] = time.monotonic() - t0
+        text = "\n".join(_stream(o) for o in outputs)
+        assert "every rank received the root's bytes: [True, True, True, True]" in text, text[-3000:]
+        assert "I am rank 3 of 4" in text
+        # the notebook's last cell stopped the engines: their job leaves the queue
+        deadline = time.monotonic() + 20
+        while engines_job in slurm.jobs() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert engines_job not in slurm.jobs()
+
+        hub.stop_server()
+        deadline = time.monotonic() + 20
+        while slurm.jobs() and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert slurm.jobs() == [], "the server's job outlived the stop"
+        timings.update(hub.timings)
+        left = [" ".join(p.cmdline()[:3]) for p in user.processes() if p.is_running()]
+        assert not left, f"the user's processes outlived the server: {left}"
+    assert not [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
+    print(f"\nhub timings: {json.dumps({k: round(v, 1) for k, v in timings.items()})}; server state {state}")
+
+
+def http_ok(hub, path) -> bool:
+    from tests.slurm.hub import http
+
+    status, _ = http("GET", f"{hub.server_url}{path}", hub.user_token)
+    unauthorized, _ = http("GET", f"{hub.server_url}{path}")
+    return status == 200 and unauthorized in (302, 403)
