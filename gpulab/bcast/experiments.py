@@ -17,9 +17,9 @@ from contextlib import contextmanager
 
 from gpulab.bcast import measure
 from gpulab.bcast.algorithms import ALGORITHMS, run_algorithm
+from gpulab.bcast.auto import reload, select
 from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
 from gpulab.bcast.model import PIPELINED, Machine, best_chunk
-from gpulab.bcast.auto import reload, select
 from gpulab.bcast.tuning import CHUNKS, MARGIN, RADICES, build_table, candidates, choose_measured
 from gpulab.launch import first_ranks
 

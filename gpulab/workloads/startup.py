@@ -20,10 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from gpulab.bcast.algorithms import ALGORITHMS
+from gpulab.bcast.auto import reload, select
 from gpulab.bcast.experiments import auto_registered
 from gpulab.bcast.model import ZERO, breakdown
 from gpulab.bcast.report import print_rows
-from gpulab.bcast.auto import reload, select
 from gpulab.workloads.networks import layer_bytes
 
 

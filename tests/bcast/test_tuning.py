@@ -7,8 +7,8 @@ import sys
 import pytest
 
 from gpulab.bcast import Decision
-from gpulab.bcast.model import Hockney, Link, Machine
 from gpulab.bcast.auto import reload, select
+from gpulab.bcast.model import Hockney, Link, Machine
 from gpulab.bcast.tuning import ENV, build_table, candidates, choose_measured, load, lookup, table_path, update
 from tests.mpi_harness import ROOT, run_mpi
 

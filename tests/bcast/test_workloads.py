@@ -5,8 +5,8 @@ import math
 import pytest
 
 from gpulab.workloads import NETWORKS, PUBLISHED, layer_bytes, load, parameter_count
-from gpulab.workloads.startup import latency_share
 from gpulab.workloads.networks import build
+from gpulab.workloads.startup import latency_share
 from tests.mpi_harness import run_mpi
 
 

@@ -8,11 +8,11 @@ import numpy as np
 
 from gpulab.backend import is_device_array, to_device
 from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
-from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.gpt import model as serial
+from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel.mesh import rank_of
-from gpulab.engine.training.optim import AdamW, LossScaler, clip_grads, global_norm, train_step
 from gpulab.engine.perf.volume import collective_calls
+from gpulab.engine.training.optim import AdamW, LossScaler, clip_grads, global_norm, train_step
 from tests.engine.util import random_batch, random_params, rel_err, tiny_config
 from tests.mpi_steps import step
 

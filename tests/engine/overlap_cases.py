@@ -9,9 +9,9 @@ from gpulab.engine import Mesh, ParallelGPT
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import timeline
 from gpulab.engine.parallel.memory import memory_report
-from gpulab.engine.training.optim import AdamW, clip_grads
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.volume import collective_calls
+from gpulab.engine.training.optim import AdamW, clip_grads
 from tests.engine.util import random_batch, random_params, tiny_config
 from tests.mpi_steps import step
 

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from gpulab.engine.gpt import layers as L
 from gpulab.engine import loss_and_grads
+from gpulab.engine.gpt import layers as L
 from tests.engine.util import random_batch, random_params, rel_err, tiny_config
 
 FD_TOL = 1e-6  # central differences with h=1e-6 in float64 are good to ~1e-9 here

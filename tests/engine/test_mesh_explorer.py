@@ -2,10 +2,10 @@
 
 import pytest
 
-from gpulab.engine.perf.timing import bench_config
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.timeline import summarize
 from gpulab.engine.parallel.timeline_plot import breakdown, gantt
+from gpulab.engine.perf.timing import bench_config
 from gpulab.widgets.mesh_explorer import MeshExplorer, valid_factors
 
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from gpulab.engine import init_params
-from gpulab.engine.training import checkpoint
 from gpulab.engine.parallel.memory import optimizer_nbytes
+from gpulab.engine.training import checkpoint
 from gpulab.engine.training.optim import AdamW, LossScaler, clip_grads, global_norm, is_decayed
 from tests.engine.util import tiny_config
 

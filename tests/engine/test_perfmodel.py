@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from gpulab.engine import grid_shapes
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.fit import FittedMachine, load
 from gpulab.engine.perf.flops import model_flops, params_count, rank_work
 from gpulab.engine.perf.machines import MACHINES, machine, ring
-from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.predict import GPT_SIZES, candidate_shapes, gpt_config, predict, rank
-from gpulab.engine.perf.fit import FittedMachine, load
 from gpulab.engine.perf.terms import activation_values, axonn_layer_volumes, comm_rows
 from gpulab.engine.perf.volume import collective_calls, totals
 from tests.engine.util import tiny_config

@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpulab.widgets import BcastExplorer, PatternView, patterns_figure, size_label, sweep_figure
 from gpulab.bcast.drawings import series_of, step_columns
+from gpulab.widgets import BcastExplorer, PatternView, patterns_figure, size_label, sweep_figure
 
 OPTIONS = {"binomial": [], "chain": ["chunk_bytes"], "knomial": ["radix"], "hierarchical":
            ["ranks_per_node", "inter", "intra"], "mpi": []}

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from gpulab.backend import array_module
 from gpulab.engine.gpt.config import accum_dtype
-from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.gpt.layers import LN_EPS, scatter_add
+from gpulab.engine.parallel import collectives as coll
 
 
 def layernorm_forward(x, w, b, col_comm, n_features: int, eps=LN_EPS):
