@@ -361,7 +361,7 @@ def start_engines(n: int = 4, *, launcher: str | None = None, controller_ip: str
 
         emulated = EmulatedCluster(nodes=nodes, link=link, placement=placement, export=False).start()
     try:
-        engines, config, ip, location = cluster_config(n, launcher, controller_ip, emulated, **slurm)
+        engines, config, ip, location = cluster_config(n, launcher, controller_ip, emulated=emulated, **slurm)
         profile_dir = ipp.Cluster(profile=profile, load_profile=False).profile_dir
         stop_stale_clusters(profile_dir)
     except BaseException:

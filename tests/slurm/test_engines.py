@@ -33,7 +33,7 @@ def engine_step():
     """One measured iteration of the 4D-parallel engine on a (row, col, depth, data) = (1, 2, 1, 2) grid."""
     from mpi4py import MPI
 
-    from gpulab.engine.bench import bench_config, measure
+    from gpulab.engine.perf.timing import bench_config, measure
 
     row = measure(MPI.COMM_WORLD, bench_config(), (1, 2, 1, 2), 4, iters=1, warmup=1, seq_len=16, device="fake")
     return None if row is None else {"iter_s": row["iter_s"], "world": row["world"], "shape": row["shape"]}
