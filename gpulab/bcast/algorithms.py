@@ -25,7 +25,7 @@ import numpy as np
 from gpulab.backend import is_device_array
 from gpulab.bcast import gpu, pipelined, scatter_allgather, trees
 from gpulab.bcast.auto import select
-from gpulab.bcast.group import Group, mpi_buffer, private_comm
+from gpulab.bcast.group import Group, execute, mpi_buffer, private_comm
 from gpulab.bcast.hierarchical import hierarchical
 from gpulab.launch import lazy_mpi
 
@@ -43,8 +43,8 @@ def _native(g: Group, data, root: int) -> None:
         g.stager.after_recv(data)
 
 
-# name -> implementation on a Group: core(group, byte_view, root_index, **options)
-_CORES = {
+# name -> schedule builder: builder(p, root, me, nbytes, **options) -> this rank's ops (cached)
+SCHEDULES = {
     "linear": trees.linear,
     "binomial": trees.binomial,
     "knomial": trees.knomial,
@@ -53,10 +53,15 @@ _CORES = {
     "chain": pipelined.chain,
     "scatter_allgather_rd": scatter_allgather.scatter_allgather_rd,
     "scatter_allgather_ring": scatter_allgather.scatter_allgather_ring,
-    "hierarchical": hierarchical,
-    "mpi": _native,
 }
+# every algorithm: its schedule builder, or what runs it on a Group (its options and docs come from here)
+_CORES = {**SCHEDULES, "hierarchical": hierarchical, "mpi": _native}
 _FLAT = [name for name in _CORES if name != "hierarchical"]
+
+
+def schedule_of(name: str, g: Group, nbytes: int, root: int, options: dict):
+    """This rank's schedule for a flat algorithm, with communicator ranks as peers (cached)."""
+    return g.ranks(SCHEDULES[name](g.size, root, g.me, nbytes, **options))
 
 
 @functools.cache
@@ -91,9 +96,12 @@ def _run(name: str, g: Group, data, root: int, options: dict) -> None:
 
     ``run_algorithm`` has checked the options, both levels' too.
     """
-    if name == "hierarchical":
-        options = {**options, "run": _run}
-    _CORES[name](g, data, root, **options)
+    if name in SCHEDULES:
+        execute(g, schedule_of(name, g, data.nbytes, root, options), data)
+    elif name == "hierarchical":
+        hierarchical(g, data, root, run=_run, **options)
+    else:
+        _native(g, data, root)
 
 
 def byte_view(buf):
