@@ -164,8 +164,9 @@ def _to_ranks(schedule: tuple[Op, ...], members: tuple[int, ...]) -> tuple[Op, .
                  for op in schedule)
 
 
-def _size_error(rank: int, op: Op, got: int | None, tag: int | None) -> BcastSizeError:
-    """The error a rank raises when a receive does not match its own buffer."""
+def _size_error(rank: int, op: Op, got: int | None) -> BcastSizeError:
+    """The error a rank raises when a receive does not match its own buffer (``got`` None: truncated;
+    the size right: the chunk's last-tag was not the one expected)."""
     peer, expected = (op.src, op.rhi - op.rlo) if op.kind == SENDRECV else (op.peer, op.hi - op.lo)
     if got is None:
         return BcastSizeError(f"rank {rank} expected {expected} bytes from rank {peer} but was "
@@ -208,17 +209,17 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
             elif kind == RECV:
                 comm.Recv(buf[lo:hi], peer, TAG, status)
                 if status.Get_count(byte) != hi - lo:
-                    raise _size_error(comm.rank, op, status.Get_count(byte), None)
+                    raise _size_error(comm.rank, op, status.Get_count(byte))
             elif kind == POST:
                 posted.append(comm.Irecv(buf[lo:hi], peer, any_tag))
             elif kind == WAIT:
                 posted.popleft().Wait(status)
                 if status.Get_count(byte) != hi - lo or (status.Get_tag() == LAST_TAG) != last:
-                    raise _size_error(comm.rank, op, status.Get_count(byte), status.Get_tag())
+                    raise _size_error(comm.rank, op, status.Get_count(byte))
             elif kind == SENDRECV:
                 comm.Sendrecv(buf[lo:hi], peer, TAG, buf[rlo:rhi], src, TAG, status)
                 if status.Get_count(byte) != rhi - rlo:
-                    raise _size_error(comm.rank, op, status.Get_count(byte), None)
+                    raise _size_error(comm.rank, op, status.Get_count(byte))
             else:  # WAITALL
                 _complete(sends, sent_events)
             if hooks:
@@ -226,7 +227,7 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
         _complete(sends, sent_events)
     except MPI.Exception as error:
         if error.Get_error_class() == MPI.ERR_TRUNCATE:
-            raise _size_error(comm.rank, op, None, None) from None
+            raise _size_error(comm.rank, op, None) from None
         raise
     finally:
         if events:
