@@ -98,7 +98,7 @@ _checked: set = set()
 
 
 def _check_options_once(name: str, options: dict) -> None:
-    key = (name, *((k, type(v), v) for k, v in options.items()))
+    key = (name, *((k, type(v), v) for k, v in options.items())) if options else name
     try:
         if key in _checked:
             return
@@ -152,12 +152,13 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
         raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
         raise ValueError(f"root must be a rank in [0, {comm.size}), got {root!r}")
-    device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options}
-    gpu.check_device_options(**device_options)
+    device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options} if options else {}
+    if device_options:  # their defaults are valid
+        gpu.check_device_options(**device_options)
     data = byte_view(buf)
     _check_options_once(name, options)
     comm = private_comm(comm)  # after every check: bad input raises before any message
-    if is_device_array(data):
+    if type(data) is not np.ndarray and is_device_array(data):
         gpu.run_on_device(_run, name, data, int(root), comm, options, **device_options)
     elif name in SCHEDULES:
         _run_planned(name, comm, data, int(root), options)
