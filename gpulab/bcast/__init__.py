@@ -7,9 +7,9 @@ Importing this package (or its model, sizes, drawings) never initialises MPI:
 the public names below are looked up in their modules on first use, so a
 notebook kernel can draw and model broadcasts without becoming an MPI process.
 
-Modules: algorithms (``ALGORITHMS``, ``bcast``), group (checked messages
-inside a group of ranks), layouts (the trees, shared with the model), trees,
-pipelined, scatter_allgather, hierarchical, trace; gpu,
+Modules: algorithms (``ALGORITHMS``, ``bcast``), group (schedules and the one
+executor that runs them, with checked receives), layouts (the trees), trees,
+pipelined, scatter_allgather (each algorithm's cached schedule builder), hierarchical, trace; gpu,
 staging, nccl (device buffers); measure (OSU-style timing) and experiments
 (what ``gpulab tune`` measures); schedules, model, fit (cost model); tuning
 (the tuning file) and auto (``select``: what ``algorithm="auto"`` runs); report, sizes,

@@ -25,7 +25,7 @@ import numpy as np
 from gpulab.backend import is_device_array
 from gpulab.bcast import agreement, gpu, pipelined, scatter_allgather, trees
 from gpulab.bcast.auto import select
-from gpulab.bcast.group import Group, mpi_buffer, private_comm
+from gpulab.bcast.group import Group, execute, mpi_buffer, private_comm
 from gpulab.bcast.hierarchical import hierarchical
 from gpulab.launch import lazy_mpi
 
@@ -43,8 +43,8 @@ def _native(g: Group, data, root: int) -> None:
         g.stager.after_recv(data)
 
 
-# name -> implementation on a Group: core(group, byte_view, root_index, **options)
-_CORES = {
+# name -> schedule builder: builder(p, root, me, nbytes, **options) -> this rank's ops (cached)
+SCHEDULES = {
     "linear": trees.linear,
     "binomial": trees.binomial,
     "knomial": trees.knomial,
@@ -53,10 +53,15 @@ _CORES = {
     "chain": pipelined.chain,
     "scatter_allgather_rd": scatter_allgather.scatter_allgather_rd,
     "scatter_allgather_ring": scatter_allgather.scatter_allgather_ring,
-    "hierarchical": hierarchical,
-    "mpi": _native,
 }
+# every algorithm: its schedule builder, or what runs it on a Group (its options and docs come from here)
+_CORES = {**SCHEDULES, "hierarchical": hierarchical, "mpi": _native}
 _FLAT = [name for name in _CORES if name != "hierarchical"]
+
+
+def schedule_of(name: str, g: Group, nbytes: int, root: int, options: dict):
+    """This rank's schedule for a flat algorithm, with communicator ranks as peers (cached)."""
+    return g.ranks(SCHEDULES[name](g.size, root, g.me, nbytes, **options))
 
 
 @functools.cache
@@ -86,18 +91,43 @@ def _check_options(name: str, options: dict) -> None:
             _check_options(sub, options.get(level + "_options") or {})
 
 
+# (algorithm, (option, type, value)...) already checked: a program repeats its broadcasts, and the
+# check costs microseconds a 1 KiB broadcast cannot spare; options that cannot be hashed (hierarchical's
+# per-level dicts) are checked every time
+_checked: set = set()
+
+
+def _check_options_once(name: str, options: dict) -> None:
+    key = (name, *((k, type(v), v) for k, v in options.items())) if options else name
+    try:
+        if key in _checked:
+            return
+    except TypeError:
+        key = None
+    _check_options(name, options)
+    if key is not None:
+        _checked.add(key)
+
+
 def _run(name: str, g: Group, data, root: int, options: dict) -> None:
     """Execute algorithm ``name`` on a group (hierarchical calls back here for its two levels).
 
     ``run_algorithm`` has checked the options, both levels' too.
     """
-    if name == "hierarchical":
-        options = {**options, "run": _run}
-    _CORES[name](g, data, root, **options)
+    if name in SCHEDULES:
+        execute(g, schedule_of(name, g, data.nbytes, root, options), data)
+    elif name == "hierarchical":
+        hierarchical(g, data, root, run=_run, **options)
+    else:
+        _native(g, data, root)
 
 
 def byte_view(buf):
     """A flat uint8 view of ``buf``'s memory (no copy), after checking it is usable as a receive buffer."""
+    if type(buf) is np.ndarray:  # the common case first: every check below costs a small broadcast time
+        flags = buf.flags
+        if flags.c_contiguous and flags.writeable:
+            return buf if buf.dtype == np.uint8 and buf.ndim == 1 else buf.reshape(-1).view(np.uint8)
     if is_device_array(buf):
         if not buf.flags.c_contiguous:
             raise ValueError("buffer must be C-contiguous (use xp.ascontiguousarray)")
@@ -132,16 +162,36 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
         raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
     if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
         raise ValueError(f"root must be a rank in [0, {comm.size}), got {root!r}")
-    device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options}
-    gpu.check_device_options(**device_options)
+    device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options} if options else {}
+    if device_options:  # their defaults are valid
+        gpu.check_device_options(**device_options)
     data = byte_view(buf)
-    _check_options(name, options)
+    _check_options_once(name, options)
     comm = private_comm(comm)  # after every check: bad input raises before any message
-    if is_device_array(data):
+    if type(data) is not np.ndarray and is_device_array(data):
         gpu.run_on_device(_run, name, data, int(root), comm, options, **device_options)
+    elif name in SCHEDULES:
+        _run_planned(name, comm, data, int(root), options)
     else:
         _run(name, Group(comm, range(comm.size), comm.rank, name, comm), data, int(root), options)
     return buf
+
+
+# (id of the private communicator, algorithm, root, nbytes, options) -> (Group, this rank's schedule):
+# a repeated host broadcast costs one lookup before its messages. The Group holds the communicator,
+# so that id is not reused while its entry lives.
+_plans: dict = {}
+
+
+def _run_planned(name: str, comm: MPI.Comm, data, root: int, options: dict) -> None:
+    key = (id(comm), name, root, data.nbytes, *options.items())  # a flat algorithm's options are numbers
+    plan = _plans.get(key)
+    if plan is None:
+        if len(_plans) > 65536:
+            _plans.clear()
+        g = Group(comm, range(comm.size), comm.rank, name, comm)
+        plan = _plans[key] = (g, schedule_of(name, g, data.nbytes, root, options))
+    execute(plan[0], plan[1], data)
 
 
 ALGORITHMS = {name: functools.partial(run_algorithm, name) for name in _CORES}
@@ -157,6 +207,7 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
     """
     comm = MPI.COMM_WORLD if comm is None else comm
     if algorithm == "auto":
-        decision = select(byte_view(buf).nbytes, comm)
+        nbytes = buf.nbytes if isinstance(buf, np.ndarray) else byte_view(buf).nbytes
+        decision = select(nbytes, comm)
         algorithm, options = decision.name, {**decision.options, **options}
     return run_algorithm(algorithm, buf, root, comm, **options)

@@ -4,6 +4,7 @@ They work the same in a notebook, a test and a script:
 
     sweep_figure(records).savefig("bcast.png")          # time and busbw against size
     pattern_figure(events, p, title="chain")             # who sends to whom in which step
+    pattern_figure(planned_events("binomial", 8, 1024), 8)   # the same, from the schedules, no MPI
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ def step_columns(events: list[dict]) -> list[tuple[str, int]]:
     """The logical rounds in order: (phase label, step) pairs, phases in the order they first happen."""
     order = phase_order(events, phase=phase_label)
     return sorted({(phase_label(e), e["step"]) for e in events}, key=lambda k: (order[k[0]], k[1]))
+
+
+def planned_events(algorithm: str, p: int, nbytes: int, root: int = 0, **options) -> list[dict]:
+    """The messages of a flat algorithm's broadcast as trace events, read from the schedules that
+    ``execute`` runs (no MPI): what a trace of it records, but for the times. ``t_start`` is the
+    send's position in its rank's schedule, which orders the phases as a trace's times do."""
+    from gpulab.bcast.algorithms import SCHEDULES  # on use: importing the drawings stays light
+
+    return [{"algorithm": algorithm, "phase": op.phase, "step": op.step, "src": me, "dst": op.peer,
+             "nbytes": op.hi - op.lo, "t_start": float(i), "t_end": float(i), "path": "host"}
+            for me in range(p) for i, op in enumerate(SCHEDULES[algorithm](p, root, me, nbytes, **options))
+            if op.phase]  # only sends carry a phase
 
 
 def pattern_figure(events: list[dict], p: int, *, title: str = "", ax=None) -> Figure:

@@ -1,13 +1,20 @@
-"""Checked point-to-point messaging inside an ordered group of ranks.
+"""Schedules and the one executor that runs them, inside an ordered group of ranks.
 
-Every algorithm is written against a ``Group``: an ordered list of ranks of a
-communicator (all of it, or one node's ranks, or the node leaders in the
-hierarchical algorithm). Algorithms address peers by their index in the group,
-so the same code runs on any subset without creating communicators.
+Every algorithm describes what one rank does as a *schedule*: a tuple of
+``Op``s (send, receive, ... with the peer, the byte range, whether a chunk is
+a pipeline's last, and the phase and step a trace shows), computed once per
+(algorithm, p, root, rank, size, options) and cached by the algorithm's
+module. ``execute`` runs one; it is the only code that calls MPI for
+gpulab's own algorithms, so what runs, the trace and the drawings of it agree.
+
+A ``Group`` is an ordered list of ranks of a communicator (all of it, or one
+node's ranks, or the node leaders in the hierarchical algorithm).
+Schedules address peers by their index in the group, so the same schedule
+runs on any subset without creating communicators (``Group.ranks`` maps them).
 
 Every receive checks that the number of bytes that arrived is the number this
-rank expected, and raises ``BcastSizeError`` on the rank that sees a
-mismatch (ranks that passed buffers of different sizes) instead of silently
+rank expected (from the receive's status), and raises ``BcastSizeError`` on the
+rank that sees a mismatch (ranks that passed buffers of different sizes) instead of silently
 leaving part of the buffer stale. A pipeline's last chunk travels with a tag
 of its own, so a mismatch by whole chunks (900 against 1200 bytes in chunks
 of 300: every chunk the expected size) raises too, at the chunk where the
@@ -21,9 +28,9 @@ Broadcasts run on a private duplicate of the user's communicator
 received with ``MPI.ANY_TAG`` (to read which one is last) without ever
 matching the user's own messages.
 
-Device buffers (``gpulab.bcast.gpu``): on the "cuda-aware" path the group
-hands device memory to MPI as is; on the "staged" path the algorithm runs on
-a host mirror and the group calls the ``stager``'s hooks around each message
+Device buffers (``gpulab.bcast.gpu``): on the "cuda-aware" path the executor
+hands device memory to MPI as is; on the "staged" path the schedule runs on
+a host mirror and the executor calls the ``stager``'s hooks around each message
 (copy out before the root sends, copy in after a rank receives). Trace events
 say which path (``"path"``: "host", "cuda-aware" or "staged").
 """
@@ -31,8 +38,11 @@ say which path (``"path"``: "host", "cuda-aware" or "staged").
 from __future__ import annotations
 
 import functools
+from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import NamedTuple, Sequence
+
+import numpy as np
 
 from gpulab.backend import mpi_view
 from gpulab.bcast import trace
@@ -82,8 +92,41 @@ def private_comm(comm: MPI.Comm) -> MPI.Comm:
     return duplicate
 
 
+# What a schedule's operation does (``Op.kind``):
+SEND = "send"  # blocking Send: the next operation waits until the buffer may be reused
+ISEND = "isend"  # Isend, completed by the next WAITALL (or at the end): sends that overlap
+RECV = "recv"  # blocking Recv, checked
+POST = "post"  # Irecv posted ahead of time (a pipeline's receive window) ...
+WAIT = "wait"  # ... completed, oldest first, and checked here
+SENDRECV = "sendrecv"  # one Sendrecv: send [lo, hi) to peer while receiving [rlo, rhi) from src
+WAITALL = "waitall"  # complete every ISEND so far
+
+
+class Op(NamedTuple):
+    """One step of one rank's part of a broadcast; peers are ranks of the group's communicator.
+
+    ``last``: None for a whole message (sent and received with TAG); for a
+    pipeline's chunk, whether it is the message's last (LAST_TAG; its receive
+    takes any tag and checks which). ``phase`` and ``step`` are what a trace
+    records for a send. A schedule is a tuple of these, in the order a rank runs them.
+    """
+
+    kind: str
+    peer: int
+    lo: int
+    hi: int
+    last: bool | None = None
+    phase: str = ""
+    step: int = 0
+    src: int = -1  # SENDRECV only: the rank received from, into [rlo, rhi)
+    rlo: int = 0
+    rhi: int = 0
+
+
 @dataclass
 class Group:
+    """An ordered list of ranks of ``comm`` that runs schedules; ``me`` is my index in ``members``."""
+
     comm: MPI.Comm
     members: Sequence[int]  # comm ranks, in group order
     me: int  # my index in members
@@ -100,91 +143,128 @@ class Group:
         return Group(self.comm, members, members.index(self.comm.rank), algorithm, native,
                      self.path, self.stager)
 
-    def _event(self, dst: int, nbytes: int, phase: str, step: int) -> dict:
-        return trace.record({"algorithm": self.algorithm, "phase": phase, "step": step,
-                             "src": self.comm.rank, "dst": self.members[dst], "nbytes": nbytes,
-                             "t_start": MPI.Wtime(), "t_end": None, "path": self.path})
+    def ranks(self, schedule: tuple[Op, ...]) -> tuple[Op, ...]:
+        """A schedule written in group indices, with communicator ranks as peers."""
+        if isinstance(self.members, range) and self.members.start == 0:
+            return schedule
+        return _to_ranks(schedule, tuple(self.members))
 
     def send(self, dst: int, data, phase: str, step: int) -> None:
-        if self.stager is not None:
-            self.stager.before_send(data)
-        event = self._event(dst, data.nbytes, phase, step) if trace.active() else None
-        self.comm.Send(mpi_buffer(data), self.members[dst], TAG)
-        if event:
-            event["t_end"] = MPI.Wtime()
-
-    def isend(self, dst: int, data, phase: str, step: int, last: bool = False) -> "Pending":
-        """``last``: this is a pipeline's last chunk (sent with LAST_TAG)."""
-        if self.stager is not None:
-            self.stager.before_send(data)
-        event = self._event(dst, data.nbytes, phase, step) if trace.active() else None
-        tag = LAST_TAG if last else TAG
-        return Pending(self.comm.Isend(mpi_buffer(data), self.members[dst], tag), event=event)
+        """One blocking send to group index ``dst`` (what the ping-pong of ``gpulab.bcast.fit`` times)."""
+        execute(self, (Op(SEND, self.members[dst], 0, data.nbytes, None, phase, step),), data)
 
     def recv(self, src: int, data) -> None:
-        self.irecv(src, data).wait()
-
-    def irecv(self, src: int, data, last: bool | None = None) -> "Pending":
-        """``last``: None for a whole message; for a pipeline's chunk, whether it is the last one.
-
-        A chunk is received with any tag and ``wait()`` checks it; only a communicator
-        that carries nothing but gpulab's broadcasts (``private_comm``) allows that.
-        """
-        on_done = None
-        if self.stager is not None:
-            self.stager.before_recv(data)
-            on_done = lambda: self.stager.after_recv(data)  # noqa: E731
-        tag = TAG if last is None else MPI.ANY_TAG
-        request = self.comm.Irecv(mpi_buffer(data), self.members[src], tag)
-        return Pending(request, expected=data.nbytes, peer=self.members[src], rank=self.comm.rank,
-                       last=last, on_done=on_done)
-
-    def sendrecv(self, dst: int, senddata, src: int, recvdata, phase: str, step: int) -> None:
-        incoming = self.irecv(src, recvdata)
-        self.isend(dst, senddata, phase, step).wait()
-        incoming.wait()
+        """One checked blocking receive from group index ``src``."""
+        execute(self, (Op(RECV, self.members[src], 0, data.nbytes),), data)
 
 
-@dataclass
-class Pending:
-    """A posted send or receive; ``wait()`` completes it and checks a receive's size."""
-
-    request: MPI.Request
-    expected: int | None = None  # bytes a receive must get; None for sends
-    peer: int = -1
-    rank: int = -1
-    last: bool | None = None  # a pipeline chunk's receive: whether it must be the sender's last
-    event: dict | None = None
-    on_done: Callable[[], None] | None = None  # after a receive checked out (host staging's copy-in)
-
-    def wait(self) -> None:
-        status = MPI.Status()
-        try:
-            self.request.Wait(status)
-        except MPI.Exception as error:
-            if error.Get_error_class() == MPI.ERR_TRUNCATE:
-                raise BcastSizeError(
-                    f"rank {self.rank} expected {self.expected} bytes from rank {self.peer} but was "
-                    f"sent more: do all ranks pass buffers of the same size?") from None
-            raise
-        if self.expected is not None:
-            got = status.Get_count(MPI.BYTE)
-            if got != self.expected:
-                raise BcastSizeError(
-                    f"rank {self.rank} expected {self.expected} bytes from rank {self.peer} but got "
-                    f"{got}: do all ranks pass buffers of the same size?")
-        if self.last is not None and (status.Get_tag() == LAST_TAG) != self.last:
-            raise BcastSizeError(
-                f"rank {self.rank} expected {self.expected} bytes from rank {self.peer} "
-                + ("to end the message, but the sender had more" if self.last else
-                   "and more after them, but the sender's message ended there")
-                + ": do all ranks pass buffers of the same size?")
-        if self.event is not None:
-            self.event["t_end"] = MPI.Wtime()
-        if self.on_done is not None:
-            self.on_done()
+@functools.lru_cache(maxsize=4096)
+def _to_ranks(schedule: tuple[Op, ...], members: tuple[int, ...]) -> tuple[Op, ...]:
+    return tuple(op._replace(peer=members[op.peer], src=members[op.src] if op.src >= 0 else -1)
+                 for op in schedule)
 
 
-def wait_all(pending: list[Pending]) -> None:
-    for item in pending:
-        item.wait()
+def _size_error(rank: int, op: Op, got: int | None) -> BcastSizeError:
+    """The error a rank raises when a receive does not match its own buffer (``got`` None: truncated;
+    the size right: the chunk's last-tag was not the one expected)."""
+    peer, expected = (op.src, op.rhi - op.rlo) if op.kind == SENDRECV else (op.peer, op.hi - op.lo)
+    if got is None:
+        return BcastSizeError(f"rank {rank} expected {expected} bytes from rank {peer} but was "
+                              f"sent more: do all ranks pass buffers of the same size?")
+    if got != expected:
+        return BcastSizeError(f"rank {rank} expected {expected} bytes from rank {peer} but got "
+                              f"{got}: do all ranks pass buffers of the same size?")
+    return BcastSizeError(f"rank {rank} expected {expected} bytes from rank {peer} "
+                          + ("to end the message, but the sender had more" if op.last else
+                             "and more after them, but the sender's message ended there")
+                          + ": do all ranks pass buffers of the same size?")
+
+
+def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
+    """Run this rank's ``schedule`` on the byte view ``data`` (peers are ranks of ``g.comm``).
+
+    The loop is the broadcast's whole per-message cost in Python, so it does
+    little: one MPI call, one status read and two comparisons per receive.
+    Trace events and the staging hooks cost only when they are on.
+    """
+    if not schedule:
+        return
+    comm, status, any_tag, byte = g.comm, MPI.Status(), MPI.ANY_TAG, MPI.BYTE
+    events = [] if trace.active() else None
+    hooks = g.stager is not None or events is not None
+    buf = mpi_view(data)  # once: the door of a fake device array is not free
+    if isinstance(buf, np.ndarray):
+        buf = memoryview(buf)  # slices at half numpy's cost; a CuPy array goes to MPI as it is
+    sends, posted, sent_events = [], deque(), []
+    op = None
+    try:
+        for op in schedule:
+            kind, peer, lo, hi, last, _, _, src, rlo, rhi = op
+            if hooks:
+                _before(g, op, data, events, sent_events)
+            if kind == SEND:
+                comm.Send(buf[lo:hi], peer, LAST_TAG if last else TAG)
+            elif kind == ISEND:
+                sends.append(comm.Isend(buf[lo:hi], peer, LAST_TAG if last else TAG))
+            elif kind == RECV:
+                comm.Recv(buf[lo:hi], peer, TAG, status)
+                if status.Get_count(byte) != hi - lo:
+                    raise _size_error(comm.rank, op, status.Get_count(byte))
+            elif kind == POST:
+                posted.append(comm.Irecv(buf[lo:hi], peer, any_tag))
+            elif kind == WAIT:
+                posted.popleft().Wait(status)
+                if status.Get_count(byte) != hi - lo or (status.Get_tag() == LAST_TAG) != last:
+                    raise _size_error(comm.rank, op, status.Get_count(byte))
+            elif kind == SENDRECV:
+                comm.Sendrecv(buf[lo:hi], peer, TAG, buf[rlo:rhi], src, TAG, status)
+                if status.Get_count(byte) != rhi - rlo:
+                    raise _size_error(comm.rank, op, status.Get_count(byte))
+            else:  # WAITALL
+                _complete(sends, sent_events)
+            if hooks:
+                _after(g, op, data, events)
+        _complete(sends, sent_events)
+    except MPI.Exception as error:
+        if error.Get_error_class() == MPI.ERR_TRUNCATE:
+            raise _size_error(comm.rank, op, None) from None
+        raise
+    finally:
+        if events:
+            trace.extend(events)
+
+
+def _complete(sends: list, sent_events: list) -> None:
+    if sends:
+        MPI.Request.Waitall(sends)
+        sends.clear()
+    if sent_events:
+        end = MPI.Wtime()
+        for event in sent_events:
+            event["t_end"] = end
+        sent_events.clear()
+
+
+def _before(g: Group, op: Op, data, events: list | None, sent_events: list) -> None:
+    """The staging hooks before a message, and its trace event (senders record, once each)."""
+    kind = op.kind
+    if kind in (SEND, ISEND, SENDRECV):
+        if g.stager is not None:
+            g.stager.before_send(data[op.lo:op.hi])
+        if events is not None:
+            events.append({"algorithm": g.algorithm, "phase": op.phase, "step": op.step,
+                           "src": g.comm.rank, "dst": op.peer, "nbytes": op.hi - op.lo,
+                           "t_start": MPI.Wtime(), "t_end": None, "path": g.path})
+            if kind == ISEND:
+                sent_events.append(events[-1])
+    if g.stager is not None and kind in (RECV, POST, SENDRECV):
+        g.stager.before_recv(data[op.rlo:op.rhi] if kind == SENDRECV else data[op.lo:op.hi])
+
+
+def _after(g: Group, op: Op, data, events: list | None) -> None:
+    """A finished receive's copy-in (staged path); a finished blocking send's end time (trace)."""
+    kind = op.kind
+    if events is not None and kind in (SEND, SENDRECV):
+        events[-1]["t_end"] = MPI.Wtime()
+    if g.stager is not None and kind in (RECV, WAIT, SENDRECV):
+        g.stager.after_recv(data[op.rlo:op.rhi] if kind == SENDRECV else data[op.lo:op.hi])

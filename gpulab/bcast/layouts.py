@@ -1,8 +1,8 @@
 """Tree layouts of the broadcasts, on ranks relative to the root (``vr = (me - root) % p``).
 
-One description of each tree, used twice: by the algorithms that send along
-it (``trees``, ``pipelined``) and by the cost model's message schedules
-(``schedules``), so model and code cannot drift apart. Pure arithmetic: no MPI.
+One description of each tree, used by the schedules that send along it
+(``trees``, ``pipelined``); the cost model and the drawings read those
+schedules, so model, picture and code cannot drift apart. Pure arithmetic: no MPI.
 
 k-nomial (radix k, binomial for k = 2): rank vr receives from
 vr - (vr mod k*m) at the first level m = 1, k, k^2, ... where that is

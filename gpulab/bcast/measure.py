@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from gpulab.backend import copy_from_host, empty_bytes, to_host
-from gpulab.bcast.algorithms import ALGORITHMS, option_names
+from gpulab.bcast.algorithms import ALGORITHMS, bcast, option_names
+from gpulab.bcast.auto import select
 from gpulab.bcast.gpu import DEVICE_OPTIONS, path_of
 from gpulab.bcast.nccl import nccl_bcast
 from gpulab.launch import lazy_mpi
@@ -35,7 +36,9 @@ def osu_iterations(nbytes: int) -> tuple[int, int]:
 
 def applicable_options(algorithm: str, options: dict) -> dict:
     """The subset of ``options`` that ``algorithm`` takes, so one sweep can pass chunk/radix to all."""
-    accepted = () if algorithm == "nccl" else option_names(algorithm) + DEVICE_OPTIONS
+    # auto's options would override those of whatever it chooses: it takes the device options only
+    accepted = () if algorithm == "nccl" else DEVICE_OPTIONS if algorithm == "auto" else \
+        option_names(algorithm) + DEVICE_OPTIONS
     return {k: v for k, v in options.items() if k in accepted and v is not None}
 
 
@@ -58,9 +61,11 @@ def _broadcast_function(algorithm: str, device: str, options: dict):
         if device not in ("host", "cupy"):
             raise ValueError("the nccl baseline runs on CuPy buffers (device='cupy')")
         return nccl_bcast, "cupy"
+    if algorithm == "auto":
+        return (lambda buf, root, comm, **options: bcast(buf, root, comm, "auto", **options)), device
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown broadcast algorithm {algorithm!r}; valid names: "
-                         f"{sorted(ALGORITHMS) + ['nccl']}")
+                         f"{sorted(ALGORITHMS) + ['auto', 'nccl']}")
     return ALGORITHMS[algorithm], device
 
 
@@ -100,6 +105,10 @@ def measure_bcast(comm, algorithm: str, nbytes: int, *, root: int = 0, iters: in
     if validate:
         valid &= _validated_run(comm, run, buf, root, salt=2)
 
+    chose = {}
+    if algorithm == "auto":  # what select() decided for this size: the record says what was timed
+        decision = select(nbytes, comm)
+        chose = {"chose": {"algorithm": decision.name, "options": decision.options, "source": decision.source}}
     mean = elapsed / max(iters, 1)
     avg = comm.allreduce(mean, op=MPI.SUM) / comm.size
     algbw = nbytes / avg / 1e9 if avg > 0 else 0.0
@@ -111,6 +120,7 @@ def measure_bcast(comm, algorithm: str, nbytes: int, *, root: int = 0, iters: in
         "algbw_GBps": algbw, "busbw_GBps": algbw,  # broadcast: busbw = algbw (nccl-tests)
         "valid": bool(comm.allreduce(valid, op=MPI.LAND)),
         "device": device, "path": "+".join(sorted(set(comm.allgather(path)))),  # ranks may differ
+        **chose,
     }
 
 

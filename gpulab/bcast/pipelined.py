@@ -5,67 +5,68 @@ while chunk c+1 is still arriving, so every link is busy at once. Costs
 (Hockney, k chunks): chain (p + k - 2)(a + nb/k), binary tree about
 2(h + k - 1)(a + nb/k) for height h. Small chunks hide more latency per hop
 but pay alpha more often; ``gpulab.bcast.model.best_chunk`` gives the optimum.
+
+Each function returns one rank's schedule (``group.Op``s in group indices),
+built once per (p, root, rank, size, chunk) and cached. Sends are posted as
+soon as their chunk is there (Isend) and receives RECV_WINDOW chunks ahead:
+overlap is the point of a pipeline.
 """
 
 from __future__ import annotations
 
-from collections import deque
+import functools
 
-from gpulab.bcast.group import Group, Pending, wait_all
+from gpulab.bcast.group import ISEND, POST, RECV, SENDRECV, WAIT, WAITALL, Op
 from gpulab.bcast.layouts import DEFAULT_CHUNK, heap, heap_subtree
-from gpulab.bcast.trees import relative
+from gpulab.bcast.trees import absolute
 
 RECV_WINDOW = 8  # receives posted ahead, so a chunk never waits for its buffer to be posted
 
 
-def _chunks(n: int, chunk_bytes: int) -> list[slice]:
-    return [slice(start, min(start + chunk_bytes, n)) for start in range(0, n, chunk_bytes)]
-
-
-def forward_chunks(g: Group, data, parent: int | None, children: list[int], chunk_bytes: int,
-                   phase: str, depth: int) -> list[Pending]:
-    """Receive ``data`` chunk by chunk from ``parent`` and forward each to ``children``.
+def forward_chunks(lo: int, hi: int, parent: int | None, children: list[int], chunk_bytes: int,
+                   phase: str, depth: int) -> list[Op]:
+    """Receive bytes [lo, hi) chunk by chunk from ``parent`` and forward each to ``children``.
 
     Group indices are absolute; ``depth`` is the number of hops from the
-    source, so chunk c leaves this rank in logical step c + depth. Returns the
-    send requests still in flight (the caller waits, so it can combine trees).
-    The last chunk is marked (``Group.isend``'s ``last``), so ranks whose
-    buffers differ by whole chunks raise ``BcastSizeError`` instead of waiting.
+    source, so chunk c leaves this rank in logical step c + depth. The sends
+    stay in flight (the caller decides where to wait, so it can combine trees).
+    The last chunk is marked (``Op.last``), so ranks whose buffers differ by
+    whole chunks raise ``BcastSizeError`` instead of waiting.
     """
-    chunks = _chunks(data.nbytes, chunk_bytes)
+    chunks = [(start, min(start + chunk_bytes, hi)) for start in range(lo, hi, chunk_bytes)]
     final = len(chunks) - 1
-    sends = []
-    if parent is None:
-        for c, part in enumerate(chunks):
-            sends += [g.isend(child, data[part], phase, c + depth, last=c == final) for child in children]
-        return sends
-    posted = deque(g.irecv(parent, data[part], last=c == final) for c, part in enumerate(chunks[:RECV_WINDOW]))
-    for c, part in enumerate(chunks):
-        posted.popleft().wait()
-        if c + RECV_WINDOW < len(chunks):
-            posted.append(g.irecv(parent, data[chunks[c + RECV_WINDOW]], last=c + RECV_WINDOW == final))
-        sends += [g.isend(child, data[part], phase, c + depth, last=c == final) for child in children]
-    return sends
+    ops = []
+    if parent is not None:
+        ops += [Op(POST, parent, a, b, c == final) for c, (a, b) in enumerate(chunks[:RECV_WINDOW])]
+    for c, (a, b) in enumerate(chunks):
+        if parent is not None:
+            ops.append(Op(WAIT, parent, a, b, c == final))
+            if c + RECV_WINDOW < len(chunks):
+                ops.append(Op(POST, parent, *chunks[c + RECV_WINDOW], c + RECV_WINDOW == final))
+        ops += [Op(ISEND, child, a, b, c == final, phase, c + depth) for child in children]
+    return ops
 
 
-def chain(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUNK) -> None:
+@functools.lru_cache(maxsize=4096)
+def chain(p: int, root: int, me: int, nbytes: int, chunk_bytes: int = DEFAULT_CHUNK) -> tuple[Op, ...]:
     """Pipelined chain (ring without the closing link): root -> vr 1 -> vr 2 -> ..."""
-    p, vr = relative(g, root)
-    parent = None if vr == 0 else (vr - 1 + root) % p
-    children = [(vr + 1 + root) % p] if vr + 1 < p else []
-    wait_all(forward_chunks(g, data, parent, children, chunk_bytes, "chain", vr))
+    vr = (me - root) % p
+    parent = None if vr == 0 else absolute(vr - 1, root, p)
+    children = [absolute(vr + 1, root, p)] if vr + 1 < p else []
+    return tuple(forward_chunks(0, nbytes, parent, children, chunk_bytes, "chain", vr))
 
 
-def binary_tree(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUNK) -> None:
+@functools.lru_cache(maxsize=4096)
+def binary_tree(p: int, root: int, me: int, nbytes: int, chunk_bytes: int = DEFAULT_CHUNK) -> tuple[Op, ...]:
     """Pipelined binary tree: each rank forwards every chunk to its two children."""
-    p, vr = relative(g, root)
-    parent, children, depth = heap(vr, p)
-    absolute = lambda v: None if v is None else (v + root) % p  # noqa: E731
-    wait_all(forward_chunks(g, data, absolute(parent), [absolute(c) for c in children],
-                            chunk_bytes, "tree", depth))
+    parent, children, depth = heap((me - root) % p, p)
+    return tuple(forward_chunks(0, nbytes, None if parent is None else absolute(parent, root, p),
+                                [absolute(c, root, p) for c in children], chunk_bytes, "tree", depth))
 
 
-def split_binary_tree(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUNK) -> None:
+@functools.lru_cache(maxsize=4096)
+def split_binary_tree(p: int, root: int, me: int, nbytes: int,
+                      chunk_bytes: int = DEFAULT_CHUNK) -> tuple[Op, ...]:
     """Open MPI's split binary tree.
 
     The first half of the message is pipelined down the left subtree and the
@@ -73,28 +74,26 @@ def split_binary_tree(g: Group, data, root: int, chunk_bytes: int = DEFAULT_CHUN
     subtree swaps halves with rank i of the right one. Ranks left without a
     partner (the subtrees differ in size) get their missing half from the root.
     """
-    p, vr = relative(g, root)
+    vr = (me - root) % p
     if p == 1:
-        return
-    absolute = lambda v: (v + root) % p  # noqa: E731
-    halves = {1: data[: data.nbytes // 2], 2: data[data.nbytes // 2:]}
+        return ()
+    halves = {1: (0, nbytes // 2), 2: (nbytes // 2, nbytes)}
     side = {1: [v for v in range(1, p) if heap_subtree(v) == 1], 2: [v for v in range(1, p) if heap_subtree(v) == 2]}
     pairs = min(len(side[1]), len(side[2]))
     unpaired = side[1][pairs:] + side[2][pairs:]
     if vr == 0:
-        sends = []
+        ops = []
         for s in (1, 2):
             if side[s]:
-                sends += forward_chunks(g, halves[s], None, [absolute(s)], chunk_bytes, "pipeline", 0)
-        sends += [g.isend(absolute(v), halves[3 - heap_subtree(v)], "exchange", 0) for v in unpaired]
-        wait_all(sends)
-        return
+                ops += forward_chunks(*halves[s], None, [absolute(s, root, p)], chunk_bytes, "pipeline", 0)
+        return tuple(ops + [Op(ISEND, absolute(v, root, p), *halves[3 - heap_subtree(v)], None, "exchange", 0)
+                            for v in unpaired])
     mine = heap_subtree(vr)
     parent, children, depth = heap(vr, p)
-    wait_all(forward_chunks(g, halves[mine], absolute(parent), [absolute(c) for c in children],
-                            chunk_bytes, "pipeline", depth - 1))
+    ops = forward_chunks(*halves[mine], absolute(parent, root, p), [absolute(c, root, p) for c in children],
+                         chunk_bytes, "pipeline", depth - 1) + [Op(WAITALL, -1, 0, 0)]
     if vr in unpaired:
-        g.recv(root, halves[3 - mine])
-    else:
-        partner = side[3 - mine][side[mine].index(vr)]
-        g.sendrecv(absolute(partner), halves[mine], absolute(partner), halves[3 - mine], "exchange", 0)
+        return tuple(ops + [Op(RECV, root, *halves[3 - mine])])
+    partner = absolute(side[3 - mine][side[mine].index(vr)], root, p)
+    lo, hi = halves[3 - mine]
+    return tuple(ops + [Op(SENDRECV, partner, *halves[mine], None, "exchange", 0, partner, lo, hi)])

@@ -6,12 +6,17 @@ rank sends and receives about 2n(p-1)/p bytes in total instead of n per tree
 level, which is why MPICH switches to these for long messages:
   recursive doubling: 2 log2(p) a + 2((p-1)/p) n b   (power-of-two p)
   ring:               (log2 p + p - 1) a + 2((p-1)/p) n b
+Each function returns one rank's schedule (``group.Op``s in group indices),
+built once per (p, root, rank, size) and cached. Every step is one blocking
+Send, Recv or Sendrecv: each depends on the one before, so there is nothing to overlap.
 """
 
 from __future__ import annotations
 
-from gpulab.bcast.group import Group
-from gpulab.bcast.trees import relative
+import functools
+
+from gpulab.bcast.group import RECV, SEND, SENDRECV, Op
+from gpulab.bcast.trees import absolute
 
 
 def _lowbit(vr: int, p: int) -> int:
@@ -19,68 +24,68 @@ def _lowbit(vr: int, p: int) -> int:
     return vr & -vr if vr else 1 << (p - 1).bit_length()
 
 
-def binomial_scatter(g: Group, data, root: int) -> int:
-    """Leave bytes [vr*ss, (vr+span)*ss) of the message on each relative rank; return ss."""
-    p, vr = relative(g, root)
-    n = data.nbytes
+def binomial_scatter(p: int, root: int, me: int, n: int) -> list[Op]:
+    """Leave bytes [vr*ss, (vr+span)*ss) of the message on each relative rank, ss = ceil(n/p)."""
+    vr = (me - root) % p
     ss = -(-n // p)  # block size, ceil(n/p)
 
-    def subtree_bytes(v: int, span: int):
-        return data[min(v * ss, n): min(min(v + span, p) * ss, n)]
+    def subtree_bytes(v: int, span: int) -> tuple[int, int]:
+        return min(v * ss, n), min(min(v + span, p) * ss, n)
 
+    ops = []
     span = _lowbit(vr, p)
     if vr:
-        part = subtree_bytes(vr, span)
-        if part.nbytes:
-            g.recv((vr - span + root) % p, part)
+        lo, hi = subtree_bytes(vr, span)
+        if hi > lo:
+            ops.append(Op(RECV, absolute(vr - span, root, p), lo, hi))
     mask = span >> 1
     while mask:
         child = vr + mask
-        part = subtree_bytes(child, mask) if child < p else data[:0]
-        if part.nbytes:
+        lo, hi = subtree_bytes(child, mask) if child < p else (0, 0)
+        if hi > lo:
             # rounds count down from the root's top mask, as in the binomial tree
             step = (p - 1).bit_length() - mask.bit_length()
-            g.send((child + root) % p, part, "scatter", step)
+            ops.append(Op(SEND, absolute(child, root, p), lo, hi, None, "scatter", step))
         mask >>= 1
-    return ss
+    return ops
 
 
-def scatter_allgather_ring(g: Group, data, root: int) -> None:
+@functools.lru_cache(maxsize=4096)
+def scatter_allgather_ring(p: int, root: int, me: int, n: int) -> tuple[Op, ...]:
     """Scatter, then p-1 ring steps: pass the block you got last to your right neighbour."""
-    p, vr = relative(g, root)
     if p == 1:
-        return
-    ss = binomial_scatter(g, data, root)
-    n = data.nbytes
-    block = lambda b: data[min(b * ss, n): min((b + 1) * ss, n)]  # noqa: E731
-    right, left = (vr + 1 + root) % p, (vr - 1 + root) % p
-    for i in range(p - 1):
-        g.sendrecv(right, block((vr - i) % p), left, block((vr - i - 1) % p), "allgather", i)
+        return ()
+    vr = (me - root) % p
+    ss = -(-n // p)
+    block = lambda b: (min(b * ss, n), min((b + 1) * ss, n))  # noqa: E731
+    right, left = absolute(vr + 1, root, p), absolute(vr - 1, root, p)
+    return tuple(binomial_scatter(p, root, me, n) + [
+        Op(SENDRECV, right, *block((vr - i) % p), None, "allgather", i, left, *block((vr - i - 1) % p))
+        for i in range(p - 1)])
 
 
-def scatter_allgather_rd(g: Group, data, root: int) -> None:
+@functools.lru_cache(maxsize=4096)
+def scatter_allgather_rd(p: int, root: int, me: int, n: int) -> tuple[Op, ...]:
     """Scatter, then recursive doubling over the largest power of two q <= p.
 
     For p that is not a power of two, the p - q extra ranks first hand their
     block to rank vr - q ("fold"), ride along in their partner's exchanges,
     and get the full message back at the end ("unfold"): two extra steps.
     """
-    p, vr = relative(g, root)
     if p == 1:
-        return
-    ss = binomial_scatter(g, data, root)
-    n = data.nbytes
+        return ()
+    vr = (me - root) % p
+    ops = binomial_scatter(p, root, me, n)
+    ss = -(-n // p)
     q = 1 << (p.bit_length() - 1)
     extra = p - q
-    blocks = lambda lo, hi: data[min(lo * ss, n): min(hi * ss, n)]  # noqa: E731
-    absolute = lambda v: (v + root) % p  # noqa: E731
+    blocks = lambda lo, hi: (min(lo * ss, n), min(hi * ss, n))  # noqa: E731
     if vr >= q:  # an extra rank: fold, wait, unfold
-        g.send(absolute(vr - q), blocks(vr, vr + 1), "fold", 0)
-        g.recv(absolute(vr - q), blocks(0, vr))
-        g.recv(absolute(vr - q), blocks(vr + 1, p))
-        return
+        partner = absolute(vr - q, root, p)
+        return tuple(ops + [Op(SEND, partner, *blocks(vr, vr + 1), None, "fold", 0),
+                            Op(RECV, partner, *blocks(0, vr)), Op(RECV, partner, *blocks(vr + 1, p))])
     if vr < extra:
-        g.recv(absolute(vr + q), blocks(vr + q, vr + q + 1))
+        ops.append(Op(RECV, absolute(vr + q, root, p), *blocks(vr + q, vr + q + 1)))
     distance = 1
     while distance < q:
         partner = vr ^ distance
@@ -90,10 +95,11 @@ def scatter_allgather_rd(g: Group, data, root: int) -> None:
                                  (q + mine, q + min(mine + distance, extra),
                                   q + theirs, q + min(theirs + distance, extra))):
             send, recv = blocks(lo, max(lo, hi)), blocks(plo, max(plo, phi))
-            if send.nbytes or recv.nbytes:  # both sides compute both sizes, so both skip alike
-                g.sendrecv(absolute(partner), send, absolute(partner), recv,
-                           "allgather", distance.bit_length() - 1)
+            if send[1] > send[0] or recv[1] > recv[0]:  # both sides compute both sizes, so both skip alike
+                peer = absolute(partner, root, p)
+                ops.append(Op(SENDRECV, peer, *send, None, "allgather", distance.bit_length() - 1, peer, *recv))
         distance <<= 1
     if vr < extra:
-        g.send(absolute(vr + q), blocks(0, vr + q), "unfold", 0)
-        g.send(absolute(vr + q), blocks(vr + q + 1, p), "unfold", 0)
+        ops += [Op(SEND, absolute(vr + q, root, p), *blocks(0, vr + q), None, "unfold", 0),
+                Op(SEND, absolute(vr + q, root, p), *blocks(vr + q + 1, p), None, "unfold", 0)]
+    return tuple(ops)

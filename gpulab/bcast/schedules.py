@@ -4,14 +4,16 @@ For each algorithm of ``gpulab.bcast.ALGORITHMS`` this returns a ``Plan``:
 the messages on the critical path (the chain of messages the last rank waits
 for) and all messages sent by all ranks (the total work), as lists of
 ``(count, bytes each)``. ``gpulab.bcast.model`` turns a plan into seconds with
-alpha-beta (Hockney) costs. The trees are the algorithms' own (``layouts``); everything here
-follows the code in trees.py, pipelined.py and scatter_allgather.py step by step, not the textbook
+alpha-beta (Hockney) costs. The trees are read from the algorithms' own
+schedules (the ops ``execute`` runs); everything else here follows the schedules
+in trees.py, pipelined.py and scatter_allgather.py step by step, not the textbook
 approximations, e.g. a k-nomial root with fewer than radix-1 children at a
 level is charged only for the children it has.
 
 ``serial(nbytes)`` says whether one rank's concurrent sends of that size queue
 behind each other (the sender copies: single-port Hockney) or overlap (the
-receiver copies, as MPICH's single-copy CMA path does on one node).
+receiver copies, as MPICH's single-copy CMA path does on one node). Sends a
+schedule makes one after another (binomial's) are serial whatever the link.
 
     plan = schedule("chain", 1 << 20, 8, serial=lambda s: True, chunk_bytes=65536)
 """
@@ -23,7 +25,9 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from gpulab.bcast.layouts import DEFAULT_CHUNK, heap, knomial_tree
+from gpulab.bcast import pipelined, trees
+from gpulab.bcast.group import SEND
+from gpulab.bcast.layouts import DEFAULT_CHUNK
 
 
 @dataclass(frozen=True)
@@ -44,15 +48,23 @@ def _tree_depth(children: Callable[[int], list[int]], p: int, serial: bool) -> i
     return deepest
 
 
+def _sent_to(schedule) -> list[int]:
+    return [op.peer for op in schedule if op.phase]  # only sends carry a phase
+
+
 @functools.lru_cache(maxsize=4096)
 def knomial_depth(p: int, radix: int, serial: bool) -> int:
-    tree = knomial_tree(p, radix)
-    return _tree_depth(lambda vr: [child for child, _ in tree[vr][1]], p, serial)
+    """Depth of the tree the binomial (radix 2) or k-nomial schedules send along, root 0."""
+    build = trees.binomial if radix == 2 else functools.partial(trees.knomial, radix=radix)
+    root_sends = build(p, 0, 0, 1)
+    serial = serial or any(op.kind == SEND for op in root_sends)
+    return _tree_depth(lambda vr: _sent_to(build(p, 0, vr, 1)), p, serial)
 
 
 @functools.lru_cache(maxsize=4096)
 def heap_depth(p: int, serial: bool) -> int:
-    return _tree_depth(lambda vr: heap(vr, p)[1], p, serial)
+    """Depth of the binary tree the pipelined schedules send along (one chunk), root 0."""
+    return _tree_depth(lambda vr: _sent_to(pipelined.binary_tree(p, 0, vr, 1, chunk_bytes=1)), p, serial)
 
 
 def _chunks(nbytes: float, chunk_bytes: int | None) -> tuple[int, float]:

@@ -5,42 +5,58 @@ latency per level: good for short messages, where latency dominates.
 Ranks are renumbered relative to the root, ``vr = (me - root) % p``, so the
 root is always vr = 0 (mpi4py's demo/reductions and MPICH do the same).
 
+Each function returns one rank's schedule (``group.Op``s in group indices),
+built once per (p, root, rank, size, options) and cached; ``algorithms``
+runs it. Who sends concurrently, and why:
+- binomial sends to its children one after another, largest subtree first,
+  as MPICH does: concurrent sends would share the sender's link, so every
+  subtree would start late (two link transfers become three at p = 4).
+- linear and k-nomial post their sends at once (Isend): linear's root has
+  nothing to gain by ordering them, and k-nomial exists to use a sender's
+  several ports (or the receivers' copies, on one node) at the same time.
+
 Costs (Hockney, n bytes): linear (p-1)(a + nb); binomial ceil(log2 p)(a + nb);
 k-nomial about (k-1) ceil(log_k p)(a + nb).
 """
 
 from __future__ import annotations
 
-from gpulab.bcast.group import Group, wait_all
+import functools
+
+from gpulab.bcast.group import ISEND, RECV, SEND, Op
 from gpulab.bcast.layouts import knomial_tree
 
 
-def relative(g: Group, root: int) -> tuple[int, int]:
-    """(p, vr): group size and my rank relative to the root."""
-    return g.size, (g.me - root) % g.size
+def absolute(v: int, root: int, p: int) -> int:
+    """The group index of relative rank ``v``."""
+    return (v + root) % p
 
 
-def linear(g: Group, data, root: int) -> None:
-    """The root sends the whole message to every other rank, one after another."""
-    p, vr = relative(g, root)
-    if vr == 0:
-        wait_all([g.isend((root + v) % p, data, "linear", v - 1) for v in range(1, p)])
-    else:
-        g.recv(root, data)
+@functools.lru_cache(maxsize=4096)
+def linear(p: int, root: int, me: int, nbytes: int) -> tuple[Op, ...]:
+    """The root sends the whole message to every other rank, all sends posted at once."""
+    if me != root:
+        return (Op(RECV, root, 0, nbytes),)
+    return tuple(Op(ISEND, absolute(v, root, p), 0, nbytes, None, "linear", v - 1) for v in range(1, p))
 
 
-def binomial(g: Group, data, root: int) -> None:
-    """Each round doubles the number of ranks holding the message."""
-    knomial(g, data, root, radix=2)
+@functools.lru_cache(maxsize=4096)
+def binomial(p: int, root: int, me: int, nbytes: int) -> tuple[Op, ...]:
+    """Each round doubles the number of ranks holding the message; a parent sends to its
+    children one after another, the largest subtree first."""
+    return _tree(p, root, me, nbytes, 2, SEND)
 
 
-def knomial(g: Group, data, root: int, radix: int = 4) -> None:
-    """Each round multiplies the holders by ``radix``; a parent sends to radix-1 children.
+@functools.lru_cache(maxsize=4096)
+def knomial(p: int, root: int, me: int, nbytes: int, radix: int = 4) -> tuple[Op, ...]:
+    """Each round multiplies the holders by ``radix``; a parent posts all its children's sends at once."""
+    return _tree(p, root, me, nbytes, radix, ISEND)
 
-    The tree (who receives from whom, in which round) is ``layouts.knomial_tree``.
-    """
-    p, vr = relative(g, root)
+
+def _tree(p: int, root: int, me: int, nbytes: int, radix: int, send: str) -> tuple[Op, ...]:
+    """The k-nomial tree of ``layouts.knomial_tree``: receive from the parent, then send to the children."""
+    vr = (me - root) % p
     parent, children = knomial_tree(p, radix)[vr]
-    if parent is not None:
-        g.recv((parent + root) % p, data)
-    wait_all([g.isend((child + root) % p, data, "tree", step) for child, step in children])
+    ops = [] if parent is None else [Op(RECV, absolute(parent, root, p), 0, nbytes)]
+    return tuple(ops + [Op(send, absolute(child, root, p), 0, nbytes, None, "tree", step)
+                        for child, step in children])

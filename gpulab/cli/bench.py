@@ -37,7 +37,8 @@ def add_parser(subparsers) -> None:
     p = what.add_parser("bcast", help="broadcast algorithms vs MPI_Bcast (OSU conventions)",
                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=positive_int, default=4, help="ranks to start when not inside an MPI job")
-    p.add_argument("--algorithms", default="all", help="comma-separated names, or 'all' (default)")
+    p.add_argument("--algorithms", default="all", help="comma-separated names ('auto' too: the record says what it "
+                                                        "chose), or 'all' (default)")
     p.add_argument("--sizes", type=sizes, default="1K:64M", help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
     p.add_argument("--root", type=nonnegative_int, default=0, help="root rank (default 0)")
     p.add_argument("--iters", type=positive_int, default=None, help="timed iterations (default: OSU's 1000/100)")
@@ -64,10 +65,10 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
-    unknown = [a for a in algorithms if a not in ALGORITHMS and a != "nccl"]
+    unknown = [a for a in algorithms if a not in ALGORITHMS and a not in ("auto", "nccl")]
     if unknown:
         usage_error(f"gpulab bench bcast: error: unknown algorithm(s) {unknown}; valid: "
-                    f"{sorted(ALGORITHMS) + ['nccl']}")
+                    f"{sorted(ALGORITHMS) + ['auto', 'nccl']}")
     if not inside_mpi_job():
         if args.root >= args.ranks:
             usage_error(f"gpulab bench bcast: error: --root {args.root} is not a rank of -n {args.ranks} "
@@ -138,7 +139,11 @@ def format_table(records: list[dict]) -> str:
         ratio = f" ({mpi['avg_us'] / best['avg_us']:.2f}x)" if mpi else ""
         lines.append(format_size(size).rjust(8) + text + f"  {best['algorithm']}{ratio}")
     p = records[0]["p"] if records else "?"
-    return f"broadcast time per call (us, average over {p} ranks)\n" + "\n".join(lines)
+    chose = [f"{format_size(r['nbytes'])}: {r['chose']['algorithm']}"
+             + "".join(f" {k}={v}" for k, v in sorted(r["chose"]["options"].items()))
+             + f" ({r['chose']['source']})" for r in records if "chose" in r]
+    return (f"broadcast time per call (us, average over {p} ranks)\n" + "\n".join(lines)
+            + ("\nauto chose: " + "; ".join(chose) if chose else ""))
 
 
 def _write_outputs(args, records: list[dict], p: int) -> None:

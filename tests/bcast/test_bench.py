@@ -64,6 +64,18 @@ def test_cli_launches_mpiexec_and_writes_json_csv_and_plot(tmp_path):
     assert out.with_suffix(".png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_cli_measures_auto_and_says_what_it_chose(tmp_path):
+    out = tmp_path / "auto.json"
+    cmd = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--algorithms", "auto,mpi",
+           "--sizes", "1K", "--iters", "3", "--warmup", "1", "--quiet", "--json", str(out)]
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    auto = json.loads(out.read_text())["records"][0]
+    assert auto["algorithm"] == "auto" and auto["valid"]
+    assert set(auto["chose"]) == {"algorithm", "options", "source"}
+    assert f"auto chose: 1K: {auto['chose']['algorithm']}" in done.stdout
+
+
 def test_cli_rejects_unknown_algorithm():
     done = subprocess.run([sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "1", "--algorithms", "nope"],
                           cwd=ROOT, capture_output=True, text=True, timeout=60)

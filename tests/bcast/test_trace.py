@@ -19,6 +19,14 @@ def test_binomial_doubles_the_holders_each_step():
     assert sorted(e["dst"] for e in events) == list(range(1, 8))
 
 
+def test_binomial_sends_to_its_children_one_after_another_largest_subtree_first():
+    # as MPICH's binomial: concurrent sends would share the root's link and delay every subtree
+    events = trace(8, "binomial", 64)
+    root_sends = sorted((e for e in events if e["src"] == 0), key=lambda e: e["t_start"])
+    assert [e["dst"] for e in root_sends] == [4, 2, 1]  # subtrees of 4, 2 and 1 ranks
+    assert all(a["t_end"] <= b["t_start"] for a, b in zip(root_sends, root_sends[1:]))
+
+
 def test_chain_pipelines_chunks_down_the_line():
     events = trace(4, "chain", 1000, chunk_bytes=300)  # 4 chunks: 300, 300, 300, 100
     assert {(e["src"], e["dst"]) for e in events} == {(0, 1), (1, 2), (2, 3)}
@@ -40,3 +48,14 @@ def test_every_rank_but_the_root_receives(algorithm):
     events = trace(5, algorithm, 1001, **options)
     assert {e["dst"] for e in events} - {0} == {1, 2, 3, 4}  # allgathers also send to the root
     assert all(e["t_end"] >= e["t_start"] for e in events)
+
+
+@pytest.mark.parametrize("algorithm,options", [("binomial", {}), ("knomial", {"radix": 3}),
+                                               ("split_binary_tree", {"chunk_bytes": 200}),
+                                               ("scatter_allgather_rd", {})])
+def test_the_drawing_plans_the_messages_the_trace_records(algorithm, options):
+    from gpulab.bcast.drawings import planned_events
+
+    key = lambda e: (e["phase"], e["step"], e["src"], e["dst"], e["nbytes"])  # noqa: E731
+    traced = trace(5, algorithm, 1001, **options)
+    assert sorted(map(key, planned_events(algorithm, 5, 1001, **options))) == sorted(map(key, traced))
