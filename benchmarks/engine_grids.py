@@ -94,7 +94,7 @@ def run(args) -> None:
            "fits": [{"share": f.share, "sources": f.sources["measured"]} for f in fits],
            "rows": rows, "validation": {s: validate([r for r in rows if r["overlap_label"] == label])
                                         for s, label in (("none", "none"),
-                                                         ("all", "async_grads+prefetch+cache+buckets"))}}
+                                                         ("all", "oar+ors+oag+cache+buckets"))}}
     (RESULTS / f"engine_grid_p{p}.json").write_text(json.dumps(out, indent=1))
     for s, v in out["validation"].items():
         print(f"p={p} {s}: spearman {v['spearman']:.2f}, model's pick {v['model_pick']} "

@@ -34,7 +34,7 @@ from gpulab.launch import mpiexec_command  # noqa: E402
 
 SHAPES = "2,1,2,1;1,1,2,2;1,1,1,4;4,1,1,1"
 # (label, progress, overlap list, extra env, shapes, bucket KiB, rounds: None = --rounds)
-PLAN = [("poll", "poll", "none;async_grads;prefetch;cache;buckets;all", {}, SHAPES, 256, None),
+PLAN = [("poll", "poll", "none;oar;ors;oag;cache;buckets;all", {}, SHAPES, 256, None),
         ("thread", "thread", "none;all", {}, SHAPES, 256, None),
         ("no progress", "none", "none;all", {}, SHAPES, 256, None),
         ("MPICH progress thread", "mpich", "none;all", {"MPIR_CVAR_ASYNC_PROGRESS": "1"}, SHAPES, 256, 1),
@@ -81,7 +81,8 @@ def summary(recs) -> str:
     for label in ("poll", "thread", "no progress", "MPICH progress thread"):
         for shape in [[int(v) for v in t.split(",")] for t in SHAPES.split(";")]:
             rows = {r["overlap_label"]: r for r in recs if r["setting"] == label and r["shape"] == shape}
-            off, on = rows.get("none"), rows.get("async_grads+prefetch+cache+buckets")
+            off = rows.get("none")
+            on = rows.get("oar+ors+oag+cache+buckets") or rows.get("async_grads+prefetch+cache+buckets")  # older records
             if off and on:
                 ratio = _paired(on, off) if len(on["iter_s_rounds"]) >= 3 else f"{on['iter_s'] / off['iter_s']:.2f} (one round)"
                 out.append(f"| {label} | {tuple(shape)} | {ratio} | {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "

@@ -23,9 +23,9 @@
 #   shapes that split the model (heads and vocabulary over row, features over
 #   col, sequences over depth × data);
 # * **the overlap switches**, each on its own (`gpulab.engine.parallel.overlap`):
-#   `async_grads` (AxoNN: the dX all-reduce and the dW reduce-scatter run
-#   while the next matmul computes), `prefetch` (the next layer's weight
-#   all-gather issued one layer ahead), `cache` (gathered weights kept from
+#   `oar`, `ors`, `oag` (AxoNN's OAR: the dX all-reduce runs behind the dW
+#   matmul; ORS: the dW reduce-scatter runs behind the layers before; OAG:
+#   the next layer's weight all-gather issued one layer ahead), `cache` (gathered weights kept from
 #   forward for backward: memory for communication), `buckets` (gpulab's
 #   addition: the data-parallel gradient all-reduce in buckets during
 #   backward), and **progress**: who moves a non-blocking collective while the
@@ -86,7 +86,7 @@ explorer
 # %%
 explorer.row.value, explorer.col.value, explorer.depth.value = SHAPE[:3]
 off = explorer.run()
-for name in ("async_grads", "prefetch", "cache", "buckets"):
+for name in explorer.switches:
     explorer.switches[name].value = True
 on = explorer.run()
 Table(explorer.rows(), digits=1)
@@ -142,7 +142,7 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 #    group's bars are longest? Compare `(1, 1, 1, 4)` (pure data parallel: one
 #    gradient all-reduce) with `(1, 4, 1, 1)` (col: activations summed at every
 #    layer, and attention repeated on every col rank).
-# 2. **Is the overlap real?** Switch on only `async_grads`, then set progress
+# 2. **Is the overlap real?** Switch on only `oar` and `ors`, then set progress
 #    to `none`. Does the exposed time come back? A non-blocking collective only
 #    moves while some thread is inside MPI: that is what `poll` and `thread` do.
 # 3. **Cache** trades memory for communication: on a depth > 1 grid, how many

@@ -51,7 +51,7 @@ from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.predict import gpt_config, rank
 from gpulab.widgets import Table, as_image
 
-OVERLAP = Overlap(async_grads=True, prefetch=True, buckets=True, bucket_bytes=64 << 20)
+OVERLAP = Overlap(oar=True, ors=True, oag=True, buckets=True, bucket_bytes=64 << 20)
 ASSUME = dict(recompute=True, flash_attention=True)  # as AxoNN trains large models
 machines = {name: machine(name) for name in MACHINES}
 Table([{"machine": m.name, "GPUs/node": m.ranks_per_node, "peak TFLOP/s": m.peak_flops / 1e12,

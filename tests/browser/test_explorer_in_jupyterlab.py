@@ -104,7 +104,7 @@ def _mesh_explorer(page, explorer, shots: Path) -> None:
     explorer.locator(".widget-checkbox:has-text('buckets') input").uncheck()
     explorer.locator("button:has-text('Run')").first.click()
     status = explorer.locator(".widget-hbox:has(button:has-text('Run')) .widget-html").first  # beside Run
-    expect(status).to_contain_text("#3 (1, 2, 2, 1) async_grads+prefetch+cache:", timeout=RUN_TIMEOUT_MS)
+    expect(status).to_contain_text("#3 (1, 2, 2, 1) oar+ors+oag+cache:", timeout=RUN_TIMEOUT_MS)
     expect(status).to_contain_text("ms per iteration", timeout=RUN_TIMEOUT_MS)
     expect(timeline).not_to_have_attribute("src", before, timeout=30_000)
     explorer.scroll_into_view_if_needed()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from gpulab.backend import to_device, to_host
@@ -9,7 +11,7 @@ from gpulab.engine import Mesh, ParallelGPT
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import timeline
 from gpulab.engine.parallel.memory import memory_report
-from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.parallel.overlap import SWITCHES, Overlap
 from gpulab.engine.perf.volume import collective_calls
 from gpulab.engine.training.optim import AdamW, clip_grads
 from tests.engine.util import random_batch, random_params, tiny_config
@@ -18,14 +20,24 @@ from tests.mpi_steps import step
 B = 8
 
 VARIANTS = {  # label -> Overlap; small buckets so that every group gets several
-    "async_grads": Overlap(async_grads=True),
-    "prefetch": Overlap(prefetch=True),
+    "oar": Overlap(oar=True),
+    "ors": Overlap(ors=True),
+    "oag": Overlap(oag=True),
     "cache": Overlap(cache=True),
     "buckets": Overlap(buckets=True, bucket_bytes=600),
     "all": Overlap.everything(bucket_bytes=600),
     "all, no progress": Overlap.everything(bucket_bytes=2000, progress="none"),
     "all, progress thread": Overlap.everything(bucket_bytes=2000, progress="thread"),
 }
+
+
+def every_combination(bucket_bytes=600) -> dict:
+    """Every subset of the five switches (32), labelled like ``Overlap.label``."""
+    out = {}
+    for bits in itertools.product((False, True), repeat=len(SWITCHES)):
+        ov = Overlap(**dict(zip(SWITCHES, bits)), bucket_bytes=bucket_bytes)
+        out[ov.label()] = ov
+    return out
 
 
 def _key(calls):
@@ -49,7 +61,8 @@ def _max_diff(a: dict, b: dict) -> float:
 
 def identical_numbers(comm, shapes, variants=None, steps=2, seed=0, device="host"):
     """Loss, gradients and a few AdamW steps with each overlap variant against overlap off, and
-    the collectives issued against ``collective_calls(..., overlap=)``; float64, arrays on ``device``."""
+    the collectives issued against ``collective_calls(..., overlap=)``; float64, arrays on ``device``.
+    ``variants``: labels of ``VARIANTS`` (None: all of them), or "every": all 32 switch combinations."""
     out = []
     for shape in map(tuple, shapes):
         mesh = Mesh(*shape, comm=comm)
@@ -64,8 +77,9 @@ def identical_numbers(comm, shapes, variants=None, steps=2, seed=0, device="host
         ref_grads = ref.full_grads()
         ref.load_params(params)
         ref_losses, ref_trained = _train(ref, steps, cfg, seed)
-        for label in variants or VARIANTS:
-            ov = VARIANTS[label]
+        chosen = VARIANTS if variants is None else every_combination() if variants == "every" \
+            else {label: VARIANTS[label] for label in variants}
+        for label, ov in chosen.items():
             step(f"{shape}: {label}")
             gpt = ParallelGPT(cfg, mesh, overlap=ov)
             gpt.load_params(params)

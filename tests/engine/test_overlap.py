@@ -1,9 +1,9 @@
 """Overlap changes when the engine communicates, never what it computes.
 
 Every overlap switch, alone and together (and with progress polling off), on
-grid shapes that exercise each path: the dX all-reduce (row > 1), AxoNN's
-dW-first order (row = 1), prefetch and cache (depth > 1), buckets (data > 1,
-depth x data > 1). Numbers must match overlap-off to 1e-12 in float64 (on
+grid shapes that exercise each path: OAR, the dX all-reduce (row > 1); ORS,
+AxoNN's dW-first order (row = 1); OAG and cache (depth > 1), buckets (data > 1,
+depth x data > 1); and all 32 combinations of the five switches in one job. Numbers must match overlap-off to 1e-12 in float64 (on
 MPICH they match bit for bit: the same MPI algorithms see the same buffers),
 and the collectives issued must be exactly those that
 ``volume.collective_calls(..., overlap=)`` predicts. Timing is not tested
@@ -35,12 +35,23 @@ def test_every_overlap_option_gives_the_same_numbers(n, shapes):
         R, C, D, P = shape
         if D > 1:  # caching gathered weights costs memory, and saves the backward all-gathers
             assert by[shape, "cache"]["memory"]["weight_cache"] > 0
-            assert by[shape, "cache"]["n_calls"] < by[shape, "prefetch"]["n_calls"]
+            assert by[shape, "cache"]["n_calls"] < by[shape, "oag"]["n_calls"]
         else:
             assert by[shape, "cache"]["memory"]["weight_cache"] == 0
-        if R > 1 or D > 1:
-            assert by[shape, "async_grads"]["async_calls"] > 0
+        assert (by[shape, "oar"]["async_calls"] > 0) == (R > 1)  # dX summed over row
+        assert (by[shape, "ors"]["async_calls"] > 0) == (D > 1)  # dW reduce-scattered over depth
+        assert (by[shape, "oag"]["async_calls"] > 0) == (D > 1)  # weights gathered over depth
     assert sum(r["bitwise"] for r in rows) == len(rows)  # MPICH: bit for bit
+
+
+def test_every_combination_of_the_switches_gives_the_same_numbers():
+    """OAR, ORS, OAG, cache and buckets in all 32 combinations, on a grid where each one acts."""
+    shape = (2, 1, 2, 1)
+    rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", timeout=300, shapes=[shape],
+                   variants="every", steps=1)[0]
+    assert len(rows) == 32 and len({r["variant"] for r in rows}) == 32
+    assert all(r["loss"] <= 1e-12 and r["grads"] <= 1e-12 and r["params"] <= 1e-12 for r in rows)
+    assert all(r["bitwise"] for r in rows)  # MPICH: bit for bit
 
 
 def test_timeline_is_gathered_on_one_clock():
@@ -60,12 +71,16 @@ def test_timeline_is_gathered_on_one_clock():
 def test_overlap_options_parse_and_validate():
     assert Overlap.parse("none") == Overlap()
     assert Overlap.parse("all") == Overlap.everything()
-    assert Overlap.parse("prefetch, cache").label() == "prefetch+cache"
+    assert Overlap.parse("oag, cache").label() == "oag+cache"
+    # the names before OAR and ORS were split, still accepted
+    assert Overlap.parse("async_grads,prefetch") == Overlap(oar=True, ors=True, oag=True)
+    assert Overlap.from_dict({"async_grads": True, "prefetch": False, "buckets": True}) \
+        == Overlap(oar=True, ors=True, buckets=True)
     assert Overlap.parse("buckets", bucket_bytes=64).bucket_bytes == 64
     assert not Overlap(progress="poll").polls and Overlap(cache=True).polls
     assert Overlap.from_dict(Overlap.everything().to_dict()) == Overlap.everything()
     with pytest.raises(ValueError, match="unknown overlap switch"):
-        Overlap.parse("prefetch,bogus")
+        Overlap.parse("oag,bogus")
     with pytest.raises(ValueError, match="progress must be one of"):
         Overlap(progress="magic")
     with pytest.raises(ValueError, match="bucket_bytes must be a positive int"):

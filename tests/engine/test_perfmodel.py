@@ -105,7 +105,7 @@ def test_overlap_and_memory_in_predictions():
     cfg, m = gpt_config("gpt-20b"), machine("perlmutter")
     shape = (4, 2, 4, 32)
     off = predict(cfg, shape, 1024, m, None, recompute=True, flash_attention=True)
-    on = predict(cfg, shape, 1024, m, Overlap(async_grads=True, prefetch=True, buckets=True,
+    on = predict(cfg, shape, 1024, m, Overlap(oar=True, ors=True, oag=True, buckets=True,
                                                bucket_bytes=64 << 20), recompute=True, flash_attention=True)
     assert off["hidden_comm_s"] == 0 and on["hidden_comm_s"] > 0 and on["iter_s"] < off["iter_s"]
     assert off["comm_s"] <= on["comm_s"] < 1.01 * off["comm_s"]  # buckets: the same bytes, more latencies
@@ -126,7 +126,7 @@ def test_activation_model_is_the_engines(tmp_path):
 
     shapes = [(1, 1, 1, 4), (2, 1, 2, 1), (1, 2, 1, 2), (4, 1, 1, 1)]
     rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", timeout=300, shapes=shapes,
-                   variants=["prefetch"], steps=1)[0]
+                   variants=["oag"], steps=1)[0]
     for r in rows:
         shape = tuple(r["shape"])
         predicted = activation_values(tiny_config(shape), shape, 8, 8) * 8  # float64

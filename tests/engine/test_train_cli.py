@@ -80,7 +80,7 @@ def test_train_with_overlap_reports_the_timeline_and_learns_the_same(tmp_path):
     assert losses == runs["none"][1]  # overlap changes when, never what
     assert "timeline per iteration (mean over ranks):" in stdout and "depth:" in stdout
     s = summary(stdout)
-    assert s["overlap"] == "async_grads+prefetch+cache+buckets" and s["tokens_per_s"] > 0
+    assert s["overlap"] == "oar+ors+oag+cache+buckets" and s["tokens_per_s"] > 0
     t = s["timeline"]
     assert abs(t["compute_s"] + t["exposed_comm_s"] - t["wall_s"]) < 1e-5 and t["hidden_comm_s"] >= 0
     assert s["memory"]["weight_cache"] > 0 and summary(runs["none"][0])["memory"]["weight_cache"] == 0
@@ -107,5 +107,5 @@ def test_float16_on_the_fake_device_learns_and_resumes_from_float32_masters(tmp_
 
 
 def test_unknown_overlap_switch_fails_cleanly():
-    run = gpulab("train", "--mesh", "1,1,1,1", "--overlap", "prefetch,warp", "--steps", "1", *TINY, timeout=60)
+    run = gpulab("train", "--mesh", "1,1,1,1", "--overlap", "oag,warp", "--steps", "1", *TINY, timeout=60)
     assert run.returncode != 0 and "unknown overlap switch" in run.stdout + run.stderr

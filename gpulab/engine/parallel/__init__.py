@@ -4,7 +4,7 @@ mesh (the rank grid and its communicators), collectives (every MPI call of
 the engine; non-blocking handles, progress), exchange (device buffers to
 MPI), layout (which rank holds which piece), tp3d (AxoNN's 3D Linear),
 tp_layers (sharded LayerNorm, embedding, cross-entropy), overlap (the
-switches), overlap_weights (prefetch, cache), overlap_grads (bucketed gradient
+switches OAR, ORS, OAG, cache, buckets), overlap_weights (OAG's prefetch, cache), overlap_grads (bucketed gradient
 sync), memory (bytes per rank), gpt (``ParallelGPT``), timeline and
 timeline_plot (per-rank events; Gantt charts), lesson3d (one 3D layer checked
 against numpy, for notebook 04).

@@ -17,7 +17,7 @@ parameter (biases, LayerNorm, wpe) over depth x data: after backward, or in
 buckets during it. ``overlap`` (``gpulab.engine.parallel.overlap.Overlap``) switches
 each kind of communication/computation overlap on or off; the numbers are the
 same either way. Weights reach each layer through a ``WeightFetcher``
-(``overlap_weights``: prefetch, cache). Every matmul, attention and GELU is a
+(``overlap_weights``: OAG's prefetch, cache). Every matmul, attention and GELU is a
 ``timeline.kernel``, so ``gpulab.engine.parallel.timeline.record()`` sees the compute.
 """
 
@@ -156,7 +156,7 @@ class ParallelGPT:
 
     def _fetcher(self, uses) -> WeightFetcher:
         ov = self.overlap
-        fetch = WeightFetcher(self.linears, self.params, prefetch=ov.prefetch, cache=ov.cache,
+        fetch = WeightFetcher(self.linears, self.params, prefetch=ov.oag, cache=ov.cache,
                               depth=self.mesh.shape.depth)
         fetch.start(uses)
         return fetch
@@ -237,11 +237,11 @@ class ParallelGPT:
     def _backward(self, T, dloss, caches, c_ce, fetch, sync) -> None:
         """Backward in exact reverse order of ``_forward``; gradients go to ``sync`` as they appear."""
         c_tok, blocks, c_lnf, c_head = caches
-        lin, async_grads = self.linears, self.overlap.async_grads
+        lin, ov = self.linears, self.overlap
 
         def linear(name, dy, cache):
             dx, d = lin[name + ".weight"].backward(dy, cache, W=fetch.get(name + ".weight"),
-                                                   async_grads=async_grads)
+                                                   oar=ov.oar, ors=ov.ors)
             put(name, d)
             return dx
 
@@ -251,7 +251,7 @@ class ParallelGPT:
 
         dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
         dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False, W=fetch.get(WTE),
-                                   async_grads=async_grads)  # keep the block: wte is tied
+                                   oar=ov.oar)  # keep the block: wte is tied
         dW_head = d["weight"]
         dx, d = TP.layernorm_backward(dxf, c_lnf)
         put("transformer.ln_f", d)
@@ -278,7 +278,7 @@ class ParallelGPT:
         sync.add(WPE, dwpe)
         _, d = TP.embedding_backward(dx, c_tok)
         # one reduce-scatter for both uses of the tied weight
-        sync.add(WTE, lin[WTE].scatter_grad(dW_head + d["weight"], wait=not async_grads))
+        sync.add(WTE, lin[WTE].scatter_grad(dW_head + d["weight"], wait=not ov.ors))
 
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""

@@ -1,24 +1,33 @@
 """Overlap: which communication ``ParallelGPT`` hides behind computation, each switch on its own.
 
-    gpt = ParallelGPT(cfg, mesh, overlap=Overlap(async_grads=True, prefetch=True))
-    Overlap.parse("async_grads,buckets")            # what `gpulab train --overlap` takes
-    Overlap.everything()                            # all four on, test-polling progress
+    gpt = ParallelGPT(cfg, mesh, overlap=Overlap(oar=True, ors=True, oag=True))
+    Overlap.parse("oar,ors,buckets")                # what `gpulab train --overlap` takes
+    Overlap.everything()                            # every switch on, test-polling progress
 
-The switches (numbers do not change with any of them; tests/engine check it):
+The switches, named as in the AxoNN paper's ablation (numbers do not change
+with any of them; tests/engine check every combination):
 
-- ``async_grads`` (AxoNN): in a Linear3D backward, the all-reduce of dX over the
-  row group and the reduce-scatter of dW over depth are non-blocking; dX is
-  waited for after the dW matmul, the dW shard only when the optimizer (or a
-  data-parallel bucket) needs it. Where dX needs no all-reduce (row of 1), dW
-  is computed first so that its reduce-scatter hides behind the dX matmul.
-- ``prefetch`` (AxoNN): the depth all-gather of the next weight in the pass is
-  issued when the current one is handed out: one layer ahead.
+- ``oar`` (AxoNN's OAR, overlap all-reduce): in a Linear3D backward the
+  all-reduce of dX over the row group is non-blocking and waited for after
+  the dW matmul, which it runs behind.
+- ``ors`` (AxoNN's ORS, overlap reduce-scatter): the reduce-scatter of dW over
+  depth is non-blocking; the dW shard is waited for only when the optimizer
+  (or a data-parallel bucket) needs it, so it runs behind the backward of the
+  layers before. Where dX needs no all-reduce (row of 1), dW is computed
+  first so that its reduce-scatter also hides behind the dX matmul.
+- ``oag`` (AxoNN's OAG, overlap all-gather): the depth all-gather of the next
+  weight in the pass is issued when the current one is handed out: one layer
+  ahead.
 - ``cache`` (AxoNN): gathered weights are kept from forward for backward (and
   for the tied LM head): no all-gather in backward, at the price of holding
   every gathered block, reported as ``weight_cache_bytes``.
 - ``buckets`` (gpulab, not AxoNN): the data-parallel gradient all-reduce is
   issued during backward in buckets of ``bucket_bytes`` as gradients appear,
   instead of once after backward.
+
+Old names, still accepted by ``parse`` and ``from_dict`` (saved results and
+command lines use them): ``async_grads`` = ``oar`` + ``ors`` (one switch before
+they were split), ``prefetch`` = ``oag``.
 
 ``progress`` says who moves the non-blocking collectives forward while the
 rank computes: "poll" (MPI_Test on every collective in flight after each
@@ -35,14 +44,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-SWITCHES = ("async_grads", "prefetch", "cache", "buckets")
+SWITCHES = ("oar", "ors", "oag", "cache", "buckets")
+ALIASES = {"async_grads": ("oar", "ors"), "prefetch": ("oag",)}  # the names before the split
 PROGRESS = ("poll", "thread", "mpich", "none")
 
 
 @dataclass(frozen=True)
 class Overlap:
-    async_grads: bool = False
-    prefetch: bool = False
+    oar: bool = False
+    ors: bool = False
+    oag: bool = False
     cache: bool = False
     buckets: bool = False
     bucket_bytes: int = 1 << 20
@@ -71,11 +82,11 @@ class Overlap:
         if text in ("all", "on"):
             return cls.everything(**changes)
         names = [t.strip() for t in text.split(",") if t.strip()]
-        unknown = [n for n in names if n not in SWITCHES]
+        unknown = [n for n in names if n not in SWITCHES and n not in ALIASES]
         if unknown:
             raise ValueError(f"unknown overlap switch(es) {unknown}; choose from {list(SWITCHES)}, "
-                             "'all' or 'none'")
-        return cls(**{n: True for n in names}, **changes)
+                             f"'all' or 'none' (old names: {', '.join(ALIASES)})")
+        return cls(**{s: True for n in names for s in ALIASES.get(n, (n,))}, **changes)
 
     @property
     def any(self) -> bool:
@@ -101,4 +112,5 @@ class Overlap:
     @classmethod
     def from_dict(cls, d: dict) -> "Overlap":
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        old = {s: v for k, v in d.items() if k in ALIASES for s in ALIASES[k]}  # results saved before the split
+        return cls(**{**old, **{k: v for k, v in d.items() if k in names}})

@@ -6,7 +6,7 @@
     fetch.end()                                            # drop the cache
 
 A weight lives as 1-D shards over the depth group; each use needs the whole
-block, an all-gather over depth (AxoNN's FSDP-like step). ``prefetch`` issues
+block, an all-gather over depth (AxoNN's FSDP-like step). ``prefetch`` (``Overlap.oag``) issues
 the next use's all-gather (non-blocking) as soon as the current block is
 handed out, so it travels while this layer computes. ``cache`` keeps the
 blocks gathered in forward for backward (and for the tied LM head), so

@@ -11,16 +11,16 @@ Plain layer, W [n, k] on an R x C x D grid (M tokens on this rank)::
               dW = dY^T @ X                      [n/R, k/C], partial over depth (other sequences)
               dw = reduce_scatter(dW, depth)     this rank's 1-D shard of the gradient
 
-With ``async_grads`` (``gpulab.engine.parallel.overlap``) the dX all-reduce and the dW
-reduce-scatter are non-blocking, in AxoNN's order::
+With ``oar`` (AxoNN's OAR, ``gpulab.engine.parallel.overlap``) the dX all-reduce is
+non-blocking, with ``ors`` (ORS) the dW reduce-scatter, in AxoNN's order::
 
-              h  = iall_reduce(dY @ W, row)      in flight while dW is computed
+              h  = iall_reduce(dY @ W, row)      oar: in flight while dW is computed
               dW = dY^T @ X
-              dw = ireduce_scatter(dW, depth)    handed back in flight (a Handle), waited
+              dw = ireduce_scatter(dW, depth)    ors: handed back in flight (a Handle), waited
               dX = h.wait()                      for when the optimizer or a bucket needs it
 
-and where dX needs no all-reduce (out-split of one), dW goes first so that its
-reduce-scatter runs during the dX matmul.
+and with ``ors`` where dX needs no all-reduce (out-split of one), dW goes first so
+that its reduce-scatter runs during the dX matmul.
 The gathered block W can come from outside (``W=``: prefetched or cached by
 ``gpulab.engine.parallel.overlap_weights``); each matmul is a ``timeline.kernel``.
 
@@ -94,10 +94,11 @@ class Linear3D:
             y = y + b  # added once, after the sum
         return y, (x, w_shard, b is not None)
 
-    def backward(self, dy, cache, scatter: bool = True, W=None, async_grads: bool = False):
+    def backward(self, dy, cache, scatter: bool = True, W=None, oar: bool = False, ors: bool = False):
         """(dx, {"weight": dw shard (or the block dW if not scatter), "bias": db (partial)}).
 
-        With ``async_grads`` the weight entry is a ``Handle`` still in flight."""
+        ``oar``: the dX all-reduce runs behind the dW matmul; ``ors``: the weight entry
+        is a ``Handle`` still in flight."""
         x, w_shard, has_bias = cache
         W = self.gather(w_shard) if W is None else W
         dy2 = dy.reshape(-1, self.n_local)  # [M, n/R]
@@ -105,16 +106,17 @@ class Linear3D:
         def weight_grad():
             with kernel(f"{self.name} dW"):
                 dW = dy2.T @ x.reshape(-1, self.k_local)  # [n/R, k/C], this rank's tokens only
-            return self.scatter_grad(dW, wait=not async_grads) if scatter else dW
+            return self.scatter_grad(dW, wait=not ors) if scatter else dW
 
         def input_grad():
             with kernel(f"{self.name} dX"):
                 return (dy2 @ W).reshape(*dy.shape[:-1], self.k_local)  # (..., k/C), partial over out-split
 
-        if async_grads and self.out_comm.Get_size() == 1:
+        summed = self.out_comm.Get_size() > 1
+        if ors and not summed:
             dw = weight_grad()  # its reduce-scatter runs while dX is computed
             dx = input_grad()
-        elif async_grads:
+        elif oar and summed:
             pending = coll.iall_reduce(input_grad(), self.out_comm)
             dw = weight_grad()  # the dX all-reduce runs meanwhile
             dx = pending.wait()

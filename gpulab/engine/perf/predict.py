@@ -20,10 +20,12 @@ How (each term printed by ``gpulab model``):
    run twice too.
 3. Overlap: a collective that ``overlap`` makes non-blocking hides behind the
    computation it runs alongside, up to ``overlap_efficiency`` of that
-   computation: dX all-reduce behind the layer's dW matmul, the dW
-   reduce-scatter behind the next layer's backward, a prefetched all-gather
-   behind the previous layer, bucketed data-parallel all-reduces behind the
-   rest of backward (the last bucket stays exposed). Hidden time never
+   computation: dX all-reduce behind the layer's dW matmul (``oar``, AxoNN's
+   OAR), the dW reduce-scatter behind the next layer's backward (``ors``,
+   ORS), a prefetched all-gather behind the previous layer (``oag``, OAG),
+   bucketed data-parallel all-reduces behind the rest of backward
+   (``buckets``; the last bucket stays exposed). Switching them on one by one
+   predicts the paper's ablation (``gpulab model predict --overlap oar`` ...). Hidden time never
    exceeds the compute it hides behind, in total.
 4. Memory: parameter state, activations and gathered-weight caches per rank
    (``terms.memory_terms``); ``fits`` compares with the device.

@@ -12,7 +12,8 @@ gradient all-reduces after backward are summed from the parameter pieces
 directly. ``kind`` says what may hide a call when overlap is on: "dX" (the
 dW matmul of the same layer), "RS" (the next layer's backward), "AG" (the
 previous layer's compute, when prefetched), "DP" (the rest of backward, in
-buckets); None: nothing, the result is needed at once.
+buckets); None: nothing, the result is needed at once. The overlap switches
+that make them so: ``oar`` (dX), ``ors`` (RS), ``oag`` (AG), ``buckets`` (DP).
 
 Per rank, for the tokens M = B T / (D P) it computes, these volumes are
 AxoNN's (Singh et al.; docs/engine_model.md states them) derived for this engine: a plain layer
@@ -49,11 +50,13 @@ def stride(group: str, shape) -> int:
 def _kind(row: dict, overlap) -> str | None:
     if overlap is None:
         return None
-    if row["op"] == "all_gather" and overlap.prefetch:
+    if row["op"] == "all_gather" and overlap.oag:
         return "AG"
-    if row["phase"] == "backward" and overlap.async_grads and row["layer"] not in ("ln_f",) \
-            and not row["layer"].split(".")[-1].startswith("ln_"):
-        return "RS" if row["op"] == "reduce_scatter" else "dX"
+    if row["phase"] == "backward" and not row["layer"].split(".")[-1].startswith("ln_"):
+        if row["op"] == "reduce_scatter" and overlap.ors:
+            return "RS"
+        if row["op"] == "all_reduce" and overlap.oar:
+            return "dX"
     if row["phase"] == "grad-sync" and row["layer"] == "grads" and overlap.buckets:
         return "DP"
     return None
@@ -122,6 +125,31 @@ def activation_values(config, shape, batch_size: int, seq_len: int | None = None
     return config.n_layer * block + outside
 
 
+def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None, *, recompute: bool,
+                     flash_attention: bool) -> float:
+    """Bytes of activations a rank keeps for backward in a Megatron-style bf16 transformer, from
+    Korthikanti et al. ("Reducing activation recomputation", 2022), carried onto the 4D grid.
+
+    Per layer, per sequence of s tokens and width h: s h (34 + 5 a s / h) bytes, of which
+    s h (10 + 24/t + 5 a s / (h t)) with tensor parallelism t (their eq. 2): the 24 s h that
+    tensor parallelism splits are the QKV, attention and MLP-hidden activations (split over
+    row here), the 10 s h it does not are the LayerNorm inputs, residual and dropout masks
+    (split over col here: AxoNN splits features over col); the 5 a s^2 attention scores and
+    masks vanish with flash attention. Full recomputation keeps only each layer's input
+    (2 s h bytes, split over col) plus one layer's working set rebuilt in backward. The
+    LM head's logits are kept in fp32 for the loss (4 s V / row bytes).
+    """
+    R, Cc, D, P = shape
+    s = seq_len or config.block_size
+    h, a, L, V = config.n_embd, config.n_head, config.n_layer, config.vocab_size
+    b = batch_size / (D * P)  # sequences on this rank
+    layer = s * b * h * (10 / Cc + 24 / R) + (0 if flash_attention else 5 * a * s * s * b / R)
+    logits = 4 * s * b * V / R
+    if recompute:
+        return L * 2 * s * b * h / Cc + layer + logits
+    return L * layer + logits
+
+
 def memory_terms(config, shape, batch_size: int, seq_len: int | None = None, *, value_bytes: int,
                  state_bytes_per_param: int, overlap=None, recompute: bool = False,
                  flash_attention: bool = False) -> dict:
@@ -132,7 +160,7 @@ def memory_terms(config, shape, batch_size: int, seq_len: int | None = None, *, 
     gathered = 0.0
     if D > 1 and overlap is not None and overlap.cache:
         gathered = (12 * L * C * C + V * C) / (R * Cc)  # every block, gathered, kept
-    elif D > 1 and overlap is not None and overlap.prefetch:
+    elif D > 1 and overlap is not None and overlap.oag:
         gathered = 4 * C * C / (R * Cc)  # the next block in flight
     out = {"parameter_state": params * state_bytes_per_param,
            "activations": activation_values(config, shape, batch_size, seq_len, recompute,
