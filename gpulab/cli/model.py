@@ -2,6 +2,7 @@
 
     gpulab model rank --world 1024 --model gpt-20b --machine perlmutter     # grid shapes, fastest first
     gpulab model predict --mesh 4,8,2,16 --model gpt-20b --machine perlmutter
+    gpulab model compare --world 1024 --model gpt-80b --machine perlmutter  # AxoNN vs its baselines
     gpulab model machines                                                   # profiles and their sources
     gpulab model fit -n 4 --out results/engine_machine_p4.json              # fit this computer (mpiexec)
 
@@ -20,6 +21,7 @@ import math
 import os
 from pathlib import Path
 
+from gpulab.cli import model_compare
 from gpulab.engine import GPTConfig
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.fit import fit as fit_machine
@@ -28,7 +30,7 @@ from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import gpt_config, predict, rank
 from gpulab.launch import inside_mpi_job, relaunch
 
-DEFAULT_OVERLAP = "async_grads,prefetch,buckets"
+DEFAULT_OVERLAP = "oar,ors,oag,buckets"
 
 
 def add_parser(subparsers) -> None:
@@ -54,6 +56,7 @@ def add_parser(subparsers) -> None:
         p.add_argument("--no-flash", action="store_true", help="keep the T x T attention probabilities")
         p.add_argument("--json", action="store_true", help="print the predictions as JSON")
         p.set_defaults(func=main)
+    model_compare.add_parser(sub)
     p = sub.add_parser("machines", help="the machine profiles and the source of every number")
     p.set_defaults(func=show_machines)
     p = sub.add_parser("fit", help="measure this computer for the model (runs mpiexec -n N)")
@@ -80,7 +83,8 @@ def assumptions(args, overlap) -> list[str]:
             f"activation recomputation: {'off' if args.no_recompute else 'on (forward and its collectives twice)'}",
             f"attention probabilities: {'kept' if args.no_flash else 'not kept (flash attention)'}",
             "rings for every collective; concurrent groups do not share links; no load imbalance",
-            "no pipeline parallelism; grid shapes must split heads, features, vocabulary and batch"]
+            "no pipeline parallelism (gpulab model compare models it); grid shapes must split heads, features, "
+            "vocabulary and batch"]
 
 
 def main(args) -> int:

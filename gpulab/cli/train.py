@@ -4,6 +4,7 @@
     gpulab train --mesh 2,1,1,1 --resume results/gpt.npz --steps 100   # other grid, go on
     gpulab train --mesh 1,1,2,2 --overlap all     # overlap communication (gpulab.engine.parallel.overlap)
     gpulab train --mesh 1,2,1,1 --device cupy --dtype float16   # on GPUs, mixed precision
+    gpulab train --strategy megatron -n 4         # a named strategy picks the grid (gpulab.engine.strategies)
 
 Outside an MPI job the command re-launches itself under ``mpiexec -n N``
 (``gpulab.launch.relaunch``); the loop itself is ``gpulab.engine.training.loop``.
@@ -15,8 +16,11 @@ import math
 
 from gpulab.backend import DEVICES
 from gpulab.engine.parallel.overlap import PROGRESS
+from gpulab.engine.strategies import STRATEGIES, describe, pick_shape
 from gpulab.engine.training.loop import train
-from gpulab.cli.checks import nonnegative_float, nonnegative_int, output_path, positive_float, positive_int
+from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
+                               usage_error)
+from gpulab.engine.gpt.config import GPTConfig
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine.training import checkpoint
 from gpulab.launch import inside_mpi_job, relaunch, run_on_ranks
@@ -26,7 +30,10 @@ NEW_MODEL = {"block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64, "dtype":
 
 # (flags, argparse keywords): one list drives the parser and the re-launch argv
 _OPTIONS = [
-    (("--mesh",), dict(default="1,1,1,1", help="grid row,col,depth,data (default 1,1,1,1)")),
+    (("--mesh",), dict(default=None, help="grid row,col,depth,data (default 1,1,1,1)")),
+    (("--strategy",), dict(default=None, choices=tuple(STRATEGIES),
+                           help="instead of --mesh: a grid for -n ranks, " + "; ".join(
+                               f"{k} = {v}" for k, v in STRATEGIES.items()))),
     (("-n", "--nprocs"), dict(type=positive_int, default=None, help="MPI ranks (default: product of --mesh)")),
     (("--steps",), dict(type=positive_int, default=500, help="optimizer steps to run (default 500)")),
     (("--batch-size",), dict(type=positive_int, default=32, help="global batch, sequences (default 32)")),
@@ -55,7 +62,7 @@ _OPTIONS = [
     (("--sample",), dict(type=nonnegative_int, default=200, help="characters to sample at the end (0: none)")),
     (("--log-every",), dict(type=positive_int, default=50, help="print the loss every N steps")),
     (("--no-progress",), dict(action="store_true", help="no tqdm bar")),
-    (("--overlap",), dict(default="none", help="none, all, or a list of async_grads,prefetch,cache,buckets")),
+    (("--overlap",), dict(default="none", help="none, all, or a list of oar,ors,oag,cache,buckets")),
     (("--progress-mode",), dict(default="poll", choices=PROGRESS,
                                 help="who moves collectives in flight (default poll; mpich: MPICH's "
                                      "progress thread, the job started with MPIR_CVAR_ASYNC_PROGRESS=1)")),
@@ -82,6 +89,25 @@ def parse_mesh(text: str) -> tuple[int, int, int, int]:
     return shape
 
 
+def strategy_shape(args) -> tuple[int, int, int, int]:
+    """The grid ``--strategy`` picks for ``-n`` ranks, this model and batch; one line if none."""
+    if args.mesh is not None:
+        usage_error("gpulab train: give --mesh or --strategy, not both")
+    if args.nprocs is None:
+        usage_error(f"gpulab train: --strategy {args.strategy} needs -n (the number of ranks)")
+    # the vocabulary is padded to a multiple of lcm(8, row) when the corpus is read: never the obstacle
+    config = GPTConfig(vocab_size=math.lcm(8, args.nprocs), block_size=args.block_size, n_layer=args.n_layer,
+                       n_head=args.n_head, n_embd=args.n_embd)
+    try:
+        shape = pick_shape(args.strategy, args.nprocs, config, args.batch_size)
+    except ValueError as err:
+        usage_error(f"gpulab train: --strategy {args.strategy}: {err}")
+    if not inside_mpi_job():
+        print(f"--strategy {args.strategy} on {args.nprocs} ranks: mesh {','.join(map(str, shape))} "
+              f"({describe(shape)})")
+    return shape
+
+
 def _argv(args) -> list[str]:
     """The command-line arguments that reproduce ``args`` (for the re-launch)."""
     out = []
@@ -96,12 +122,12 @@ def _argv(args) -> list[str]:
 
 
 def main(args) -> int:
-    shape = parse_mesh(args.mesh)
+    resolve_model(args)
+    shape = strategy_shape(args) if args.strategy else parse_mesh(args.mesh or "1,1,1,1")
     n = math.prod(shape)
     if args.nprocs is not None and args.nprocs != n:
         raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} "
                          f"(row*col*depth*data = {n})")
-    resolve_model(args)
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress_mode == "mpich" else {}
         with topology_context(args):

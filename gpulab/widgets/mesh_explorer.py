@@ -8,7 +8,9 @@
 
 The dropdowns only ever offer valid shapes: row divides the world size and
 the model's heads and vocabulary, col divides what is left and the features,
-depth what is left and the batch; data is the rest. Run trains a few
+depth what is left and the batch; data is the rest. Beside data the shape's
+name (``gpulab.engine.strategies.describe``: "Megatron-LM TP2 x DP2",
+"ZeRO-3/FSDP x4", "AxoNN 4D (2,1,2,1)" ...), also in the table. Run trains a few
 iterations on the engines (``gpulab.engine.perf.timing.measure`` on the first
 ``world`` ranks), then draws the slowest iteration's per-rank timeline and a
 breakdown of every run so far (compute, exposed and hidden communication)
@@ -33,6 +35,7 @@ from gpulab.engine.parallel.timeline_plot import breakdown, gantt
 from gpulab.engine.perf.fit import FittedMachine, fit
 from gpulab.engine.perf.predict import predict
 from gpulab.engine.perf.timing import bench_config, measure
+from gpulab.engine.strategies import describe
 from gpulab.launch import first_ranks
 from gpulab.widgets.plots import as_image
 from gpulab.widgets.runner import engine_devices
@@ -140,7 +143,7 @@ class MeshExplorer(W.VBox):
         if changed in ("world", "row", "col"):
             self._set(self.depth, self._options("depth", n // (self.row.value * self.col.value)))
         ok = self.shape is not None
-        self.data.value = (f"data = {self.shape.data}" if ok else
+        self.data.value = (f"data = {self.shape.data}: <b>{describe(self.shape)}</b>" if ok else
                            "<span style='color:#b00'>no valid data size: pick other factors</span>")
         self.run_button.disabled = not ok
 
@@ -193,7 +196,7 @@ class MeshExplorer(W.VBox):
         out = []
         for r, p in zip(self.results, self.predictions):
             s = r["summary"]
-            out.append({"run": r["label"], "iter ms": r["iter_s"] * 1e3, "compute ms": s["compute_s"] * 1e3,
+            out.append({"run": r["label"], "strategy": describe(r["shape"]), "iter ms": r["iter_s"] * 1e3, "compute ms": s["compute_s"] * 1e3,
                         "exposed ms": s["exposed_comm_s"] * 1e3, "hidden ms": s["hidden_comm_s"] * 1e3,
                         "predicted ms": p["iter_s"] * 1e3 if p else float("nan"),
                         "cache KiB": r["memory"]["weight_cache"] / 1024})

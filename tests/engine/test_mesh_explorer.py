@@ -67,6 +67,9 @@ def test_dropdowns_offer_only_valid_shapes():
     explorer.world.value = 4
     explorer.row.value, explorer.col.value, explorer.depth.value = 1, 1, 2
     assert explorer.shape == (1, 1, 2, 2) and not explorer.run_button.disabled
+    assert "HSDP shard 2 x replicate 2" in explorer.data.value  # the shape's strategy, named
+    explorer.row.value, explorer.depth.value = 4, 1
+    assert explorer.shape == (4, 1, 1, 1) and "Megatron-LM TP4" in explorer.data.value
     assert valid_factors(12, 8) == [1, 2, 4] and cfg.n_head == 8
 
 
@@ -75,13 +78,14 @@ def test_run_measures_draws_and_compares_with_the_model():
     explorer = MeshExplorer(runner, machine=FakeMachine())
     explorer.row.value, explorer.col.value, explorer.depth.value = 2, 1, 2
     explorer.run_button.click()
-    explorer.switches["async_grads"].value = explorer.switches["cache"].value = True
+    explorer.switches["oar"].value = explorer.switches["cache"].value = True
     row = explorer.run()
     assert [c[1] for c in runner.calls] == [(2, 1, 2, 1)] * 2
-    assert runner.calls[1][3] == Overlap(async_grads=True, cache=True, bucket_bytes=256 << 10)
-    assert row["label"] == "#2 (2, 1, 2, 1) async_grads+cache"
+    assert runner.calls[1][3] == Overlap(oar=True, cache=True, bucket_bytes=256 << 10)
+    assert row["label"] == "#2 (2, 1, 2, 1) oar+cache"
     table = explorer.rows()
     assert [r["cache KiB"] for r in table] == [0, 2]
+    assert [r["strategy"] for r in table] == ["AxoNN 4D (2,1,2,1)"] * 2
     assert table[1]["hidden ms"] > 0 == table[0]["hidden ms"]
     assert all(r["predicted ms"] > 0 for r in table)
     assert "2 (2, 1, 2, 1)" in explorer.status.value

@@ -1,0 +1,57 @@
+"""Pipeline parallelism in the performance model: bubble, point-to-point volume, memory in flight.
+
+    bubble_fraction(stages=4, micro_batches=16)      # (p-1)/(m+p-1) = 0.158
+    stage_config(cfg, stages=4)                      # the GPT one stage holds (ceil(L/p) blocks)
+    p2p_bytes(cfg, (4, 1, 1, 8), micro_batch=2, value_bytes=2)
+
+The model of Megatron-LM's 1F1B schedule (Narayanan et al., SC'21), with
+``p`` stages and ``m`` micro-batches per iteration: every stage runs m
+forward and m backward micro-batch passes, and the last micro-batch's
+backward reaches the first stage after p - 1 more slots, so one iteration
+takes (m + p - 1) micro-batch slots, of which p - 1 are idle: the bubble,
+(p - 1) / (m + p - 1) of the time. Between neighbouring stages each
+micro-batch sends its activations [b, T, C] forward and their gradient
+backward; with tensor parallelism over R ranks each sends 1/R of it
+(Megatron's scatter/gather of the p2p tensor). The first stage holds the
+activations of min(p, m) micro-batches at once (1F1B starts p forwards
+before the first backward). The engine has no pipeline (``pipe`` is being
+added to ``Mesh`` separately); this module only predicts one.
+"""
+
+from __future__ import annotations
+
+import math
+
+from gpulab.engine.gpt.config import GPTConfig
+
+
+def bubble_fraction(stages: int, micro_batches: int) -> float:
+    return (stages - 1) / (micro_batches + stages - 1)
+
+
+def stage_config(config, stages: int) -> GPTConfig:
+    """The busiest stage: ceil(L/p) blocks (embedding and LM head kept: the first and last stage hold them)."""
+    return GPTConfig(**{**config.to_dict(), "n_layer": math.ceil(config.n_layer / stages)})
+
+
+def in_flight(stages: int, micro_batches: int) -> int:
+    """Micro-batches whose activations the first stage holds at once under 1F1B."""
+    return min(stages, micro_batches)
+
+
+def p2p_bytes(config, shape, micro_batch: int, value_bytes: int, seq_len: int | None = None) -> float:
+    """Bytes one GPU sends to the next stage per micro-batch, each way (activations, then their gradient)."""
+    R, _, D, P = shape
+    T = seq_len or config.block_size
+    return micro_batch / (D * P) * T * config.n_embd * value_bytes / R
+
+
+def p2p_s(config, shape, stages: int, micro_batches: int, micro_batch: int, machine,
+          seq_len: int | None = None) -> float:
+    """Time of the stage-to-stage sends on the critical path: 2 (m + p - 1) sends (forward and
+    backward per slot), each alpha + bytes / bandwidth over the network (stages sit on other nodes)."""
+    if stages == 1:
+        return 0.0
+    link = machine.inter
+    one = link.alpha + p2p_bytes(config, shape, micro_batch, machine.value_bytes, seq_len) / link.bandwidth
+    return 2 * (micro_batches + stages - 1) * one
