@@ -31,6 +31,14 @@ BAD = [  # (argv, what the one line must say)
     (["train", "--out", "/etc/hostname/gpt.npz"], "argument --out: cannot write"),
     (["train", "--mesh", "1,2"], "--mesh must be four positive ints"),
     (["train", "--resume", "/nonexistent/gpt.npz"], "--resume /nonexistent/gpt.npz: no such file"),
+    (["train", "--strategy", "megatron"], "--strategy megatron needs -n"),
+    (["train", "--strategy", "hsdp", "-n", "2"], "hsdp needs more than 2 rank(s)"),
+    (["train", "--strategy", "ddp", "-n", "4", "--mesh", "1,1,1,4"], "give --mesh or --strategy, not both"),
+    (["train", "--strategy", "fsdp", "-n", "4"], "argument --strategy: invalid choice: 'fsdp'"),
+    (["model", "compare", "--world", "0"], "argument --world: must be >= 1, got 0"),
+    (["model", "compare", "--world", "8", "--strategies", "zero3,bogus"], "unknown strategies ['bogus']"),
+    (["model", "compare", "--world", "8", "--machine", "summit"], "unknown machine 'summit'"),
+    (["model", "compare", "--world", "8", "--global-batch", "-2"], "argument --global-batch: must be >= 1"),
 ]
 
 

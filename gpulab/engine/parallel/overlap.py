@@ -8,8 +8,8 @@ The switches, named as in the AxoNN paper's ablation (numbers do not change
 with any of them; tests/engine check every combination):
 
 - ``oar`` (AxoNN's OAR, overlap all-reduce): in a Linear3D backward the
-  all-reduce of dX over the row group is non-blocking and waited for after
-  the dW matmul, which it runs behind.
+  all-reduce of dX over the row group (col in a transposed layer) is
+  non-blocking and waited for after the dW matmul, which it runs behind.
 - ``ors`` (AxoNN's ORS, overlap reduce-scatter): the reduce-scatter of dW over
   depth is non-blocking; the dW shard is waited for only when the optimizer
   (or a data-parallel bucket) needs it, so it runs behind the backward of the
