@@ -112,7 +112,10 @@ def report(args) -> None:
                          f"{s['hidden_comm_s'] * 1e3:.1f} | {r['memory']['weight_cache'] / 1024:.0f} | "
                          f"{r['load_before']:.1f}-{r['load_after']:.1f} |")
     lines.insert(1, summary(recs))
-    (ROOT / "docs" / "engine_overlap.md").write_text("\n".join(lines) + "\n" + TAIL)
+    from engine_ablation import OUT as ABLATION, section  # its record, if there is one, stays in the doc
+
+    ablation = section() if ABLATION.exists() else ""
+    (ROOT / "docs" / "engine_overlap.md").write_text("\n".join(lines) + "\n" + ablation + TAIL)
     print("wrote docs/engine_overlap.md")
 
 
@@ -125,7 +128,10 @@ ranks sat inside MPI, "hidden" = time a collective was in flight while its rank 
 (``gpulab.engine.parallel.timeline``), both per iteration, mean over ranks, in the best round. "Paired": the
 rounds of one invocation are interleaved, so round i of a setting and round i of overlap-off ran
 side by side; the median of their ratios is the least load-sensitive comparison here. Numbers are identical with every
-setting (tests/engine/test_overlap.py checks it bit for bit). Load = load average around the
+setting (tests/engine/test_overlap.py checks it bit for bit). Switch names: AxoNN's OAR (``oar``, the dX
+all-reduce), ORS (``ors``, the dW reduce-scatter), OAG (``oag``, the all-gather one layer ahead), then ``cache``
+and ``buckets``; records made before OAR and ORS were split say ``async_grads`` (= oar+ors) and ``prefetch``
+(= oag). Load = load average around the
 invocation: other jobs share these cores, so compare rows of one invocation (one "progress" label)
 first.
 """

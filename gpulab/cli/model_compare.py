@@ -33,6 +33,8 @@ def add_parser(sub) -> None:
     p.add_argument("--strategies", default=",".join(ORDER), help=f"subset of {','.join(ORDER)}")
     p.add_argument("--overlap", default=DEFAULT_OVERLAP, help=f"default {DEFAULT_OVERLAP}")
     p.add_argument("--bucket-mb", type=float, default=64.0)
+    p.add_argument("--distributed-optimizer", action="store_true",
+                   help="shard AdamW's fp32 states over data replicas too (Megatron-LM's, ZeRO-1), every strategy")
     p.add_argument("--json", action="store_true", help="print the rows and assumptions as JSON")
     p.set_defaults(func=main)
 
@@ -50,8 +52,9 @@ def main(args) -> int:
     except (KeyError, ValueError, OSError) as err:
         usage_error(f"gpulab model compare: {str(err).strip(chr(39))}")
     T = args.seq_len or config.block_size
-    rows = compare(config, args.world, args.global_batch, m, overlap, seq_len=T, strategies=strategies)
-    notes = assumptions(m, args.global_batch, T, overlap) + m.assumptions()
+    rows = compare(config, args.world, args.global_batch, m, overlap, seq_len=T, strategies=strategies,
+                   distributed_optimizer=args.distributed_optimizer)
+    notes = assumptions(m, args.global_batch, T, overlap, args.distributed_optimizer) + m.assumptions()
     if args.json:
         print(json.dumps({"model": args.model, "world": args.world, "machine": m.name,
                           "global_batch": args.global_batch, "seq_len": T, "rows": rows, "assumptions": notes},

@@ -52,6 +52,8 @@ def test_sharding_memory_and_the_pipeline_bubble_in_evaluate():
     assert ddp["memory"]["parameter_state"] == 16 * (weights + copied)  # AdamW, mixed precision
     assert zero3["memory"]["parameter_state"] == pytest.approx(16 * (weights / 64 + copied), rel=1e-4)
     assert zero3["memory"]["total"] < ddp["memory"]["total"] and not ddp["fits"] and zero3["fits"]
+    sharded = evaluate(cfg, (1, 1, 1, 64), pipe=1, micro_batches=1, distributed_optimizer=True, **run)
+    assert sharded["memory"]["parameter_state"] == pytest.approx((weights + copied) * (4 + 12 / 64))
     few = evaluate(cfg, (4, 1, 1, 4), pipe=4, micro_batches=2, **run)
     many = evaluate(cfg, (4, 1, 1, 4), pipe=4, micro_batches=16, **run)
     assert few["bubble"] == pytest.approx(3 / 5) and many["bubble"] == pytest.approx(3 / 19)

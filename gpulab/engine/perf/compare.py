@@ -20,7 +20,9 @@ off, and keeps the fastest configuration whose memory fits the GPU
   AdamW states: ``machine.state_bytes_per_param``; ZeRO-3/HSDP/AxoNN shard it
   over depth, none shards it over data) + gathered weights + the activations
   of the micro-batches in flight (``terms.activation_bytes``, Korthikanti et
-  al.'s count, with or without recomputation);
+  al.'s count, with or without recomputation); ``distributed_optimizer``
+  shards AdamW's fp32 states over data too (Megatron-LM's
+  --use-distributed-optimizer, ZeRO-1), for every strategy alike;
 - MFU = model FLOPs (6 N per token + attention, recomputation not counted) /
   (iteration x GPUs x the GPU's datasheet peak), as the AxoNN paper reports
   it; beside it the same against the matmul rate the model assumes
@@ -41,6 +43,7 @@ from gpulab.engine.strategies import STRATEGIES, describe, shapes_for
 # the paper's comparison, in its order; AxoNN searches every shape (the others' included)
 ORDER = ("axonn", "megatron", "zero3", "hsdp", "ddp")
 SYNC_GROUPS = ("data", "batch")  # the gradient synchronisation, once per iteration
+OPTIMIZER_BYTES = 12  # of the 16 per parameter: fp32 master weight, momentum, variance
 
 
 def powers_of_two(limit: int) -> list[int]:
@@ -48,7 +51,8 @@ def powers_of_two(limit: int) -> list[int]:
 
 
 def evaluate(config, shape, *, pipe: int, micro_batches: int, recompute: bool, global_batch: int, machine,
-             overlap=None, flash_attention: bool = True, seq_len: int | None = None) -> dict:
+             overlap=None, flash_attention: bool = True, seq_len: int | None = None,
+             distributed_optimizer: bool = False) -> dict:
     """One configuration's predicted iteration, memory and MFU (see the module docstring)."""
     T = seq_len or config.block_size
     stage = pipeline.stage_config(config, pipe)
@@ -61,7 +65,10 @@ def evaluate(config, shape, *, pipe: int, micro_batches: int, recompute: bool, g
     iter_s = (micro_batches + pipe - 1) * slot + sync + p2p
     exposed = (micro_batches + pipe - 1) * (p["exposed_comm_s"] - sync) + sync + p2p
     acts = activation_bytes(stage, shape, micro, T, recompute=recompute, flash_attention=flash_attention)
-    memory = {"parameter_state": p["memory"]["parameter_state"], "weight_cache": p["memory"]["weight_cache"],
+    state = p["memory"]["parameter_state"]
+    if distributed_optimizer:  # fp32 master, momentum, variance (12 of the bytes) sharded over the P replicas
+        state *= (machine.state_bytes_per_param - OPTIMIZER_BYTES * (1 - 1 / shape[3])) / machine.state_bytes_per_param
+    memory = {"parameter_state": state, "weight_cache": p["memory"]["weight_cache"],
               "activations": acts * pipeline.in_flight(pipe, micro_batches)}
     memory["total"] = sum(memory.values())
     world = math.prod(shape) * pipe
@@ -93,7 +100,7 @@ def configurations(strategy: str, config, world: int, global_batch: int, ranks_p
 
 
 def best(strategy: str, config, world: int, global_batch: int, machine, overlap=None,
-         flash_attention: bool = True, seq_len: int | None = None) -> dict:
+         flash_attention: bool = True, seq_len: int | None = None, distributed_optimizer: bool = False) -> dict:
     """The fastest configuration of ``strategy`` that fits, or the reason none does (``why``);
     for axonn also the fastest with tensor parallelism (row x col > 1)."""
     fastest, smallest, with_tp, n = None, None, None, 0
@@ -102,7 +109,8 @@ def best(strategy: str, config, world: int, global_batch: int, machine, overlap=
             n += 1
             row = evaluate(config, shape, pipe=pipe, micro_batches=m, recompute=recompute,
                            global_batch=global_batch, machine=machine, overlap=overlap,
-                           flash_attention=flash_attention, seq_len=seq_len)
+                           flash_attention=flash_attention, seq_len=seq_len,
+                           distributed_optimizer=distributed_optimizer)
             if row["fits"] and (fastest is None or row["iter_s"] < fastest["iter_s"]):
                 fastest = row
             if row["fits"] and shape[0] * shape[1] > 1 and (with_tp is None or row["iter_s"] < with_tp["iter_s"]):
@@ -124,12 +132,13 @@ def best(strategy: str, config, world: int, global_batch: int, machine, overlap=
 
 
 def compare(config, world: int, global_batch: int, machine, overlap=None, flash_attention: bool = True,
-            seq_len: int | None = None, strategies=ORDER) -> list[dict]:
+            seq_len: int | None = None, strategies=ORDER, distributed_optimizer: bool = False) -> list[dict]:
     """``best`` for each strategy, in ``strategies`` order."""
-    return [best(s, config, world, global_batch, machine, overlap, flash_attention, seq_len) for s in strategies]
+    return [best(s, config, world, global_batch, machine, overlap, flash_attention, seq_len, distributed_optimizer)
+            for s in strategies]
 
 
-def assumptions(machine, global_batch: int, seq_len: int, overlap) -> list[str]:
+def assumptions(machine, global_batch: int, seq_len: int, overlap, distributed_optimizer: bool = False) -> list[str]:
     return [
         f"global batch {global_batch} sequences x {seq_len} tokens = {global_batch * seq_len / 1e6:.2f} M tokens",
         f"overlap {overlap.label() if overlap is not None else 'none'}; flash attention (no T x T scores kept)",
@@ -139,8 +148,10 @@ def assumptions(machine, global_batch: int, seq_len: int, overlap) -> list[str]:
         " <= layers; the busiest stage holds ceil(L/p) blocks and the LM head), 1F1B: (m+p-1) slots, bubble"
         " (p-1)/(m+p-1), 2(m+p-1) stage-to-stage sends of b T C / TP values over the network",
         "memory per GPU: weights+gradients+AdamW at "
-        f"{machine.state_bytes_per_param} bytes/parameter of the rank's shard (sharded over depth, never over"
-        " data: no distributed optimizer), gathered weights in flight, activations of min(p, m) micro-batches"
+        f"{machine.state_bytes_per_param} bytes/parameter of the rank's shard (sharded over depth; "
+        + ("the 12 bytes of AdamW's fp32 states also over data: distributed optimizer"
+           if distributed_optimizer else "not over data: no distributed optimizer")
+        + "), gathered weights in flight, activations of min(p, m) micro-batches"
         " (Korthikanti et al.: s b h (10/col + 24/row) bytes per layer; with recomputation 2 s b h/col per"
         f" layer + one layer); fits if <= {machine.usable_memory:.0%} of {machine.memory_bytes / 1e9:g} GB",
         "MFU: 6N per token + attention (recomputation not counted) over the datasheet peak"
