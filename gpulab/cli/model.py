@@ -22,12 +22,11 @@ import os
 from pathlib import Path
 
 from gpulab.cli import model_compare
-from gpulab.engine import GPTConfig
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.fit import fit as fit_machine
 from gpulab.engine.perf.fit import load
 from gpulab.engine.perf.machines import MACHINES, machine
-from gpulab.engine.perf.predict import gpt_config, predict, rank
+from gpulab.engine.perf.predict import model_config, predict, rank
 from gpulab.launch import inside_mpi_job, relaunch
 
 DEFAULT_OVERLAP = "oar,ors,oag,buckets"
@@ -72,12 +71,6 @@ def load_machine(name: str):
     return machine(name)
 
 
-def load_model(name: str):
-    if name.endswith(".json"):
-        return GPTConfig.from_dict(json.loads(Path(name).read_text()))
-    return gpt_config(name)
-
-
 def assumptions(args, overlap) -> list[str]:
     return [f"overlap: {overlap.label()} (progress {overlap.progress}, buckets {overlap.bucket_bytes / 2**20:g} MiB)",
             f"activation recomputation: {'off' if args.no_recompute else 'on (forward and its collectives twice)'}",
@@ -89,7 +82,7 @@ def assumptions(args, overlap) -> list[str]:
 
 def main(args) -> int:
     try:
-        machine, config = load_machine(args.machine), load_model(args.model)
+        machine, config = load_machine(args.machine), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     except (KeyError, ValueError, OSError) as err:
         raise SystemExit(f"gpulab model: {err}")

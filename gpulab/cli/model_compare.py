@@ -15,6 +15,7 @@ from gpulab.cli.checks import positive_int, usage_error
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.compare import ORDER, assumptions, compare
 from gpulab.engine.perf.machines import MACHINES, machine
+from gpulab.engine.perf.predict import model_config
 
 # 1024 sequences of 2048 tokens (2.1 M tokens): the kit's default batch at 1024 GPUs; the paper's own
 # global batch for the 80B run is not stated in the material this kit was built from (docs/axonn_vs_baselines.md)
@@ -40,14 +41,12 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from gpulab.cli.model import load_model
-
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     unknown = [s for s in strategies if s not in ORDER]
     if unknown or not strategies:
         usage_error(f"gpulab model compare: unknown strategies {unknown}; choose from {', '.join(ORDER)}")
     try:
-        m, config = machine(args.machine), load_model(args.model)
+        m, config = machine(args.machine), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     except (KeyError, ValueError, OSError) as err:
         usage_error(f"gpulab model compare: {str(err).strip(chr(39))}")

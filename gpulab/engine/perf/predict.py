@@ -38,7 +38,9 @@ contention between concurrent groups on shared links, pipeline parallelism.
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.gpt import check_divisibility
@@ -60,6 +62,13 @@ def gpt_config(name: str, seq_len: int = 2048, vocab_size: int = 51200) -> GPTCo
     L, C, nh = GPT_SIZES[name]
     return GPTConfig(vocab_size=vocab_size, block_size=seq_len, n_layer=L, n_head=nh, n_embd=C,
                      dtype="float32")
+
+
+def model_config(name: str) -> GPTConfig:
+    """A named size (``gpt_config``) or a GPTConfig JSON file (what ``gpulab model --model`` takes)."""
+    if name.endswith(".json"):
+        return GPTConfig.from_dict(json.loads(Path(name).read_text()))
+    return gpt_config(name)
 
 
 def _compute_parts(config, shape, batch_size, T, machine, recompute):
