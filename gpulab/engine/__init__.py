@@ -17,7 +17,8 @@ the model: ``gpulab model rank --world 1024 --model gpt-20b --machine perlmutter
 
 Sub-packages: ``gpt`` (the serial reference), ``parallel`` (the 4D
 engine), ``perf`` (the performance model and the timing of real
-iterations), ``training`` (optimizer, checkpoints, the training loop).
+iterations), ``training`` (optimizer, checkpoints, the training loop);
+module ``strategies``: Megatron-LM, ZeRO-3, hybrid sharding and DDP named as grid shapes.
 Importing this package initialises neither MPI nor CUDA.
 """
 
