@@ -44,3 +44,15 @@ def test_pick_shape_uses_the_strategy_most_and_splits_the_model():
         pick_shape("hsdp", 2, cfg, batch_size=8)
     with pytest.raises(ValueError, match="batch size .8. must be divisible by depth"):
         pick_shape("zero3", 16, cfg, batch_size=8)
+
+
+def test_train_strategy_launches_the_picked_grid(tmp_path):
+    """`gpulab train --strategy megatron -n 2`: the grid is picked before the launch, and every rank of
+    the job (which re-parses --strategy) trains on that same grid."""
+    from tests.engine.test_train_cli import TINY, gpulab, summary
+
+    run = gpulab("train", "--strategy", "megatron", "-n", "2", "--steps", "3", "--out", str(tmp_path / "m.npz"),
+                 *TINY, "--sample", "0", "--eval-batches", "0", timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "--strategy megatron on 2 ranks: mesh 2,1,1,1 (Megatron-LM TP2)" in run.stdout
+    assert summary(run.stdout)["mesh"] == [2, 1, 1, 1]
