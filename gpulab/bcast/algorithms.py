@@ -23,9 +23,9 @@ import inspect
 import numpy as np
 
 from gpulab.backend import is_device_array
-from gpulab.bcast import agreement, gpu, pipelined, scatter_allgather, trees
+from gpulab.bcast import agreement, gpu, pipelined, scatter_allgather, trees, tuning
 from gpulab.bcast.auto import select
-from gpulab.bcast.group import Group, execute, mpi_buffer, private_comm
+from gpulab.bcast.group import Group, execute, mpi_buffer, on_free, private_comm
 from gpulab.bcast.hierarchical import hierarchical
 from gpulab.launch import lazy_mpi
 
@@ -155,43 +155,74 @@ def _nbytes_or_error(buf):
 def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, **options):
     """Broadcast ``buf`` in place from ``root`` over ``comm`` with algorithm ``name``; return ``buf``."""
     comm = MPI.COMM_WORLD if comm is None else comm
+    if not options and _repeat(name, buf, root, comm):
+        return buf
     if agreement.checking():  # before any check that could fail on some ranks only
         agreement.agree(private_comm(comm), name, int(root) if isinstance(root, (int, np.integer)) else repr(root),
                         options, _nbytes_or_error(buf))
     if name not in _CORES:
         raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
-    if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
-        raise ValueError(f"root must be a rank in [0, {comm.size}), got {root!r}")
+    _check_root(root, comm)
     device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options} if options else {}
     if device_options:  # their defaults are valid
         gpu.check_device_options(**device_options)
     data = byte_view(buf)
     _check_options_once(name, options)
-    comm = private_comm(comm)  # after every check: bad input raises before any message
+    private = private_comm(comm)  # after every check: bad input raises before any message
     if type(data) is not np.ndarray and is_device_array(data):
-        gpu.run_on_device(_run, name, data, int(root), comm, options, **device_options)
-    elif name in SCHEDULES:
-        _run_planned(name, comm, data, int(root), options)
-    else:
-        _run(name, Group(comm, range(comm.size), comm.rank, name, comm), data, int(root), options)
+        gpu.run_on_device(_run, name, data, int(root), private, options, **device_options)
+        return buf
+    g = Group(private, range(private.size), private.rank, name, private)
+    if name in SCHEDULES:
+        schedule = schedule_of(name, g, data.nbytes, int(root), options)
+        if not options:
+            _remember(name, buf, root, comm, g, schedule)
+        execute(g, schedule, data)
+        return buf
+    if name == "mpi":
+        _remember(name, buf, root, comm, g, None)
+    _run(name, g, data, int(root), options)
     return buf
 
 
-# (id of the private communicator, algorithm, root, nbytes, options) -> (Group, this rank's schedule):
-# a repeated host broadcast costs one lookup before its messages. The Group holds the communicator,
-# so that id is not reused while its entry lives.
+def _check_root(root, comm) -> None:
+    if not isinstance(root, (int, np.integer)) or not 0 <= root < comm.size:
+        raise ValueError(f"root must be a rank in [0, {comm.size}), got {root!r}")
+
+
+# The fast path of a repeated broadcast: a program broadcasts the same sizes from the same root
+# again and again, and a 1 KiB MPI_Bcast takes a few microseconds, so every check and decision
+# is made once. (id of the user's communicator, algorithm as asked ("auto" too), root, nbytes)
+# -> (Group, schedule, the communicator, tuning generation) for host arrays called without options.
+# (schedule None: MPI's own Bcast.) Holding the communicator keeps its id from being reused;
+# freeing it forgets every plan, and an "auto" plan made before the tuning file changed is
+# decided again.
 _plans: dict = {}
+on_free.append(_plans.clear)
 
 
-def _run_planned(name: str, comm: MPI.Comm, data, root: int, options: dict) -> None:
-    key = (id(comm), name, root, data.nbytes, *options.items())  # a flat algorithm's options are numbers
-    plan = _plans.get(key)
-    if plan is None:
+def _repeat(name: str, buf, root, comm) -> bool:
+    """Run a remembered broadcast; False (nothing done) if this call has no plan yet."""
+    if type(buf) is not np.ndarray or agreement.checking():
+        return False
+    try:
+        plan = _plans.get((id(comm), name, root, buf.nbytes))
+    except TypeError:  # an unhashable root: the full checks will say what is wrong
+        return False
+    if plan is None or plan[3] != tuning.generation:
+        return False
+    if plan[1] is None:
+        _native(plan[0], byte_view(buf), root)
+    else:
+        execute(plan[0], plan[1], byte_view(buf))  # byte_view still checks the buffer is writable
+    return True
+
+
+def _remember(name: str, buf, root, comm, g: Group, schedule) -> None:
+    if type(buf) is np.ndarray:
         if len(_plans) > 65536:
             _plans.clear()
-        g = Group(comm, range(comm.size), comm.rank, name, comm)
-        plan = _plans[key] = (g, schedule_of(name, g, data.nbytes, root, options))
-    execute(plan[0], plan[1], data)
+        _plans[(id(comm), name, root, buf.nbytes)] = (g, schedule, comm, tuning.generation)
 
 
 ALGORITHMS = {name: functools.partial(run_algorithm, name) for name in _CORES}
@@ -203,11 +234,20 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
     """Broadcast ``buf`` in place from ``root`` (``comm`` defaults to COMM_WORLD); return ``buf``.
 
     ``algorithm="auto"`` picks one with ``select()``; options given here then
-    override the chosen algorithm's defaults.
+    override the chosen algorithm's defaults. A repeated call (same
+    communicator, root, size, no options) runs its remembered schedule at once.
     """
     comm = MPI.COMM_WORLD if comm is None else comm
-    if algorithm == "auto":
-        nbytes = buf.nbytes if isinstance(buf, np.ndarray) else byte_view(buf).nbytes
-        decision = select(nbytes, comm)
-        algorithm, options = decision.name, {**decision.options, **options}
-    return run_algorithm(algorithm, buf, root, comm, **options)
+    if algorithm != "auto" or options:
+        return run_algorithm(algorithm, buf, root, comm, **options)
+    if _repeat("auto", buf, root, comm):
+        return buf
+    decision = select(buf.nbytes if isinstance(buf, np.ndarray) else byte_view(buf).nbytes, comm)
+    run_algorithm(decision.name, buf, root, comm, **decision.options)
+    if decision.name in (*SCHEDULES, "mpi") and type(buf) is np.ndarray:  # remember what auto ran, options too
+        private = private_comm(comm)
+        g = Group(private, range(private.size), private.rank, decision.name, private)
+        schedule = schedule_of(decision.name, g, buf.nbytes, int(root), decision.options) \
+            if decision.name in SCHEDULES else None
+        _remember("auto", buf, root, comm, g, schedule)
+    return buf

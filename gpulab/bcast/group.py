@@ -69,10 +69,13 @@ def mpi_buffer(data) -> list:
 # Get_attr's 0.3, on every broadcast); the attribute frees the duplicate, and forgets it so that a
 # recycled handle is never mistaken for it, when the user's communicator is freed
 _private: dict = {}
+on_free: list = []  # what else to forget when a user's communicator is freed (cached plans)
 
 
 def _forget(comm: MPI.Comm, keyval: int, duplicate: MPI.Comm) -> None:
     del _private[comm.handle]
+    for forget in on_free:
+        forget()
     duplicate.Free()
 
 

@@ -25,10 +25,10 @@ def _key(what: str) -> int:
     return MPI.Comm.Create_keyval()
 
 
-def node_of_rank(comm: MPI.Comm, ranks_per_node: int | None) -> list[int]:
+def node_of_rank(comm: MPI.Comm, ranks_per_node: int | None) -> tuple[int, ...]:
     """Node index of every rank of ``comm``; the real topology is looked up once per communicator."""
     if ranks_per_node is not None:
-        return [rank // ranks_per_node for rank in range(comm.size)]
+        return tuple(rank // ranks_per_node for rank in range(comm.size))
     cached = comm.Get_attr(_key("topology"))
     if cached is None:
         # collective, but once per communicator: the lowest rank on each node names the node
@@ -36,7 +36,7 @@ def node_of_rank(comm: MPI.Comm, ranks_per_node: int | None) -> list[int]:
         first_rank_on_node = comm.allgather(shared.allreduce(comm.rank, op=MPI.MIN))
         shared.Free()
         names = sorted(set(first_rank_on_node))
-        cached = [names.index(first) for first in first_rank_on_node]
+        cached = tuple(names.index(first) for first in first_rank_on_node)
         comm.Set_attr(_key("topology"), cached)
     return cached
 
@@ -46,14 +46,9 @@ def hierarchical(g: Group, data, root: int, *, run, inter: str = "binomial", int
                  intra_options: dict | None = None) -> None:
     """``run(name, group, data, root, options)`` executes a flat algorithm on a subgroup."""
     node = node_of_rank(g.comm, ranks_per_node)
-    root_rank = g.members[root]
-    nodes: dict[int, list[int]] = {}
-    for rank in g.members:
-        nodes.setdefault(node[rank], []).append(rank)
-    # the root leads its own node, so the message never crosses the network twice
-    leaders = [root_rank if node[root_rank] == n else ranks[0] for n, ranks in sorted(nodes.items())]
     me = g.members[g.me]
-    local = nodes[node[me]]
+    leaders, local = layout(node, tuple(g.members), g.members[root], me)
+    root_rank = g.members[root]
     inter_comm = intra_comm = None
     if "mpi" in (inter, intra):  # MPI's own Bcast needs real communicators for the two levels
         inter_comm, intra_comm = _level_comms(g.comm, node, tuple(leaders))
@@ -63,6 +58,17 @@ def hierarchical(g: Group, data, root: int, *, run, inter: str = "binomial", int
     leader = next(rank for rank in local if rank in leaders)
     intra_group = g.subgroup(local, g.algorithm + "/intra", intra_comm)
     run(intra, intra_group, data, local.index(leader), intra_options or {})
+
+
+@functools.lru_cache(maxsize=1024)
+def layout(node: tuple[int, ...], members: tuple[int, ...], root_rank: int, me: int):
+    """(the node leaders, my node's ranks), in group order, computed once per layout: the root
+    leads its own node, so the message never crosses the network twice."""
+    nodes: dict[int, list[int]] = {}
+    for rank in members:
+        nodes.setdefault(node[rank], []).append(rank)
+    leaders = [root_rank if node[root_rank] == n else ranks[0] for n, ranks in sorted(nodes.items())]
+    return leaders, nodes[node[me]]
 
 
 def _level_comms(comm: MPI.Comm, node: list[int], leaders: tuple[int, ...]):

@@ -97,6 +97,16 @@ class Machine:
 
 
 @dataclass(frozen=True)
+class MessageCost:
+    """Seconds of one message of n bytes over ``link`` (hashable: schedules cache by it)."""
+    link: Link
+    overhead: float = 0.0
+
+    def __call__(self, nbytes: float) -> float:
+        return self.link.regime(nbytes).time(nbytes) + self.overhead
+
+
+@dataclass(frozen=True)
 class Prediction:
     seconds: float
     latency: float  # alpha (+ overhead) terms
@@ -153,7 +163,8 @@ def _flat(algorithm: str, nbytes: float, p: int, link: Link, machine: Machine, o
         return ZERO
     if algorithm == "mpi":  # MPICH's own choice, executed in C
         algorithm, overhead = mpich_choice(int(nbytes), p), 0.0
-    plan = schedule(algorithm, nbytes, p, link.serial, options.get("chunk_bytes"), options.get("radix") or 4)
+    plan = schedule(algorithm, nbytes, p, link.serial, options.get("chunk_bytes"), options.get("radix") or 4,
+                    cost=MessageCost(link, overhead))
     ranks = ranks or p
     slow = stretch(machine, ranks)
     if link is machine.inter and machine.notes.get("nodes_from") == "split_type":

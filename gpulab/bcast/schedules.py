@@ -4,11 +4,14 @@ For each algorithm of ``gpulab.bcast.ALGORITHMS`` this returns a ``Plan``:
 the messages on the critical path (the chain of messages the last rank waits
 for) and all messages sent by all ranks (the total work), as lists of
 ``(count, bytes each)``. ``gpulab.bcast.model`` turns a plan into seconds with
-alpha-beta (Hockney) costs. The trees are read from the algorithms' own
-schedules (the ops ``execute`` runs); everything else here follows the schedules
-in trees.py, pipelined.py and scatter_allgather.py step by step, not the textbook
-approximations, e.g. a k-nomial root with fewer than radix-1 children at a
-level is charged only for the children it has.
+alpha-beta (Hockney) costs. Everything is read from the algorithms' own
+schedules (the ops ``execute`` runs), not from textbook approximations: the
+trees' depths from their send lists (a k-nomial root with fewer than radix-1
+children at a level is charged only for the children it has); the pipelines'
+(D, F) from the heap their chunks travel; and the scatter-allgather
+algorithms, made of blocking Send, Recv and Sendrecv only, by replaying every
+rank's schedule message by message (``blocking_path``), so uneven blocks,
+fold/unfold steps and empty messages are charged as they run.
 
 ``serial(nbytes)`` says whether one rank's concurrent sends of that size queue
 behind each other (the sender copies: single-port Hockney) or overlap (the
@@ -25,9 +28,21 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from gpulab.bcast import pipelined, trees
-from gpulab.bcast.group import SEND
+from gpulab.bcast import pipelined, scatter_allgather, trees
+from gpulab.bcast.group import SEND, SENDRECV
 from gpulab.bcast.layouts import DEFAULT_CHUNK
+
+
+# the algorithms made only of blocking Send, Recv and Sendrecv: their model replays their schedules
+BLOCKING = {"scatter_allgather_rd": scatter_allgather.scatter_allgather_rd,
+            "scatter_allgather_ring": scatter_allgather.scatter_allgather_ring}
+
+
+REPLAY_MAX_P = 64
+
+
+def _nominal(nbytes: float) -> float:
+    return 1024.0 + nbytes
 
 
 @dataclass(frozen=True)
@@ -87,6 +102,62 @@ def pipeline_shape(algorithm: str, p: int, serial: bool) -> tuple[int, int]:
     if algorithm == "split_binary_tree":  # each half travels down one subtree of the same heap
         return heap_depth(p, serial), (2 if serial and p > 2 else 1)
     raise ValueError(f"{algorithm!r} is not a pipelined algorithm")
+
+
+def _halves(op) -> list[tuple[str, int, int]]:
+    """The messages a blocking op takes part in: ("out"|"in", peer, bytes)."""
+    if op.kind == SENDRECV:
+        return [("out", op.peer, op.hi - op.lo), ("in", op.src, op.rhi - op.rlo)]
+    return [("out" if op.kind == SEND else "in", op.peer, op.hi - op.lo)]
+
+
+@functools.lru_cache(maxsize=4096)
+def blocking_path(algorithm: str, nbytes: int, p: int, cost: Callable[[float], float]) -> Plan:
+    """The critical path and the work of a schedule of blocking ops, read from every rank's schedule.
+
+    Replays the schedules with each message taking ``cost(bytes)`` seconds:
+    a message starts when both its sender and its receiver have reached it (a
+    blocking Send, Recv or Sendrecv), and a rank moves on when every message of
+    its op has arrived. The path is the chain of messages behind the last rank
+    to finish; which chain that is can depend on alpha and beta, hence ``cost``.
+    """
+    ops = [BLOCKING[algorithm](p, 0, me, nbytes) for me in range(p)]
+    pos, clock = [0] * p, [(0.0, None)] * p  # per rank: (seconds, its path as (size, previous) links)
+    arrivals: dict = {}  # (rank, position) -> arrivals of that op's messages so far
+    matched: set = set()  # (direction, rank, its position, other rank): halves of messages started
+    while True:
+        moved = False
+        for me in range(p):
+            if pos[me] >= len(ops[me]):
+                continue
+            for direction, peer, size in _halves(ops[me][pos[me]]):
+                if direction != "out" or pos[peer] >= len(ops[peer]):
+                    continue
+                sent, received = ("out", me, pos[me], peer), ("in", peer, pos[peer], me)
+                if ("in", me, size) not in _halves(ops[peer][pos[peer]]) or sent in matched or received in matched:
+                    continue
+                matched.update((sent, received))
+                start = max(clock[me], clock[peer], key=lambda c: c[0])
+                arrival = (start[0] + cost(size), (size, start[1]))
+                arrivals.setdefault((me, pos[me]), []).append(arrival)
+                arrivals.setdefault((peer, pos[peer]), []).append(arrival)
+                moved = True
+        for me in range(p):  # ranks whose every message has arrived move on
+            if pos[me] < len(ops[me]) and len(arrivals.get((me, pos[me]), ())) == len(_halves(ops[me][pos[me]])):
+                clock[me] = max(arrivals[(me, pos[me])], key=lambda c: c[0])
+                pos[me] += 1
+                moved = True
+        if all(pos[me] == len(ops[me]) for me in range(p)):
+            break
+        if not moved:
+            raise RuntimeError(f"{algorithm} on {p} ranks: the schedules wait for each other (deadlock)")
+    node = max(clock, key=lambda c: c[0])[1]
+    work = [op.hi - op.lo for rank_ops in ops for op in rank_ops if op.kind in (SEND, SENDRECV)]
+    path = []
+    while node is not None:  # the linked path, last message first
+        size, node = node
+        path.append((1, float(size)))
+    return Plan(tuple(reversed(path)), tuple((1, float(size)) for size in work))
 
 
 def _scatter(nbytes: float, p: int) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
@@ -154,11 +225,12 @@ def _plan(algorithm: str, nbytes: float, p: int, serial_n: bool, serial_chunk: b
             d, f = 1, 1
         # then each rank swaps halves with its partner (or gets the missing half from the root)
         return Plan(((d + (k - 1) * f, s), (1, n / 2)), ((k * (p - 1), s), (p - 1, n / 2)))
-    if algorithm in ("scatter_allgather_rd", "scatter_allgather_ring"):
+    if algorithm in ("scatter_allgather_rd", "scatter_allgather_ring"):  # at scale (see schedule())
         path, work = _scatter(n, p)
         if algorithm == "scatter_allgather_ring":
             ss = math.ceil(n / p)
-            path, work = path + [(p - 1, min(ss, n))], work + [(p * (p - 1), min(ss, n))]
+            block = lambda b: max(0.0, min((b + 1) * ss, n) - min(b * ss, n))  # noqa: E731
+            path, work = path + [(p - 1, min(ss, n))], work + [(p - 1, block(b)) for b in range(p)]
         else:
             more_path, more_work = _allgather_rd(n, p)
             path, work = path + more_path, work + more_work
@@ -167,8 +239,21 @@ def _plan(algorithm: str, nbytes: float, p: int, serial_n: bool, serial_chunk: b
 
 
 def schedule(algorithm: str, nbytes: float, p: int, serial: Callable[[float], bool],
-             chunk_bytes: int | None = None, radix: int = 4) -> Plan:
-    """The Plan of one flat algorithm (not 'hierarchical', which the model composes from two)."""
+             chunk_bytes: int | None = None, radix: int = 4,
+             cost: Callable[[float], float] | None = None) -> Plan:
+    """The Plan of one flat algorithm (not 'hierarchical', which the model composes from two).
+
+    ``cost(bytes)``, the seconds of one message, picks the critical path of the
+    algorithms replayed from their schedules (``BLOCKING``); without it a
+    message costs its bytes plus a 1 KiB-equivalent latency. Replaying costs
+    O(p^2) Python steps for the ring, so beyond ``REPLAY_MAX_P`` ranks (profiles
+    of large machines) the closed forms of ``_scatter`` and ``_allgather_rd``
+    are used for the path (tests/bcast/test_model.py checks they charge the
+    replay's seconds within 0.1% at every p up to ``REPLAY_MAX_P``); the total work, which
+    only matters where ranks outnumber cores, is charged approximately there.
+    """
+    if algorithm in BLOCKING and 2 <= p <= REPLAY_MAX_P:
+        return blocking_path(algorithm, int(math.ceil(nbytes)), int(p), cost or _nominal)
     chunk = DEFAULT_CHUNK if chunk_bytes is None else chunk_bytes
     return _plan(algorithm, float(nbytes), int(p), bool(serial(nbytes)),
                  bool(serial(min(chunk, nbytes))), chunk_bytes, int(radix))

@@ -194,3 +194,55 @@ def mismatched_call(world: MPI.Comm, differ: str) -> str:
     finally:
         checking(False)
     raise AssertionError("the mismatch went unnoticed")
+
+
+def repeated_calls(world: MPI.Comm, table: str) -> list:
+    """Repeated broadcasts take the remembered fast path: still correct for every round and root,
+    still refusing a read-only buffer, forgotten when the communicator is freed, and ``auto``
+    decided again after ``reload()`` (here: a tuning table that names ``linear``)."""
+    import json
+    import os
+
+    from gpulab.bcast import algorithms
+    from gpulab.bcast.auto import reload
+
+    os.environ["GPULAB_TUNING_TABLE"] = table + ".absent"  # MPICH's rule: binomial at p < 8
+    reload()
+    comm = world.Dup()
+    ran = []
+    for round_ in range(4):
+        for root in (0, world.size - 1):
+            for algorithm in ("auto", "binomial", "chain", "mpi"):
+                expected = _payload("float64", (129,), seed=round_ * 10 + root)
+                buf = expected.copy() if comm.rank == root else np.zeros_like(expected)
+                with tracing() as events:
+                    ALGORITHMS[algorithm](buf, root, comm) if algorithm != "auto" else bcast(buf, root, comm)
+                assert buf.tobytes() == expected.tobytes(), (round_, root, algorithm)
+                if algorithm == "auto":  # what ran, over all ranks (only senders record)
+                    ran.append(sorted(set().union(*comm.allgather({e["algorithm"] for e in events}))))
+    read_only = np.zeros(129)
+    read_only.flags.writeable = False
+    try:
+        bcast(read_only, 0, comm)
+    except ValueError as error:
+        assert "read-only" in str(error)
+    else:
+        raise AssertionError("a read-only buffer was accepted on the fast path")
+    remembered = sum(1 for key in algorithms._plans if key[0] == id(comm))
+    comm.Free()
+    forgotten = not any(key[0] == id(comm) for key in algorithms._plans)
+    bcast(np.zeros(129), 0, world)  # remembered on world: binomial
+    if world.rank == 0:
+        entry = {"lo": 0, "hi": None, "algorithm": "linear", "options": {}, "why": "test", "measured_at": [1032]}
+        with open(table, "w") as f:
+            json.dump({"version": 1, "models": {}, "tables": {str(world.size): {"ranges": [entry]}}}, f)
+    world.Barrier()
+    os.environ["GPULAB_TUNING_TABLE"] = table
+    reload()
+    buf = np.ones(129) if world.rank == 0 else np.zeros(129)
+    with tracing() as events:
+        bcast(buf, 0, world)
+        bcast(buf, 0, world)
+    assert buf.all()
+    return [ran[0], ran[-1], remembered, forgotten,
+            sorted(set().union(*world.allgather({e["algorithm"] for e in events})))]

@@ -52,6 +52,16 @@ def test_broadcasts_leave_the_users_messages_alone():
     assert run_mpi(2, "tests.bcast.cases:user_messages_untouched", timeout=60) == [0, 3]
 
 
+def test_repeated_broadcasts_take_the_fast_path_and_stay_correct(tmp_path):
+    rows = run_mpi(3, "tests.bcast.cases:repeated_calls", table=str(tmp_path / "table.json"), timeout=60)
+    for first_auto, last_auto, remembered, forgotten, after_reload in rows:
+        # auto ran binomial on a fresh plan and on a remembered one (MPICH's rule at p = 3)
+        assert first_auto == last_auto == ["binomial"]
+        assert remembered == 8  # (auto, binomial, chain, mpi) x two roots
+        assert forgotten
+        assert after_reload == ["linear"]  # the new table decides, not the remembered plan
+
+
 def test_freeing_a_communicator_frees_its_private_duplicate():
     assert run_mpi(2, "tests.bcast.cases:freed_communicators_free_their_duplicates", timeout=60) == [0, 0]
 

@@ -146,3 +146,20 @@ def test_profiles_are_sourced_and_predict_at_scale():
         assert choose(n, 1024, m)[0] != "binomial"
     with pytest.raises(KeyError, match="unknown machine profile"):
         profile("summit")
+
+
+def test_replayed_scatter_allgather_path_equals_the_closed_form_used_at_scale():
+    """Up to REPLAY_MAX_P ranks the model replays the scatter-allgather schedules; beyond, closed
+    forms stand in for them: both must charge the same critical path (within 0.1%: the closed
+    forms round a few block edges differently)."""
+    from gpulab.bcast import schedules as S
+    from gpulab.bcast.model import Link, MessageCost
+
+    cost = MessageCost(Link.plain(2e-6, 1e-9))
+    for algorithm in S.BLOCKING:
+        for p in [*range(2, 18), 24, 31, 48, S.REPLAY_MAX_P]:
+            for n in (1000, 65536, 3_000_001):
+                replayed = S.blocking_path(algorithm, n, p, cost)
+                closed = S._plan(algorithm, float(n), p, True, True, None, 4)
+                seconds = [sum(k * cost(s) for k, s in plan.path) for plan in (replayed, closed)]
+                assert seconds[0] == pytest.approx(seconds[1], rel=1e-3), (algorithm, p, n)
