@@ -4,6 +4,7 @@
     gpulab train --mesh 2,1,1,1 --resume results/gpt.npz --steps 100   # other grid, go on
     gpulab train --mesh 1,1,2,2 --overlap all     # overlap communication (gpulab.engine.parallel.overlap)
     gpulab train --mesh 1,2,1,1 --device cupy --dtype float16   # on GPUs, mixed precision
+    gpulab train --mesh 1,1,1,1 --pipe 4 --micro-batches 8 --n-layer 4   # 4 pipeline stages, 1F1B
 
 Outside an MPI job the command re-launches itself under ``mpiexec -n N``
 (``gpulab.launch.relaunch``); the loop itself is ``gpulab.engine.training.loop``.
@@ -15,8 +16,10 @@ import math
 
 from gpulab.backend import DEVICES
 from gpulab.engine.parallel.overlap import PROGRESS
+from gpulab.engine.parallel.pipeline import SCHEDULES, check_pipeline
 from gpulab.engine.training.loop import train
-from gpulab.cli.checks import nonnegative_float, nonnegative_int, output_path, positive_float, positive_int
+from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
+                               usage_error)
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine.training import checkpoint
 from gpulab.launch import inside_mpi_job, relaunch, run_on_ranks
@@ -27,7 +30,13 @@ NEW_MODEL = {"block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64, "dtype":
 # (flags, argparse keywords): one list drives the parser and the re-launch argv
 _OPTIONS = [
     (("--mesh",), dict(default="1,1,1,1", help="grid row,col,depth,data (default 1,1,1,1)")),
-    (("-n", "--nprocs"), dict(type=positive_int, default=None, help="MPI ranks (default: product of --mesh)")),
+    (("--pipe",), dict(type=positive_int, default=1, help="pipeline stages around the mesh (default 1); "
+                                                       "ranks = product of --mesh x pipe")),
+    (("--micro-batches",), dict(type=positive_int, default=None,
+                                help="micro-batches per step with --pipe (default: the number of stages)")),
+    (("--schedule",), dict(default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")),
+    (("-n", "--nprocs"), dict(type=positive_int, default=None,
+                              help="MPI ranks (default: product of --mesh times --pipe)")),
     (("--steps",), dict(type=positive_int, default=500, help="optimizer steps to run (default 500)")),
     (("--batch-size",), dict(type=positive_int, default=32, help="global batch, sequences (default 32)")),
     # the model: unset, they come from the checkpoint with --resume (a different value is an error),
@@ -97,16 +106,29 @@ def _argv(args) -> list[str]:
 
 def main(args) -> int:
     shape = parse_mesh(args.mesh)
-    n = math.prod(shape)
+    n = math.prod(shape) * args.pipe
     if args.nprocs is not None and args.nprocs != n:
-        raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} "
-                         f"(row*col*depth*data = {n})")
+        raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} --pipe {args.pipe} "
+                         f"(row*col*depth*data*pipe = {n})")
     resolve_model(args)
+    check_stages(args, shape)
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress_mode == "mpich" else {}
         with topology_context(args):
             return relaunch(n, ["train", *_argv(args)], env=env)
     return run_on_ranks(train, args, shape)
+
+
+def check_stages(args, shape) -> None:
+    """Refuse, before launching, stages that the model or the batch cannot feed (exit 2, one line)."""
+    if args.micro_batches is None:
+        args.micro_batches = args.pipe
+    _, _, depth, data = shape
+    slice_batch = args.batch_size // (depth * data) if args.batch_size % (depth * data) == 0 else None
+    try:
+        check_pipeline(args.n_layer, args.pipe, args.micro_batches, args.schedule, local_batch=slice_batch)
+    except ValueError as err:
+        usage_error(f"gpulab train: --pipe {args.pipe} --micro-batches {args.micro_batches}: {err}")
 
 
 def resolve_model(args) -> None:
