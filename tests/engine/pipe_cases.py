@@ -7,6 +7,8 @@ import copy
 import numpy as np
 
 from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
+from gpulab.backend import is_device_array
+from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import timeline
 from gpulab.engine.parallel.mesh import rank_of
 from gpulab.engine.parallel.overlap import Overlap
@@ -60,9 +62,10 @@ def _serial_train(params, cfg, batches):
     return losses
 
 
-def equivalence(comm, cases, steps=3, seed=0):
+def equivalence(comm, cases, steps=3, seed=0, device="host", expect_path="host"):
     """For each (shape, pipe, micro, schedule): loss, every gradient, the norm and a few AdamW steps
-    against the serial model in float64."""
+    against the serial model in float64. ``device``: where the engine's arrays live ("host" or
+    "fake"); every send, receive and collective must take ``expect_path``."""
     out = []
     for shape, pipe, micro, kind in cases:
         shape = tuple(shape)
@@ -73,12 +76,16 @@ def equivalence(comm, cases, steps=3, seed=0):
         params = random_params(cfg, seed=seed)
         idx, targets = random_batch(cfg, B, seed=seed)
         gpt = ParallelGPT(cfg, mesh, micro_batches=micro, schedule=kind)
-        gpt.load_params(params)
+        gpt.load_params(params, device=device)
         back = gpt.full_params()
         assert all(np.array_equal(back[n], params[n]) for n in params), "load/full_params"
 
         step(f"{shape} pipe={pipe} m={micro} {kind}: forward_backward")
-        loss = gpt.forward_backward(idx, targets)
+        with coll.trace() as calls:
+            loss = gpt.forward_backward(idx, targets)
+        assert {c["path"] for c in calls} <= {expect_path}, {c["path"] for c in calls}
+        if pipe > 1:
+            assert {"send", "recv"} <= {c["op"] for c in calls if c["group"] == "pipe"}
         ref_loss, ref_grads = loss_and_grads(params, idx, targets, cfg)
         grads = gpt.full_grads()
         grad_err = max(rel_err(grads[n], ref_grads[n]) for n in ref_grads)
@@ -92,6 +99,7 @@ def equivalence(comm, cases, steps=3, seed=0):
         ser_losses = _serial_train(ser_params, cfg, batches)
         par_losses = _train(gpt, AdamW(gpt.params, lr=LR), batches)
         train_err = max(abs(a - b) / abs(b) for a, b in zip(par_losses, ser_losses))
+        assert all(is_device_array(v) == (device != "host") for v in gpt.params.values()), "params left the device"
         trained = gpt.full_params()
         param_err = max(rel_err(trained[n], ser_params[n]) for n in params)
         mesh.free()
@@ -139,47 +147,6 @@ def phase_order(comm, pipe, micro, kind):
     mesh.free()
     return {"stage": mesh.stage, "order": got, "recvs": sum(e["op"] == "recv" for e in pipe_waits),
             "events": everyone if comm.rank == 0 else None}
-
-
-def checkpoint_across(comm, path, first, second, steps=2, seed=1):
-    """Train on grid ``first`` ([row, col, depth, data, pipe]), checkpoint, resume on ``second``:
-    the same parameters as serial training."""
-    from gpulab.engine.training import checkpoint
-
-    cfg = tiny_config((2, 2, 1, 1), n_layer=4)
-    params = random_params(cfg, seed=seed)
-    batches = [random_batch(cfg, B, seed=seed + k) for k in range(2 * steps)]
-    ser = copy.deepcopy(params)
-    _serial_train(ser, cfg, batches)
-
-    step(f"train on {first}")
-    mesh = Mesh(*first[:4], comm=comm, pipe=first[4])
-    gpt = ParallelGPT(cfg, mesh)
-    gpt.load_params(params)
-    opt = AdamW(gpt.params, lr=LR)
-    _train(gpt, opt, batches[:steps])
-    full = gpt.full_params(root=0)
-    moments = {"m": gpt.gather_full(opt.m, root=0), "v": gpt.gather_full(opt.v, root=0)}
-    if comm.rank == 0:
-        checkpoint.save(path, full, config=cfg, step=steps, opt_state={"t": opt.t, **moments},
-                        extra={"mesh": list(first)})
-    comm.Barrier()
-    mesh.free()
-
-    step(f"resume on {second}")
-    ck = checkpoint.load(path)
-    mesh = Mesh(*second[:4], comm=comm, pipe=second[4])
-    gpt = ParallelGPT(ck.config, mesh)
-    gpt.load_params(ck.params)
-    opt = AdamW(gpt.params, lr=LR)
-    opt.load_state_dict({"t": ck.opt_state["t"], "m": gpt.local_pieces(ck.opt_state["m"]),
-                         "v": gpt.local_pieces(ck.opt_state["v"])})
-    _train(gpt, opt, batches[steps:])
-    resumed = gpt.full_params()
-    mesh.free()
-    err = max(rel_err(resumed[n], ser[n]) for n in ser)
-    assert err < 1e-10, err
-    return err
 
 
 def validation_errors(comm):

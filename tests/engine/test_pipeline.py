@@ -11,6 +11,8 @@ from gpulab.engine import GPTConfig, grid_shapes
 from gpulab.engine.parallel.pipeline import (bubble_fraction, check_pipeline, schedule, stage_layers,
                                              stage_params, stage_uses)
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
+from gpulab.engine.parallel.timeline_plot import gantt
+from tests.gpu.test_engine_device import AWARE, STAGED
 from tests.mpi_harness import run_mpi
 
 
@@ -104,6 +106,13 @@ def test_micro_batch_counts_other_than_the_stage_count():
     _check(run_mpi(4, "tests.engine.pipe_cases:equivalence", timeout=300, cases=on_four, steps=1), on_four)
 
 
+@pytest.mark.parametrize("env, path", [(STAGED, "staged"), (AWARE, "cuda-aware")])
+def test_stages_on_the_fake_device(env, path):
+    cases = [[[2, 1, 1, 1], 2, 2, "1f1b"], [[1, 1, 1, 2], 2, 2, "gpipe"]]
+    _check(run_mpi(4, "tests.engine.pipe_cases:equivalence", timeout=300, cases=cases, steps=1,
+                   device="fake", expect_path=path, env=env), cases)
+
+
 def test_every_overlap_switch_with_stages():
     assert run_mpi(8, "tests.engine.pipe_cases:overlap_switches", timeout=300, shape=[1, 1, 2, 2],
                    pipe=2, micro=2)[0] < 1e-10
@@ -116,14 +125,18 @@ def test_recorded_timeline_follows_the_schedule(pipe, kind):
         assert [tuple(x) for x in r["order"]] == schedule(kind, pipe, r["stage"], 4)
         # a stage receives each micro-batch's input (not the first) and output gradient (not the last)
         assert r["recvs"] == 4 * ((r["stage"] > 0) + (r["stage"] < pipe - 1))
-    assert len(results[0]["events"]) == 4
+    everyone = results[0]["events"]
+    assert len(everyone) == 4
+    ax = gantt(everyone).axes[0]  # each rank's micro-batches drawn and labelled in its own row
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == sorted(f"{op}{i}" for op in "FB" for i in range(4) for _ in range(4))
 
 
 @pytest.mark.parametrize("first, second", [([1, 1, 1, 1, 4], [2, 1, 1, 2, 1]),
                                            ([2, 2, 1, 1, 1], [1, 2, 1, 1, 2])])
 def test_checkpoint_moves_between_grids_with_and_without_stages(tmp_path, first, second):
-    errs = run_mpi(4, "tests.engine.pipe_cases:checkpoint_across", timeout=200,
-                   path=str(tmp_path / "ck.npz"), first=first, second=second)
+    errs = run_mpi(4, "tests.engine.cases:checkpoint_across_grids", timeout=200,
+                   path=str(tmp_path / "ck.npz"), first=first, second=second, n_layer=4)
     assert max(errs) < 1e-10
 
 
