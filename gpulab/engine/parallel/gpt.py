@@ -144,6 +144,11 @@ class ParallelGPT:
         self.params = self.local_pieces(full_params, device=device)
         self.grads = {}
 
+    @property
+    def _any_param(self):
+        """One of this stage's parameters: where arrays live (every stage holds some)."""
+        return next(iter(self.params.values()))
+
     def _counted(self, name: str) -> bool:
         """Is this stage's copy the one to collect and count? (the tied wte: the first stage's)"""
         return name != WTE or self.mesh.first_stage
@@ -174,7 +179,7 @@ class ParallelGPT:
     # --- training step --------------------------------------------------------------------------
 
     def _local_batch(self, idx, targets):
-        xp = array_module(self.params[next(iter(self.params))])
+        xp = array_module(self._any_param)
         idx = xp.asarray(idx)
         if idx.ndim != 2 or idx.shape[1] > self.config.block_size:
             raise ValueError(f"idx must be (B, T) with T <= {self.config.block_size}, got {idx.shape}")
@@ -234,7 +239,7 @@ class ParallelGPT:
         return x, (c_tok, blocks, c_lnf, c_head)
 
     def _global_loss(self, loss_sum, n_tokens):
-        xp = array_module(self.params[next(iter(self.params))])
+        xp = array_module(self._any_param)
         # a 1-element array made from the (0-d, maybe device) sum: CuPy takes no list of device arrays
         total = coll.all_reduce(xp.asarray(loss_sum, dtype=accum_dtype(self.config.dtype)).reshape(1),
                                 self.mesh.batch_comm)
@@ -261,8 +266,8 @@ class ParallelGPT:
         return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
 
     def _recv(self, shape, source: int, tag: int):
-        some = self.params[next(iter(self.params))]
-        return p2p.recv(shape, some.dtype, like=some, comm=self.mesh.pipe_comm, source=source, tag=tag)
+        like = self._any_param
+        return p2p.recv(shape, like.dtype, like=like, comm=self.mesh.pipe_comm, source=source, tag=tag)
 
     def forward_backward(self, idx, targets, loss_scale: float = 1.0) -> float:
         """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``.
@@ -283,13 +288,15 @@ class ParallelGPT:
         b = idx_l.shape[0] // n_micro
         shape = self._activation_shape(b, idx_l.shape[1])
         saved, sends, loss_sum, self.memory["activations"] = {}, [], 0.0, 0
+        pipelined = m.pipe > 1 or n_micro > 1  # else the phases are the plain step's, unlabelled
         wte_block = None  # this stage's gradient of the tied wte block, summed over micro-batches
         with self._progress():
             for op, i in ops:
                 mb = slice(i * b, (i + 1) * b)
+                label = {"micro": i} if pipelined else {}
                 if op == "F":
                     x = None if m.first_stage else self._recv(shape, m.stage - 1, i)
-                    with phase("forward", micro=i):
+                    with phase("forward", **label):
                         out, caches = self._forward(idx_l[mb], fetch, x)
                         c_ce = None
                         if m.last_stage:
@@ -303,7 +310,7 @@ class ParallelGPT:
                 else:
                     dy = None if m.last_stage else self._recv(shape, m.stage + 1, i)
                     caches, c_ce = saved.pop(i)
-                    with phase("backward", micro=i):
+                    with phase("backward", **label):
                         dx, dwte = self._backward(idx_l.shape[1], loss_scale / n_tokens, caches, c_ce,
                                                   fetch, acc, dy)
                     wte_block = dwte if wte_block is None else wte_block + dwte
@@ -383,7 +390,7 @@ class ParallelGPT:
 
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""
-        xp = array_module(self.params[next(iter(self.params))])
+        xp = array_module(self._any_param)
         sq = sum(squared_sum(self.grads[n]) for n, s in self.specs.items()
                  if owns(s, self.mesh.coord) and self._counted(n))
         total = coll.all_reduce(xp.asarray([sq], dtype="float64"), self.mesh.tensor_comm)
