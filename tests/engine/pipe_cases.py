@@ -149,36 +149,28 @@ def phase_order(comm, pipe, micro, kind):
             "events": everyone if comm.rank == 0 else None}
 
 
+def _message(make) -> str:
+    """The ValueError that ``make()`` must raise, as text."""
+    try:
+        make()
+    except ValueError as err:
+        return str(err)
+    raise AssertionError(f"{make} raised no ValueError")
+
+
 def validation_errors(comm):
     """Too few layers, uneven micro-batches, bad sizes: the same ValueError on every rank, no hang."""
     from gpulab.engine import GPTConfig
 
-    msgs = {}
-    try:
-        Mesh(1, 1, 1, 1, comm=comm, pipe=3)
-    except ValueError as err:
-        msgs["mesh"] = str(err)
+    msgs = {"mesh": _message(lambda: Mesh(1, 1, 1, 1, comm=comm, pipe=3))}
     mesh = Mesh(1, comm.size // 2, 1, 1, comm=comm, pipe=2)
-    try:
-        ParallelGPT(GPTConfig(26, 8, 1, 2, 18), mesh)
-    except ValueError as err:
-        msgs["layers"] = str(err)
-    try:
-        ParallelGPT(tiny_config(n_layer=2), mesh, micro_batches=0)
-    except ValueError as err:
-        msgs["micro"] = str(err)
-    try:
-        ParallelGPT(tiny_config(n_layer=2), mesh, schedule="zigzag")
-    except ValueError as err:
-        msgs["schedule"] = str(err)
     cfg = tiny_config(n_layer=2)
+    msgs["layers"] = _message(lambda: ParallelGPT(GPTConfig(26, 8, 1, 2, 18), mesh))
+    msgs["micro"] = _message(lambda: ParallelGPT(cfg, mesh, micro_batches=0))
+    msgs["schedule"] = _message(lambda: ParallelGPT(cfg, mesh, schedule="zigzag"))
     gpt = ParallelGPT(cfg, mesh, micro_batches=4)
     gpt.load_params(random_params(cfg))
-    idx, targets = random_batch(cfg, 6)
-    try:
-        gpt.forward_backward(idx, targets)
-    except ValueError as err:
-        msgs["batch"] = str(err)
+    msgs["batch"] = _message(lambda: gpt.forward_backward(*random_batch(cfg, 6)))
     comm.Barrier()  # every rank got here: no rank is stuck in a send or a collective
     mesh.free()
     return msgs
