@@ -5,6 +5,7 @@
     gpulab train --mesh 1,1,2,2 --overlap all     # overlap communication (gpulab.engine.parallel.overlap)
     gpulab train --mesh 1,2,1,1 --device cupy --dtype float16   # on GPUs, mixed precision
     gpulab train --strategy megatron -n 4         # a named strategy picks the grid (gpulab.engine.strategies)
+    gpulab train --mesh 1,1,1,1 --pipe 4 --micro-batches 8 --n-layer 4   # 4 pipeline stages, 1F1B
 
 Outside an MPI job the command re-launches itself under ``mpiexec -n N``
 (``gpulab.launch.relaunch``); the loop itself is ``gpulab.engine.training.loop``.
@@ -16,6 +17,7 @@ import math
 
 from gpulab.backend import DEVICES
 from gpulab.engine.parallel.overlap import PROGRESS
+from gpulab.engine.parallel.pipeline import SCHEDULES, check_pipeline
 from gpulab.engine.strategies import STRATEGIES, describe, pick_shape
 from gpulab.engine.training.loop import train
 from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
@@ -32,9 +34,15 @@ NEW_MODEL = {"block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64, "dtype":
 _OPTIONS = [
     (("--mesh",), dict(default=None, help="grid row,col,depth,data (default 1,1,1,1)")),
     (("--strategy",), dict(default=None, choices=tuple(STRATEGIES),
-                           help="instead of --mesh: a grid for -n ranks, " + "; ".join(
+                           help="instead of --mesh: a grid for -n ranks (divided by --pipe), " + "; ".join(
                                f"{k} = {v}" for k, v in STRATEGIES.items()))),
-    (("-n", "--nprocs"), dict(type=positive_int, default=None, help="MPI ranks (default: product of --mesh)")),
+    (("--pipe",), dict(type=positive_int, default=1, help="pipeline stages around the mesh (default 1); "
+                                                       "ranks = product of --mesh x pipe")),
+    (("--micro-batches",), dict(type=positive_int, default=None,
+                                help="micro-batches per step with --pipe (default: the number of stages)")),
+    (("--schedule",), dict(default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")),
+    (("-n", "--nprocs"), dict(type=positive_int, default=None,
+                              help="MPI ranks (default: product of --mesh times --pipe)")),
     (("--steps",), dict(type=positive_int, default=500, help="optimizer steps to run (default 500)")),
     (("--batch-size",), dict(type=positive_int, default=32, help="global batch, sequences (default 32)")),
     # the model: unset, they come from the checkpoint with --resume (a different value is an error),
@@ -95,16 +103,20 @@ def strategy_shape(args) -> tuple[int, int, int, int]:
         usage_error("gpulab train: give --mesh or --strategy, not both")
     if args.nprocs is None:
         usage_error(f"gpulab train: --strategy {args.strategy} needs -n (the number of ranks)")
+    if args.nprocs % args.pipe:
+        usage_error(f"gpulab train: -n {args.nprocs} is not divisible by --pipe {args.pipe}")
+    ranks = args.nprocs // args.pipe  # the strategy's grid is one stage's
     # the vocabulary is padded to a multiple of lcm(8, row) when the corpus is read: never the obstacle
-    config = GPTConfig(vocab_size=math.lcm(8, args.nprocs), block_size=args.block_size, n_layer=args.n_layer,
+    config = GPTConfig(vocab_size=math.lcm(8, ranks), block_size=args.block_size, n_layer=args.n_layer,
                        n_head=args.n_head, n_embd=args.n_embd)
     try:
-        shape = pick_shape(args.strategy, args.nprocs, config, args.batch_size)
+        shape = pick_shape(args.strategy, ranks, config, args.batch_size)
     except ValueError as err:
         usage_error(f"gpulab train: --strategy {args.strategy}: {err}")
     if not inside_mpi_job():
+        stages = f" x {args.pipe} pipeline stages" if args.pipe > 1 else ""
         print(f"--strategy {args.strategy} on {args.nprocs} ranks: mesh {','.join(map(str, shape))} "
-              f"({describe(shape)})")
+              f"({describe(shape)}){stages}")
     return shape
 
 
@@ -124,15 +136,28 @@ def _argv(args) -> list[str]:
 def main(args) -> int:
     resolve_model(args)
     shape = strategy_shape(args) if args.strategy else parse_mesh(args.mesh or "1,1,1,1")
-    n = math.prod(shape)
+    n = math.prod(shape) * args.pipe
     if args.nprocs is not None and args.nprocs != n:
-        raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} "
-                         f"(row*col*depth*data = {n})")
+        raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} --pipe {args.pipe} "
+                         f"(row*col*depth*data*pipe = {n})")
+    check_stages(args, shape)
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress_mode == "mpich" else {}
         with topology_context(args):
             return relaunch(n, ["train", *_argv(args)], env=env)
     return run_on_ranks(train, args, shape)
+
+
+def check_stages(args, shape) -> None:
+    """Refuse, before launching, stages that the model or the batch cannot feed (exit 2, one line)."""
+    if args.micro_batches is None:
+        args.micro_batches = args.pipe
+    _, _, depth, data = shape
+    slice_batch = args.batch_size // (depth * data) if args.batch_size % (depth * data) == 0 else None
+    try:
+        check_pipeline(args.n_layer, args.pipe, args.micro_batches, args.schedule, local_batch=slice_batch)
+    except ValueError as err:
+        usage_error(f"gpulab train: --pipe {args.pipe} --micro-batches {args.micro_batches}: {err}")
 
 
 def resolve_model(args) -> None:

@@ -12,7 +12,11 @@ Parallel (inside an MPI job)::
     gpt = ParallelGPT(cfg, Mesh(row=2, col=2, depth=1, data=1))
     gpt.load_params(init_params(cfg)); loss = gpt.forward_backward(idx, targets)
 
-Training from the shell: ``gpulab train --mesh 1,2,2,1 -n 4 --overlap all``;
+With pipeline stages around the 4D grid: ``Mesh(1, 2, 1, 1, pipe=2)``, and
+``ParallelGPT(cfg, mesh, micro_batches=4, schedule="1f1b")``.
+
+Training from the shell: ``gpulab train --mesh 1,2,2,1 -n 4 --overlap all``
+(``--pipe 2 --micro-batches 4`` for stages);
 the model: ``gpulab model rank --world 1024 --model gpt-20b --machine perlmutter``.
 
 Sub-packages: ``gpt`` (the serial reference), ``parallel`` (the 4D

@@ -182,11 +182,12 @@ def float16_accuracy(comm, shapes, device="host", expect_path="host", steps=4, s
     return out
 
 
-def checkpoint_across_grids(comm, path, first, second, steps=2, seed=1):
-    """Train on grid ``first``, checkpoint, resume on grid ``second``: same as serial training."""
+def checkpoint_across_grids(comm, path, first, second, steps=2, seed=1, n_layer=2):
+    """Train on grid ``first``, checkpoint, resume on grid ``second``: same as serial training.
+    A grid is [row, col, depth, data] or [row, col, depth, data, pipe] (pipeline stages)."""
     from gpulab.engine.training import checkpoint
 
-    cfg = tiny_config((2, 2, 1, 1))  # V=26, C=18, nh=2: fits both grids below
+    cfg = tiny_config((2, 2, 1, 1), n_layer=n_layer)  # V=26, C=18, nh=2: fits both grids below
     params = random_params(cfg, seed=seed)
     ser = copy.deepcopy(params)
     ser_opt = AdamW(ser, lr=LR)
@@ -203,7 +204,7 @@ def checkpoint_across_grids(comm, path, first, second, steps=2, seed=1):
             opt.step(gpt.grads)
 
     step(f"train on {first}")
-    mesh = Mesh(*first, comm=comm)
+    mesh = Mesh(*first[:4], comm=comm, pipe=(first + [1])[4])
     gpt = ParallelGPT(cfg, mesh)
     gpt.load_params(params)
     opt = AdamW(gpt.params, lr=LR)
@@ -219,7 +220,7 @@ def checkpoint_across_grids(comm, path, first, second, steps=2, seed=1):
     step(f"resume on {second}")
     ck = checkpoint.load(path)
     assert ck.step == steps and ck.extra["mesh"] == list(first) and ck.config == cfg
-    mesh = Mesh(*second, comm=comm)
+    mesh = Mesh(*second[:4], comm=comm, pipe=(second + [1])[4])
     gpt = ParallelGPT(ck.config, mesh)
     gpt.load_params(ck.params)
     opt = AdamW(gpt.params, lr=LR)

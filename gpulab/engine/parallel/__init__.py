@@ -7,5 +7,6 @@ tp_layers (sharded LayerNorm, embedding, cross-entropy), overlap (the
 switches OAR, ORS, OAG, cache, buckets), overlap_weights (OAG's prefetch, cache), overlap_grads (bucketed gradient
 sync), memory (bytes per rank), gpt (``ParallelGPT``), timeline and
 timeline_plot (per-rank events; Gantt charts), lesson3d (one 3D layer checked
-against numpy, for notebook 04).
+against numpy, for notebook 04), pipeline (stages of blocks, micro-batch
+schedules: 1F1B, GPipe) and p2p (activations sent between stages).
 """

@@ -1,7 +1,9 @@
-"""ParallelGPT: the serial GPT of ``gpulab.engine.gpt.model`` on a 4D (row, col, depth, data) mesh.
+"""ParallelGPT: the serial GPT of ``gpulab.engine.gpt.model`` on a 4D (row, col, depth, data) mesh,
+optionally cut into pipeline stages.
 
     mesh = Mesh(2, 2, 1, 1)                       # inside an MPI job of 4 ranks
     gpt = ParallelGPT(cfg, mesh)
+    gpt = ParallelGPT(cfg, Mesh(2, 1, 1, 1, pipe=2), micro_batches=4, schedule="1f1b")  # 2 stages
     gpt.load_params(init_params(cfg))             # every rank keeps only its pieces
     loss = gpt.forward_backward(idx, targets)     # the global batch, on every rank
     grads = gpt.full_grads()                      # full shapes, serial names
@@ -19,6 +21,17 @@ each kind of communication/computation overlap on or off; the numbers are the
 same either way. Weights reach each layer through a ``WeightFetcher``
 (``overlap_weights``: OAG's prefetch, cache). Every matmul, attention and GELU is a
 ``timeline.kernel``, so ``gpulab.engine.parallel.timeline.record()`` sees the compute.
+
+With ``mesh.pipe`` > 1 each stage holds and computes only its blocks
+(``pipeline``: the first stage the embeddings, the last ln_f and the LM head);
+the local batch is cut into ``micro_batches`` (default: one per stage) that
+run in the stage's ``schedule`` ("1f1b" or "gpipe"), the residual stream
+(b/m, T, C/col) and its gradient going between stages by ``p2p`` sends on
+``mesh.pipe_comm``. Each micro-batch's forward and backward is a timeline
+phase with its ``micro`` index. Gradients are summed over micro-batches
+before the data-parallel sync (``GradAccumulator``); the tied wte's gradient
+is summed over the first and last stage (``mesh.embed_comm``). With one
+stage and one micro-batch this is the plain 4D step, call for call.
 """
 
 from __future__ import annotations
@@ -31,12 +44,14 @@ from gpulab.engine.gpt import layers as L
 from gpulab.engine.gpt.config import accum_dtype
 from gpulab.engine.gpt.model import WPE, WTE
 from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.parallel import p2p
 from gpulab.engine.parallel import tp_layers as TP
 from gpulab.engine.parallel.layout import assemble, local_piece, owns, param_specs
 from gpulab.engine.parallel.memory import tree_nbytes
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.parallel.overlap_grads import GradSync
+from gpulab.engine.parallel.overlap_grads import GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
+from gpulab.engine.parallel.pipeline import check_pipeline, schedule, stage_layers, stage_params, stage_uses
 from gpulab.engine.parallel.timeline import kernel, phase
 from gpulab.engine.parallel.tp3d import Linear3D
 from gpulab.engine.training.optim import squared_sum
@@ -63,14 +78,21 @@ def check_divisibility(config, shape, batch_size: int | None = None) -> None:
 
 
 class ParallelGPT:
-    def __init__(self, config, mesh, overlap: Overlap | None = None):
+    def __init__(self, config, mesh, overlap: Overlap | None = None, micro_batches: int | None = None,
+                 schedule: str = "1f1b"):
         check_divisibility(config, mesh.shape)
-        self.config, self.mesh = config, mesh
+        self.micro_batches = mesh.pipe if micro_batches is None else micro_batches
+        check_pipeline(config.n_layer, mesh.pipe, self.micro_batches, schedule)
+        self.config, self.mesh, self.schedule = config, mesh, schedule
         self.overlap = overlap or Overlap()
-        self.specs = param_specs(config)
+        self.all_specs = param_specs(config)
+        self.layers = stage_layers(config.n_layer, mesh.pipe, mesh.stage)
+        self.specs = {n: self.all_specs[n] for n in stage_params(config, mesh.pipe, mesh.stage)}
         C, V = config.n_embd, config.vocab_size
-        self.linears = {WTE: Linear3D(V, C, mesh, name="lm_head")}  # tied: LM head [V, C], plain
-        for i in range(config.n_layer):
+        self.linears = {}
+        if WTE in self.specs:
+            self.linears[WTE] = Linear3D(V, C, mesh, name="lm_head")  # tied: LM head [V, C], plain
+        for i in self.layers:
             for part, n, k, transposed in (("attn.c_attn", 3 * C, C, False), ("attn.c_proj", C, C, True),
                                            ("mlp.c_fc", 4 * C, C, False), ("mlp.c_proj", C, 4 * C, True)):
                 self.linears[f"transformer.h.{i}.{part}.weight"] = Linear3D(
@@ -103,7 +125,8 @@ class ParallelGPT:
     def local_pieces(self, full: dict, dtype: str | None = None, device: str | None = None) -> dict:
         """This rank's pieces of a full-shaped dict (parameters, or optimizer moments), as ``dtype``
         (default: the model's), cut where ``full`` lives and then moved to ``device`` ("host",
-        "cupy", "fake"; default: stay): a GPU receives only its rank's pieces, never the whole model."""
+        "cupy", "fake"; default: stay): a GPU receives only its rank's pieces, never the whole model.
+        Only the parameters of this rank's pipeline stage are kept."""
         missing = [n for n in self.specs if n not in full]
         if missing:
             raise KeyError(f"missing parameters: {missing}")
@@ -121,20 +144,31 @@ class ParallelGPT:
         self.params = self.local_pieces(full_params, device=device)
         self.grads = {}
 
+    @property
+    def _any_param(self):
+        """One of this stage's parameters: where arrays live (every stage holds some)."""
+        return next(iter(self.params.values()))
+
+    def _counted(self, name: str) -> bool:
+        """Is this stage's copy the one to collect and count? (the tied wte: the first stage's)"""
+        return name != WTE or self.mesh.first_stage
+
     def gather_full(self, local: dict, root: int | None = None):
-        """Assemble full arrays (numpy) from every rank's pieces; on ``root`` only, or on all."""
+        """Assemble full arrays (numpy) from every rank's pieces, every stage's; on ``root`` only,
+        or on all."""
         r, c, d, p = self.mesh.coord
-        mine = {n: to_host(local[n]) for n, s in self.specs.items() if p == 0 and owns(s, self.mesh.coord)}
+        mine = {n: to_host(local[n]) for n, s in self.specs.items()
+                if p == 0 and owns(s, self.mesh.coord) and self._counted(n)}
         record = ((r, c, d), mine)
         comm = self.mesh.comm
         records = comm.allgather(record) if root is None else comm.gather(record, root=root)
         if records is None:
             return None
-        pieces = {n: {} for n in self.specs}
+        pieces = {n: {} for n in self.all_specs}
         for where, named in records:
             for n, piece in named.items():
                 pieces[n][where] = piece
-        return {n: assemble(s, pieces[n], self.mesh.shape) for n, s in self.specs.items()}
+        return {n: assemble(s, pieces[n], self.mesh.shape) for n, s in self.all_specs.items()}
 
     def full_params(self, root: int | None = None):
         return self.gather_full(self.params, root)
@@ -145,7 +179,7 @@ class ParallelGPT:
     # --- training step --------------------------------------------------------------------------
 
     def _local_batch(self, idx, targets):
-        xp = array_module(self.params[WTE])
+        xp = array_module(self._any_param)
         idx = xp.asarray(idx)
         if idx.ndim != 2 or idx.shape[1] > self.config.block_size:
             raise ValueError(f"idx must be (B, T) with T <= {self.config.block_size}, got {idx.shape}")
@@ -161,8 +195,16 @@ class ParallelGPT:
         fetch.start(uses)
         return fetch
 
-    def _forward(self, idx, fetch: WeightFetcher | None = None):
-        fetch = fetch or self._fetcher(forward_uses(self.config))
+    def _uses(self, ops) -> list:
+        """The weight uses of running ``ops`` (("F" | "B", micro-batch), ...) on this stage, in order."""
+        fwd, bwd = stage_uses(forward_uses(self.config), backward_uses(self.config), self.layers,
+                              self.mesh.first_stage, self.mesh.last_stage)
+        return [u for op, _ in ops for u in (fwd if op == "F" else bwd)]
+
+    def _forward(self, idx, fetch: WeightFetcher | None = None, x=None):
+        """This stage's forward of one micro-batch: token ids (first stage) or the previous
+        stage's output ``x`` in; logits (last stage) or the residual stream out."""
+        fetch = fetch or self._fetcher(self._uses([("F", 0)]))
         params, m, lin = self.params, self.mesh, self.linears
         C, T = self.config.n_embd, idx.shape[1]
 
@@ -170,10 +212,12 @@ class ParallelGPT:
             return lin[name + ".weight"].forward(x, params[name + ".weight"], params[name + ".bias"],
                                                  W=fetch.get(name + ".weight"))
 
-        x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm)  # (b, T, C/c)
-        x = x + params[WPE][:T]  # wpe is split over col like x
+        c_tok = c_lnf = c_head = None
+        if m.first_stage:
+            x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm)  # (b, T, C/c)
+            x = x + params[WPE][:T]  # wpe is split over col like x
         blocks = []
-        for i in range(self.config.n_layer):
+        for i in self.layers:
             p = f"transformer.h.{i}."
             h, c1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
             qkv, c2 = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
@@ -188,56 +232,115 @@ class ParallelGPT:
             y, c8 = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
             x = x + y
             blocks.append((c1, c2, c3, c4, c5, c6, c7, c8))
-        xf, c_lnf = TP.layernorm_forward(
-            x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
-        logits, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # (b, T, V/R)
-        return logits, (c_tok, blocks, c_lnf, c_head)
+        if m.last_stage:
+            xf, c_lnf = TP.layernorm_forward(
+                x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
+            x, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # logits (b, T, V/R)
+        return x, (c_tok, blocks, c_lnf, c_head)
 
     def _global_loss(self, loss_sum, n_tokens):
-        xp = array_module(self.params[WTE])
+        xp = array_module(self._any_param)
         # a 1-element array made from the (0-d, maybe device) sum: CuPy takes no list of device arrays
         total = coll.all_reduce(xp.asarray(loss_sum, dtype=accum_dtype(self.config.dtype)).reshape(1),
                                 self.mesh.batch_comm)
+        total = coll.all_reduce(total, self.mesh.pipe_comm)  # only the last stage has a loss
         return float(total[0]) / n_tokens
+
+    def _activation_shape(self, b: int, T: int) -> tuple:
+        return (b, T, self.config.n_embd // self.mesh.shape.col)  # the residual stream (b, T, C/c)
 
     def loss(self, idx, targets) -> float:
         """Mean cross-entropy of the global batch, forward only."""
         idx_l, tgt_l = self._local_batch(idx, targets)
-        fetch = self._fetcher(forward_uses(self.config))
+        m = self.mesh
+        fetch = self._fetcher(self._uses([("F", 0)]))
+        loss_sum = 0.0
         with self._progress():
-            logits, _ = self._forward(idx_l, fetch)
+            x = None if m.first_stage else self._recv(self._activation_shape(*idx_l.shape), m.stage - 1, 0)
+            out, _ = self._forward(idx_l, fetch, x)
+            if not m.last_stage:
+                p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=0).wait()
         fetch.end()
-        loss_sum, _ = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row_comm)
+        if m.last_stage:
+            loss_sum, _ = TP.cross_entropy_forward(out, tgt_l, self.vocab_lo, m.row_comm)
         return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
+
+    def _recv(self, shape, source: int, tag: int):
+        like = self._any_param
+        return p2p.recv(shape, like.dtype, like=like, comm=self.mesh.pipe_comm, source=source, tag=tag)
 
     def forward_backward(self, idx, targets, loss_scale: float = 1.0) -> float:
         """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``.
 
         The gradients are those of ``loss_scale`` times the loss (float16 loss scaling,
         ``gpulab.engine.training.optim.LossScaler``); the loss returned is not scaled.
+        Each micro-batch's loss is summed over its tokens and scaled by 1/(B*T) of the global
+        batch, so the micro-batches' gradients add up to the serial model's exactly.
         """
         idx_l, tgt_l = self._local_batch(idx, targets)
+        m, n_micro = self.mesh, self.micro_batches
+        check_pipeline(self.config.n_layer, m.pipe, n_micro, self.schedule, local_batch=idx_l.shape[0])
         n_tokens = idx.shape[0] * idx.shape[1]
-        fetch = self._fetcher(forward_uses(self.config) + backward_uses(self.config))
+        ops = schedule(self.schedule, m.pipe, m.stage, n_micro)
+        fetch = self._fetcher(self._uses(ops))
         sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
+        acc = GradAccumulator(sync) if n_micro > 1 else sync  # one micro-batch: straight to sync
+        b = idx_l.shape[0] // n_micro
+        shape = self._activation_shape(b, idx_l.shape[1])
+        saved, sends, loss_sum, self.memory["activations"] = {}, [], 0.0, 0
+        pipelined = m.pipe > 1 or n_micro > 1  # else the phases are the plain step's, unlabelled
+        wte_block = None  # this stage's gradient of the tied wte block, summed over micro-batches
         with self._progress():
-            with phase("forward"):
-                logits, caches = self._forward(idx_l, fetch)
-                loss_sum, c_ce = TP.cross_entropy_forward(logits, tgt_l, self.vocab_lo, self.mesh.row_comm)
-            self.memory["activations"] = tree_nbytes((caches, c_ce), skip=self.params.values())
-            with phase("backward"):
-                self._backward(idx_l.shape[1], loss_scale / n_tokens, caches, c_ce, fetch, sync)
+            for op, i in ops:
+                mb = slice(i * b, (i + 1) * b)
+                label = {"micro": i} if pipelined else {}
+                if op == "F":
+                    x = None if m.first_stage else self._recv(shape, m.stage - 1, i)
+                    with phase("forward", **label):
+                        out, caches = self._forward(idx_l[mb], fetch, x)
+                        c_ce = None
+                        if m.last_stage:
+                            part, c_ce = TP.cross_entropy_forward(out, tgt_l[mb], self.vocab_lo, m.row_comm)
+                            loss_sum = loss_sum + part
+                    if not m.last_stage:
+                        sends.append(p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=i))
+                    saved[i] = (caches, c_ce)
+                    self.memory["activations"] = max(self.memory["activations"], tree_nbytes(
+                        list(saved.values()), skip=self.params.values()))
+                else:
+                    dy = None if m.last_stage else self._recv(shape, m.stage + 1, i)
+                    caches, c_ce = saved.pop(i)
+                    with phase("backward", **label):
+                        dx, dwte = self._backward(idx_l.shape[1], loss_scale / n_tokens, caches, c_ce,
+                                                  fetch, acc, dy)
+                    wte_block = dwte if wte_block is None else wte_block + dwte
+                    if not m.first_stage:
+                        sends.append(p2p.isend(dx, m.pipe_comm, dest=m.stage - 1, tag=i))
+                sends = [h for h in sends if not h.test()]  # progress; drop the buffers delivered
             fetch.end()
             self.memory["weight_cache"] = fetch.peak_bytes
             with phase("grad-sync"):
+                for h in sends:
+                    h.wait()
+                if acc is not sync:
+                    acc.flush(grad_order(self.config))
+                if wte_block is not None:
+                    # tied: the embedding (first stage) and the LM head (last) both add to wte
+                    wte_block = coll.all_reduce(wte_block, m.embed_comm)
+                    sync.add(WTE, self.linears[WTE].scatter_grad(wte_block, wait=not self.overlap.ors))
                 self.grads = sync.finish()
                 loss = self._global_loss(loss_sum, n_tokens)
         return loss
 
-    def _backward(self, T, dloss, caches, c_ce, fetch, sync) -> None:
-        """Backward in exact reverse order of ``_forward``; gradients go to ``sync`` as they appear."""
+    def _backward(self, T, dloss, caches, c_ce, fetch, sync, dy=None):
+        """This stage's backward of one micro-batch, in exact reverse order of ``_forward``;
+        gradients go to ``sync`` as they appear. ``dy``: the next stage's gradient of this
+        stage's output (None on the last stage, which starts from the loss). Returns the
+        gradient of the input (to send back; None on the first stage) and of the tied wte
+        block held here (None where the stage holds no wte), not yet reduce-scattered."""
         c_tok, blocks, c_lnf, c_head = caches
         lin, ov = self.linears, self.overlap
+        m = self.mesh
 
         def linear(name, dy, cache):
             dx, d = lin[name + ".weight"].backward(dy, cache, W=fetch.get(name + ".weight"),
@@ -249,15 +352,18 @@ class ParallelGPT:
             for key, value in dparams.items():
                 sync.add(f"{prefix}.{key}", value)
 
-        dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
-        dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False, W=fetch.get(WTE),
-                                   oar=ov.oar)  # keep the block: wte is tied
-        dW_head = d["weight"]
-        dx, d = TP.layernorm_backward(dxf, c_lnf)
-        put("transformer.ln_f", d)
-        for i in reversed(range(self.config.n_layer)):
+        dwte = None
+        dx = dy
+        if m.last_stage:
+            dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
+            dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False, W=fetch.get(WTE),
+                                       oar=ov.oar)  # keep the block: wte is tied
+            dwte = d["weight"]
+            dx, d = TP.layernorm_backward(dxf, c_lnf)
+            put("transformer.ln_f", d)
+        for i, block in zip(reversed(self.layers), reversed(blocks)):
             p = f"transformer.h.{i}."
-            c1, c2, c3, c4, c5, c6, c7, c8 = blocks[i]
+            c1, c2, c3, c4, c5, c6, c7, c8 = block
             dg = linear(p + "mlp.c_proj", dx, c8)
             with kernel(f"h.{i}.gelu bwd"):
                 df, _ = L.gelu_backward(dg, c7)
@@ -272,17 +378,42 @@ class ParallelGPT:
             dh, d = TP.layernorm_backward(dh, c1)
             put(p + "ln_1", d)
             dx = dx + dh
+        if not m.first_stage:
+            return dx, dwte
         xp = array_module(dx)
         dwpe = xp.zeros_like(self.params[WPE])
         dwpe[:T] = dx.sum(axis=0)  # (T, C/c)
         sync.add(WPE, dwpe)
         _, d = TP.embedding_backward(dx, c_tok)
-        # one reduce-scatter for both uses of the tied weight
-        sync.add(WTE, lin[WTE].scatter_grad(dW_head + d["weight"], wait=not ov.ors))
+        dwte = d["weight"] if dwte is None else dwte + d["weight"]  # one reduce-scatter for both uses
+        return None, dwte
 
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""
-        xp = array_module(self.params[WTE])
-        sq = sum(squared_sum(self.grads[n]) for n, s in self.specs.items() if owns(s, self.mesh.coord))
+        xp = array_module(self._any_param)
+        sq = sum(squared_sum(self.grads[n]) for n, s in self.specs.items()
+                 if owns(s, self.mesh.coord) and self._counted(n))
         total = coll.all_reduce(xp.asarray([sq], dtype="float64"), self.mesh.tensor_comm)
+        total = coll.all_reduce(total, self.mesh.pipe_comm)  # each stage holds other parameters
         return math.sqrt(float(total[0]))
+
+
+class GradAccumulator:
+    """Sums each gradient over the micro-batches (waiting for any reduce-scatter in flight),
+    then hands the sums to a ``GradSync`` in backward order."""
+
+    def __init__(self, sync: GradSync):
+        self.sync = sync
+        self.parts: dict = {}
+
+    def add(self, name: str, grad) -> None:
+        self.parts.setdefault(name, []).append(grad)
+
+    def flush(self, order) -> None:
+        for name in order:
+            if name in self.parts:
+                values = [g.wait() if isinstance(g, coll.Handle) else g for g in self.parts.pop(name)]
+                total = values[0]
+                for v in values[1:]:
+                    total = total + v
+                self.sync.add(name, total)

@@ -8,7 +8,9 @@ Parameters and gradients are this rank's pieces; the optimizer state is
 AdamW's two moments, shaped like the parameters, plus float32 master weights
 for float16 models, all in float32 then (``optim.AdamW``);
 activations are the arrays the last forward kept for backward (the caches,
-counted once each, parameters excluded); weight_cache is the most gathered
+counted once each, parameters excluded; with pipeline stages, the most that the
+micro-batches in flight held at once: up to ``pipe - stage`` of them in 1F1B,
+all ``m`` in GPipe); weight_cache is the most gathered
 weight blocks held at once by prefetching and caching (``overlap_weights``):
 the memory that those two options trade for communication.
 """

@@ -60,7 +60,7 @@ def group_plans(config, shape, bucket_bytes: int | None, specs) -> dict[str, lis
         if sizes[group] == 1:
             continue
         members = [(n, piece_numel(specs[n], shape) * item) for n in grad_order(config)
-                   if grad_group(specs[n]) == group]
+                   if n in specs and grad_group(specs[n]) == group]  # specs: one pipeline stage's
         plans[group] = plan_buckets(members, bucket_bytes if bucket_bytes else 1 << 62)
     return plans
 

@@ -14,7 +14,9 @@ Events are dicts with ``start`` and ``end`` (seconds, ``perf_counter``):
   (the end of a blocking call, a ``wait()``, or a progress poll that found it
   done); ``blocked`` lists the intervals the rank spent inside MPI for it;
 - ``{"kind": "poll"}``: time spent in progress polls (MPI_Test between kernels);
-- ``{"kind": "phase", "name": "forward" | "backward" | "grad-sync" | "step"}``.
+- ``{"kind": "phase", "name": "forward" | "backward" | "grad-sync" | "step"}``; with
+  pipeline stages, each micro-batch's forward and backward is a phase with
+  ``"micro": i``.
 
 What counts (``summarize``): exposed communication = time the rank sat
 inside MPI (the union of ``blocked`` intervals and polls); hidden
@@ -89,11 +91,12 @@ def kernel(name: str):
 
 
 @contextmanager
-def phase(name: str):
+def phase(name: str, **fields):
+    """A stretch of the step (``fields``: e.g. ``micro``, the pipeline micro-batch it computes)."""
     start = perf_counter()
     yield
     if _current is not None:
-        _current.add("phase", start, perf_counter(), name=name)
+        _current.add("phase", start, perf_counter(), name=name, **fields)
 
 
 # --- summaries ---------------------------------------------------------------------------------

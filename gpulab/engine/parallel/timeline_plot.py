@@ -8,7 +8,10 @@ One row per rank: kernels (matmuls, attention, GELU) in grey on the upper
 half; each collective on the lower half in its group's colour, pale while it
 is in flight and solid while the rank is blocked waiting for it (so a pale
 bar under grey kernels is communication hidden behind computation); phases
-(forward, backward, grad-sync, step) shaded behind. Matplotlib only, no
+(forward, backward, grad-sync, step) shaded behind. With pipeline stages,
+each micro-batch's forward and backward is shaded in its own rank's row and
+labelled (F3, B3): the white gaps at the start and end of each row are the
+pipeline bubble. Matplotlib only, no
 Jupyter: the notebooks and ``gpulab.widgets.mesh_explorer`` display it.
 """
 
@@ -18,7 +21,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 GROUP_COLORS = {"col": "#1f77b4", "row": "#d62728", "depth": "#2ca02c", "data": "#9467bd",
-                "batch": "#8c564b", "tensor": "#7f7f7f"}
+                "batch": "#8c564b", "tensor": "#7f7f7f", "pipe": "#ff7f0e", "embed": "#17becf"}
+MICRO_COLORS = {"forward": "#ffe4b0", "backward": "#c6dcff"}  # pipeline micro-batches, per rank
 PHASE_COLORS = {"forward": "#fff7e0", "backward": "#e8f1ff", "grad-sync": "#f3e8ff", "step": "#eeeeee"}
 
 
@@ -32,11 +36,18 @@ def gantt(events_per_rank: list[list[dict]], *, title: str = "", ax=None, ms: bo
         fig = ax.figure
     t0 = min((e["start"] for events in events_per_rank for e in events), default=0.0)
     for e in events_per_rank[0]:
-        if e["kind"] == "phase":
+        if e["kind"] == "phase" and "micro" not in e:
             ax.axvspan((e["start"] - t0) * scale, (e["end"] - t0) * scale,
                        color=PHASE_COLORS.get(e["name"], "#f5f5f5"), zorder=0)
     for rank, events in enumerate(events_per_rank):
         y = n - 1 - rank  # rank 0 on top
+        for e in events:
+            if e["kind"] == "phase" and "micro" in e:  # a pipeline micro-batch, in this rank's row
+                x0, width = (e["start"] - t0) * scale, (e["end"] - e["start"]) * scale
+                ax.broken_barh([(x0, width)], (y - 0.48, 0.96), facecolors=MICRO_COLORS[e["name"]],
+                               edgecolors="#999999", linewidth=0.5, zorder=1)
+                ax.text(x0 + width / 2, y + 0.3, f"{e['name'][0].upper()}{e['micro']}", ha="center",
+                        va="center", fontsize=7, zorder=4)
         kernels = [((e["start"] - t0) * scale, (e["end"] - e["start"]) * scale)
                    for e in events if e["kind"] == "compute"]
         ax.broken_barh(kernels, (y + 0.05, 0.4), facecolors="#555555", zorder=2)

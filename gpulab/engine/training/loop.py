@@ -120,8 +120,8 @@ def train(args, shape) -> int:
         overlap = Overlap.parse(args.overlap, progress=args.progress_mode, bucket_bytes=args.bucket_kb << 10)
     except ValueError as err:
         raise SystemExit(f"--overlap: {err}")
-    mesh = Mesh(*shape)
-    gpt = ParallelGPT(config, mesh, overlap=overlap)
+    mesh = Mesh(*shape, pipe=args.pipe)
+    gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=args.micro_batches, schedule=args.schedule)
     gpt.load_params(params, device=args.device)
     opt = AdamW(gpt.params, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
     if ck and ck.opt_state:
@@ -136,7 +136,9 @@ def train(args, shape) -> int:
     log_path = Path(args.log) if args.log else out.with_suffix(".loss.jsonl")
     if rank0:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        print(f"gpulab train: {config}, mesh {shape}, {tok.size} characters, "
+        stages = f" x {args.pipe} stages ({args.micro_batches} micro-batches, {args.schedule})" \
+            if args.pipe > 1 else ""
+        print(f"gpulab train: {config}, mesh {shape}{stages}, {tok.size} characters, "
               f"{len(train_ids)} training tokens, steps {start}..{start + args.steps}", flush=True)
     log = open(log_path, "a" if ck else "w") if rank0 else None
 
@@ -146,7 +148,8 @@ def train(args, shape) -> int:
         if rank0:
             try:
                 checkpoint.save(out, full, config=config, step=step, opt_state={"t": opt.t, **moments},
-                                extra={"chars": tok.chars, "mesh": list(shape), "seed": args.seed})
+                                extra={"chars": tok.chars, "mesh": list(shape), "pipe": args.pipe,
+                                       "seed": args.seed})
             except OSError as err:  # e.g. a full disk: the previous checkpoint is still there, whole
                 print(f"gpulab train: could not write {out} at step {step} ({err}); the previous checkpoint "
                       f"is intact", file=sys.stderr, flush=True)
@@ -204,7 +207,8 @@ def train(args, shape) -> int:
         summary = {"first_loss": losses[0] if losses else None, "last_loss": losses[-1] if losses else None,
                    "first10_mean": head, "last10_mean": tail,
                    "val_loss": float(np.mean(vals)) if vals else None, "steps": args.steps,
-                   "wall_s": round(wall, 2), "mesh": list(shape), "checkpoint": str(out),
+                   "wall_s": round(wall, 2), "mesh": list(shape), "pipe": args.pipe,
+                   "micro_batches": args.micro_batches, "schedule": args.schedule, "checkpoint": str(out),
                    "overlap": overlap.label(), "device": args.device, "dtype": config.dtype,
                    "topology": topology_metadata()}
         if scaler.enabled:
