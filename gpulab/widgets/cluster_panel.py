@@ -65,7 +65,7 @@ class ClusterPanel(W.VBox):
             reason = f" (no emulated cluster: {self.why})" if self.why else ""
             return f"{self.n} engines on this single machine{reason}: every link is shared memory"
         per_node = -(-self.n // cluster.nodes)
-        return (f"{self.n} engines on an emulated cluster: {cluster.nodes} nodes x {per_node} ranks, "
+        return (f"{self.n} engines on an emulated cluster: {cluster.nodes} nodes x {per_node} rank{'s' * (per_node != 1)}, "
                 f"{cluster.placement} placement, {cluster.link or 'unlimited'} links between nodes "
                 f"(TCP; shared memory inside a node)")
 
