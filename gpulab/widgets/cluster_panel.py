@@ -53,7 +53,8 @@ class ClusterPanel(W.VBox):
         for control in (self.link, self.placement, self.restart_button):
             control.disabled = not emulated
         self._say()
-        super().__init__([self.banner] + ([W.HBox([self.link, self.placement, self.restart_button])] if emulated else []))
+        controls = [W.HBox([self.link, self.placement, self.restart_button])] if emulated else []
+        super().__init__([self.banner] + controls)
 
     @property
     def emulated(self):
@@ -65,7 +66,8 @@ class ClusterPanel(W.VBox):
             reason = f" (no emulated cluster: {self.why})" if self.why else ""
             return f"{self.n} engines on this single machine{reason}: every link is shared memory"
         per_node = -(-self.n // cluster.nodes)
-        return (f"{self.n} engines on an emulated cluster: {cluster.nodes} nodes x {per_node} rank{'s' * (per_node != 1)}, "
+        ranks = f"{per_node} rank{'s' * (per_node != 1)}"
+        return (f"{self.n} engines on an emulated cluster: {cluster.nodes} nodes x {ranks}, "
                 f"{cluster.placement} placement, {cluster.link or 'unlimited'} links between nodes "
                 f"(TCP; shared memory inside a node)")
 

@@ -71,7 +71,8 @@ class BcastExplorer(W.VBox):
         self.figure = sweep_figure([])
         self.run_button.on_click(lambda _: self.run(raise_errors=False))
         self.clear_button.on_click(lambda _: self.clear())
-        controls = W.HBox([W.VBox([self.sizes, self.chunk, self.radix, self.ranks_per_node, self.root, self.rounds]),
+        sliders = [self.sizes, self.chunk, self.radix, self.ranks_per_node, self.root, self.rounds]
+        controls = W.HBox([W.VBox(sliders),
                            W.VBox([self.algorithms, self.with_mpi]),
                            W.VBox([self.device, self.path, self.with_nccl])])
         super().__init__([controls, W.HBox([self.run_button, self.clear_button, self.progress, self.status]),
