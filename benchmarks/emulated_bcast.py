@@ -1,14 +1,18 @@
-"""Broadcast on an emulated cluster: measured (max over ranks) beside the two-level model's prediction.
+"""The broadcast paper's experiments on an emulated cluster: measured (max over ranks) beside the model.
 
-    python benchmarks/emulated_bcast.py crossover     # 4 nodes x 1 rank, 1 Gbit/s: chain, binomial,
-                                                      # scatter-allgather, MPI_Bcast vs size
-    python benchmarks/emulated_bcast.py placement     # 4 nodes x 2 ranks: flat binomial vs hierarchical,
-                                                      # block vs round-robin, chain between nodes
+    python benchmarks/emulated_bcast.py crossover   # (a) 4 nodes x 1, 1 Gbit/s: chain, binomial,
+                                                    #     scatter-allgather, MPI_Bcast against size
+    python benchmarks/emulated_bcast.py chunks      # (b) 4 nodes x 1: the chain's chunk size scanned
+                                                    #     at 32 MiB against the model's best chunk
+    python benchmarks/emulated_bcast.py placement   # (c) 4 nodes x 2: flat binomial vs hierarchical
+                                                    #     (binomial or chain between nodes), block vs round-robin
+    python benchmarks/emulated_bcast.py auto        # (d) 4 nodes x 1: `auto` (fitted model) vs MPI_Bcast
 
 Each experiment brings up its own EmulatedCluster (root or user namespaces), fits the cost
 model there by ping-pong (two levels: inside a node, between nodes), measures with
-``gpulab bench bcast`` and writes docs/results/emulated_<experiment>.json and .png.
-The load average before and after is recorded: other jobs may share the cores.
+``gpulab bench bcast`` (one command per entry of ``runs``) and writes
+docs/results/emulated_<experiment>.json and .png. The load average before and after each
+command is recorded: other jobs may share the cores.
 """
 
 from __future__ import annotations
@@ -28,13 +32,20 @@ from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
 
 FIT_SIZES = [8, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20]
+BENCH = ["--iters", "5", "--warmup", "1", "--time-budget", "3"]
+FLAT = "chain,binomial,scatter_allgather_ring,mpi"
 EXPERIMENTS = {
-    "crossover": dict(nodes=4, ranks=4, placement="block", link="1gbit",
-                      sizes="16K,256K,1M,4M,8M,32M", algorithms="chain,binomial,scatter_allgather_ring,mpi",
-                      variants=[{}]),
-    "placement": dict(nodes=4, ranks=8, placement=None, link="1gbit", sizes="1M,8M,32M",
-                      algorithms="binomial,hierarchical,mpi",
-                      variants=[{"placement": "block"}, {"placement": "round-robin"}]),
+    "crossover": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size",
+                      runs=[dict(sizes="64K,256K,1M,4M,8M,32M", algorithms=FLAT, extra=["--chunk-bytes", "256K"])]),
+    "chunks": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="chunk",
+                   runs=[dict(sizes="32M", algorithms="chain", extra=["--chunk-bytes", c])
+                         for c in ("16K", "64K", "256K", "1M", "4M")]),
+    "placement": dict(nodes=4, ranks=8, link="1gbit", placements=["block", "round-robin"], x="size",
+                      runs=[dict(sizes="1M,8M,32M", algorithms="binomial,hierarchical,mpi", extra=[]),
+                            dict(sizes="1M,8M,32M", algorithms="hierarchical",
+                                 extra=["--inter", "chain", "--chunk-bytes", "256K"])]),
+    "auto": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size",
+                 runs=[dict(sizes="1M,8M,32M", algorithms="auto,mpi", extra=[])]),
 }
 
 
@@ -49,60 +60,110 @@ def fit_in_ranks(out: str) -> None:
         Path(out).write_text(json.dumps(machine))
 
 
-def predictions(machine: dict, records: list[dict]) -> None:
+def at_most_link_rate(machine: dict, rate: float | None) -> dict:
+    """The fit with no inter-node byte cheaper than the link's rate allows.
+
+    tbf lets a message below its burst through at full speed, so the small-message beta fitted
+    between nodes is faster than the link, and a fit taken while other jobs hold the cores can
+    come out faster too; a chain of thousands of such chunks would be predicted faster than the
+    link can carry them. A stream over the link never beats its rate: that is the floor.
+    """
+    if rate is None:
+        return machine
+    floor = 1.0 / rate
+    for regime in ("small", "large"):
+        hockney = machine["inter"].get(regime)
+        if hockney and hockney["beta"] < floor:
+            machine["notes"].setdefault("beta_raised_to_link_rate", {})[regime] = hockney["beta"]
+            hockney["beta"] = floor
+    return machine
+
+
+def label(record: dict) -> str:
+    """The algorithm with what distinguishes it: auto's choice, hierarchical's inter level, a chunk size."""
+    from gpulab.bcast.sizes import format_size
+
+    options = record.get("options") or {}
+    if "chose" in record:
+        return f"auto ({record['chose']['algorithm']})"
+    if record["algorithm"] == "hierarchical":
+        inter = options.get("inter", "binomial")
+        chunk = (options.get("inter_options") or {}).get("chunk_bytes")
+        return f"hierarchical, {inter} between nodes" + (f" {format_size(chunk)}" if chunk else "")
+    chunk = options.get("chunk_bytes")
+    return record["algorithm"] + (f" {format_size(chunk)}" if chunk and record["algorithm"] == "chain" else "")
+
+
+def predictions(machine: dict, records: list[dict], rank_nodes: list[int]) -> None:
+    """Each record's predicted time (what auto chose, for auto), by the model fitted on the same cluster,
+    with each message of a flat tree or chain priced at the link its ranks' placement gives it."""
     from gpulab.bcast.model import Machine, predict
 
     m = Machine.from_dict(machine)
     for r in records:
-        options = {k: v for k, v in (r.get("options") or {}).items() if v is not None}
+        name, options = (r["chose"]["algorithm"], r["chose"]["options"]) if "chose" in r else \
+            (r["algorithm"], r.get("options") or {})
+        options = {k: v for k, v in options.items() if v is not None and k not in ("path", "staging_chunk_bytes")}
         try:
-            r["predicted_us"] = predict(r["algorithm"], r["nbytes"], r["p"], m, **options) * 1e6
+            r["predicted_us"] = predict(name, r["nbytes"], r["p"], m, rank_nodes=rank_nodes, **options) * 1e6
         except (TypeError, ValueError):
             r["predicted_us"] = None
+        r["label"] = label(r)
 
 
-def measure(nodes: int, ranks: int, placement: str, link: str, sizes: str, algorithms: str,
-            extra: list[str] = ()) -> dict:
-    load_before = os.getloadavg()
-    with EmulatedCluster(nodes=nodes, link=link, placement=placement) as cluster, \
+def measure(spec: dict, placement: str) -> dict:
+    with EmulatedCluster(nodes=spec["nodes"], link=spec["link"], placement=placement) as cluster, \
             tempfile.TemporaryDirectory() as tmp:
         # inside the block: $GPULAB_CLUSTER sends the bench's own mpiexec to the cluster too
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-        fit_out, bench_out = os.path.join(tmp, "fit.json"), os.path.join(tmp, "bench.json")
+        fit_out, tuning = os.path.join(tmp, "fit.json"), os.path.join(tmp, "tuning.json")
         # the fit on two ranks of node 1 and one of node 2 would miss round-robin's layout: fit on
         # the same ranks and placement the broadcast uses
+        ranks = spec["ranks"]
         subprocess.run(mpiexec_command(ranks, [__file__, "fit", fit_out]), check=True, env=env, cwd=ROOT)
-        command = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(ranks), "--sizes", sizes,
-                   "--algorithms", algorithms, "--iters", "5", "--warmup", "1", "--time-budget", "3",
-                   "--quiet", "--json", bench_out, *extra]
-        subprocess.run(command, check=True, env=env, cwd=ROOT)
-        machine = json.loads(Path(fit_out).read_text())
-        bench = json.loads(Path(bench_out).read_text())
+        machine = at_most_link_rate(json.loads(Path(fit_out).read_text()), cluster.topology(ranks)["link_bytes_per_s"])
+        # auto decides from this cluster's fit (the "model" source of gpulab.bcast.auto)
+        Path(tuning).write_text(json.dumps({"version": 1, "models": {str(ranks): machine}, "tables": {}}))
+        env["GPULAB_TUNING_TABLE"] = tuning
+        commands, records, metadata = [], [], None
+        for i, run in enumerate(spec["runs"]):
+            bench_out = os.path.join(tmp, f"bench{i}.json")
+            command = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(ranks), "--sizes",
+                       run["sizes"], "--algorithms", run["algorithms"], *BENCH, *run["extra"],
+                       "--quiet", "--json", bench_out]
+            load_before = os.getloadavg()
+            subprocess.run(command, check=True, env=env, cwd=ROOT)
+            bench = json.loads(Path(bench_out).read_text())
+            assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
+            for r in bench["records"]:
+                r.update(load_before=load_before, load_after=os.getloadavg())
+            records += bench["records"]
+            metadata = bench["metadata"]
+            commands.append(" ".join(["gpulab bench bcast"] + command[5:-3]))
+            print(f"{commands[-1]}: load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
         topology = cluster.topology(ranks)
-    assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
     machine.get("notes", {}).pop("samples", None)
-    predictions(machine, bench["records"])
-    bench["metadata"].update(load_before=load_before, load_after=os.getloadavg())
-    return {"command": " ".join(["gpulab bench bcast"] + command[5:]), "topology": topology,
-            "metadata": bench["metadata"], "model": machine, "records": bench["records"]}
+    predictions(machine, records, metadata["rank_nodes"])
+    return {"commands": commands, "topology": topology, "metadata": metadata, "model": machine, "records": records}
 
 
 def table(runs: list[dict]) -> str:
     from gpulab.bcast.sizes import format_size
 
     lines = ["| placement | algorithm | size | measured max over ranks (ms) | predicted (ms) "
-             "| one link transfer (ms) |",
-             "|---|---|---|---|---|---|"]
+             "| one link transfer (ms) | load before, after |",
+             "|---|---|---|---|---|---|---|"]
     for run in runs:
         rate = run["topology"]["link_bytes_per_s"]
         for r in run["records"]:
             pred = f"{r['predicted_us'] / 1e3:.1f}" if r.get("predicted_us") else "-"
-            lines.append(f"| {run['topology']['placement']} | {r['algorithm']} | {format_size(r['nbytes'])} | "
-                         f"{r['max_us'] / 1e3:.1f} | {pred} | {r['nbytes'] / rate * 1e3:.1f} |")
+            lines.append(f"| {run['topology']['placement']} | {r['label']} | {format_size(r['nbytes'])} | "
+                         f"{r['max_us'] / 1e3:.1f} | {pred} | {r['nbytes'] / rate * 1e3:.1f} | "
+                         f"{r['load_before'][0]:.1f}, {r['load_after'][0]:.1f} |")
     return "\n".join(lines)
 
 
-def plot(runs: list[dict], path: Path, title: str) -> None:
+def plot(runs: list[dict], path: Path, title: str, x_axis: str) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,18 +171,25 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
 
     fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.2), squeeze=False)
     for ax, run in zip(axes[0], runs):
-        algorithms = list(dict.fromkeys(r["algorithm"] for r in run["records"]))
-        for i, name in enumerate(algorithms):
-            rows = sorted((r for r in run["records"] if r["algorithm"] == name), key=lambda r: r["nbytes"])
-            x = [r["nbytes"] for r in rows]
+        key = (lambda r: r["options"]["chunk_bytes"]) if x_axis == "chunk" else (lambda r: r["nbytes"])
+        series = {}  # one line per algorithm; in the chunk scan the chunk is the x axis, not part of the name
+        for r in run["records"]:
+            series.setdefault(r["algorithm"] if x_axis == "chunk" else r["label"], []).append(r)
+        for name, rows in series.items():
+            rows.sort(key=key)
+            x = [key(r) for r in rows]
             line, = ax.plot(x, [r["max_us"] / 1e3 for r in rows], "o-", label=f"{name} measured")
             if any(r.get("predicted_us") for r in rows):
                 ax.plot(x, [(r.get("predicted_us") or float("nan")) / 1e3 for r in rows], "--",
                         color=line.get_color(), label=f"{name} predicted")
         rate = run["topology"]["link_bytes_per_s"]
-        xs = sorted({r["nbytes"] for r in run["records"]})
-        ax.plot(xs, [x / rate * 1e3 for x in xs], ":", color="black", label="one link transfer")
-        ax.set(xscale="log", yscale="log", xlabel="message size (bytes)", ylabel="time (ms, max over ranks)",
+        xs = sorted({key(r) for r in run["records"]})
+        ax.plot(xs, [(x if x_axis == "size" else run["records"][0]["nbytes"]) / rate * 1e3 for x in xs], ":",
+                color="black", label="one link transfer")
+        if x_axis == "chunk" and run.get("best_chunk"):
+            ax.axvline(run["best_chunk"], color="gray", lw=0.8, label="model's best chunk")
+        ax.set(xscale="log", yscale="log", xlabel="message size (bytes)" if x_axis == "size" else "chunk (bytes)",
+               ylabel="time (ms, max over ranks)",
                title=f"{run['topology']['nodes']} nodes x {run['topology']['ranks_per_node']}, "
                      f"{run['topology']['placement']}, {run['topology']['link']}")
         ax.legend(fontsize=7)
@@ -131,20 +199,27 @@ def plot(runs: list[dict], path: Path, title: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if argv[0] == "fit":
+    if argv[:1] == ["fit"]:
         assert inside_mpi_job()
         fit_in_ranks(argv[1])
         return 0
-    name = argv[0]
-    spec = EXPERIMENTS[name]
-    runs = []
-    for variant in spec["variants"]:
-        placement = variant.get("placement", spec["placement"])
-        runs.append(measure(spec["nodes"], spec["ranks"], placement, spec["link"], spec["sizes"],
-                            spec["algorithms"]))
+    if len(argv) not in (1, 2) or argv[0] not in EXPERIMENTS:
+        print(f"usage: emulated_bcast.py {{{','.join(EXPERIMENTS)}}} [LINK, e.g. 100mbit]", file=sys.stderr)
+        return 2
+    spec = dict(EXPERIMENTS[argv[0]])
+    name = argv[0] if len(argv) == 1 else f"{argv[0]}_{argv[1]}"
+    spec["link"] = argv[1] if len(argv) == 2 else spec["link"]
+    runs = [measure(spec, placement) for placement in spec["placements"]]
+    if spec["x"] == "chunk":
+        from gpulab.bcast.model import Machine, best_chunk
+
+        for run in runs:
+            nbytes, p = run["records"][0]["nbytes"], run["records"][0]["p"]
+            run["best_chunk"] = best_chunk("chain", nbytes, p, Machine.from_dict(run["model"]))
+            print(f"model's best chunk at {nbytes} B: {run['best_chunk']} B")
     out = RESULTS / f"emulated_{name}.json"
     out.write_text(json.dumps(runs, indent=1))
-    plot(runs, RESULTS / f"emulated_{name}.png", f"broadcast on an emulated cluster ({name})")
+    plot(runs, RESULTS / f"emulated_{name}.png", f"broadcast on an emulated cluster ({name})", spec["x"])
     print(table(runs))
     print(f"wrote {out} and {out.with_suffix('.png')}")
     return 0

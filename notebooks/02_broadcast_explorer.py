@@ -24,6 +24,14 @@
 #
 # The second widget draws the communication pattern of one algorithm on up to
 # `N_ENGINES` ranks: who sends to whom in which step.
+#
+# The engines run on an **emulated cluster** where this machine can make one
+# (`NODES` network namespaces joined by rate-limited links, see
+# `docs/cluster.md`), else on the machine itself; the banner says which. Its
+# controls change the link rate at once and the placement (block: ranks 0, 1
+# on node 1; round-robin: rank i on node i mod NODES) by restarting the engines.
+# Each point is the median of `ROUNDS` interleaved rounds, with a band from the
+# fastest to the slowest: a bump inside the band is noise, not an effect.
 
 # %% tags=["parameters"]
 N_ENGINES = 4
@@ -31,13 +39,18 @@ SIZES = (1 << 10, 1 << 20)          # first run: 1 KiB .. 1 MiB, every power of 
 ALGORITHMS = ("binomial", "chain")  # first run: the two the questions below compare
 CHUNK = 1 << 16                     # chain / binary tree chunk size
 ITERS = 10                          # timed iterations per point (OSU: 100-1000; more = smoother, slower)
+ROUNDS = 3                          # rounds per point: the curve is their median, the band their spread
+NODES = 2                           # emulated nodes (None: the single machine)
+LINK = "1gbit"                      # each node's link: 100mbit, 200mbit, 1gbit, 10gbit, unlimited
+PLACEMENT = "block"                 # or "round-robin"
 
 # %%
-from gpulab.cluster import start_engines
-from gpulab.widgets import BcastExplorer, EngineRunner, PatternView, crossover, size_label
+from gpulab.widgets import BcastExplorer, EngineRunner, PatternView, crossover, notebook_engines, size_label
 
-engines = start_engines(N_ENGINES)
+engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 runner = EngineRunner(engines, iters=ITERS, warmup=2, time_budget=0.2)
+cluster.follow(runner)
+cluster
 
 # %% [markdown]
 # ## The explorer
@@ -45,7 +58,7 @@ runner = EngineRunner(engines, iters=ITERS, warmup=2, time_budget=0.2)
 # notebook runs top to bottom; then it is yours to play with.
 
 # %%
-explorer = BcastExplorer(runner, sizes=SIZES, algorithms=ALGORITHMS)
+explorer = BcastExplorer(runner, sizes=SIZES, algorithms=ALGORITHMS, rounds=ROUNDS)
 explorer.chunk.value = CHUNK
 explorer
 
@@ -102,6 +115,9 @@ assert patterns.events, "the traced broadcast sent no messages"
 #
 # On a laptop the ranks share a few cores and memory is the network, so the
 # curves are noisy and the gaps small; on GPUs across InfiniBand they are not.
+# On the emulated cluster the links between nodes are slow again: lower the
+# **link** to 100mbit and watch which curves move, then try **round-robin**
+# placement (restart the engines) with binomial and hierarchical.
 #
 # **On a GPU cluster** the *buffers* menu offers GPU (CuPy) buffers when every
 # engine has a GPU (one per engine, by node-local rank). Then:
@@ -119,4 +135,4 @@ assert patterns.events, "the traced broadcast sent no messages"
 # the curves then show only the extra host copies.
 
 # %%
-engines.stop()
+cluster.engines.stop()  # the engines of the last restart, and their emulated cluster

@@ -35,6 +35,9 @@ TUNE_SIZES = [1 << 10, 1 << 16, 1 << 20]                    # live tuning tables
 NETWORKS = ["vgg16", "gpt2"]                               # start-up broadcast of real networks
 WORKLOAD_ALGORITHMS = ["mpi", "binomial", "auto"]
 RECORDS = "../docs/results"                                # recorded full runs, shown when present
+NODES = 2              # emulated nodes where this machine can make them (None: the single machine)
+LINK = "1gbit"         # each node's link: 100mbit, 200mbit, 1gbit, 10gbit, unlimited
+PLACEMENT = "block"    # ranks to nodes: block or round-robin
 
 # %%
 import json
@@ -50,8 +53,7 @@ from gpulab.bcast.model import Machine, best_chunk, predict, textbook
 from gpulab.bcast.tuning_plots import accuracy_plot, fit_plot, heatmap, scale_plot, workload_plot
 from gpulab.bcast.profiles import PROFILES, profile, table as profile_table
 from gpulab.bcast.tuning import update
-from gpulab.cluster import start_engines
-from gpulab.widgets import Table, as_image
+from gpulab.widgets import Table, as_image, notebook_engines
 
 # a private tuning file for this notebook: the engines' algorithm="auto" reads it (they inherit the variable)
 TABLE = Path(tempfile.mkdtemp(prefix="gpulab-03-")) / "bcast_tuning.json"
@@ -59,8 +61,8 @@ os.environ["GPULAB_TUNING_TABLE"] = str(TABLE)
 RECORDED = {name: json.loads((Path(RECORDS) / f"{name}.json").read_text())
             for name in ("bcast_accuracy", "bcast_tuning", "bcast_compare")
             if (Path(RECORDS) / f"{name}.json").exists()}
-engines = start_engines(N_ENGINES)
-engines
+engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
+cluster  # what the engines run on: nodes, ranks, link; after a restart, re-run the cells below
 
 # %% [markdown]
 # ## 1 · Fit alpha and beta from a ping-pong
@@ -69,8 +71,10 @@ engines
 # `t(m) = a + m·b` gives the latency `a` and the inverse bandwidth `b`, per
 # *level*: ranks 0 and 1 form one emulated node (`ranks_per_node=2`), so
 # pairs (0, 1) fit the "intra-node" link and (0, 2), (0, 3) the "inter-node"
-# one. On one machine both are the same shared memory: expect the same
-# numbers. On a real cluster they differ: the profiles below give the node's
+# one. On the emulated cluster (block placement) ranks 0, 1 share node 1
+# and ranks 2, 3 node 2: the inter-node pairs cross the rate-limited link, so
+# expect its rate in `b`. On the single machine both levels are the same shared
+# memory: expect the same numbers. On a real cluster they differ: the profiles below give the node's
 # links 1.8x (KESCH's PCIe against FDR InfiniBand) to 7.4x (a DGX H100's
 # NVLink against its NDR ports) the bandwidth of the network, and about a
 # third to a sixth of its latency.
@@ -83,7 +87,7 @@ engines
 # distance to the dots is the per-message Python overhead.
 
 # %%
-levels = Machine.from_dict(engines.run(on_world, fit, FIT_SIZES, 2, timeout=300)[0])
+levels = Machine.from_dict(cluster.engines.run(on_world, fit, FIT_SIZES, 2, timeout=300)[0])
 print(summary(levels))
 # all ranks really are on one node: flat algorithms use the intra fit, only 'hierarchical' sees two levels
 fitted = replace(levels, name=f"this machine, fitted on {N_ENGINES} ranks", ranks_per_node=None)
@@ -110,7 +114,7 @@ assert fitted.fitted_p == N_ENGINES
 # over ranks. Dots are measured, lines predicted.
 
 # %%
-live = engines.run(on_world, accuracy, CHECK_SIZES, time_budget=0.05, algorithms=CHECK_ALGORITHMS, rounds=1,
+live = cluster.engines.run(on_world, accuracy, CHECK_SIZES, time_budget=0.05, algorithms=CHECK_ALGORITHMS, rounds=1,
                    timeout=300)[0]
 live = report.accuracy_rows(live, {"fitted": fitted, "textbook": textbook(fitted)})
 Table(live, ["algorithm", "nbytes", "max_us", "pred_us[fitted]", "ratio[fitted]", "pred_us[textbook]", "valid"])
@@ -166,7 +170,7 @@ assert all(c["from"] != c["to"] for c in crossings)
 # %%
 best = best_chunk("chain", CHUNK_MESSAGE, N_ENGINES, fitted)
 chunks = sorted(set(CHUNKS) | {best})
-scan = engines.run(on_world, chunk_scan, CHUNK_MESSAGE, chunks, timeout=300)[0]
+scan = cluster.engines.run(on_world, chunk_scan, CHUNK_MESSAGE, chunks, timeout=300)[0]
 for row in scan:
     row["chunk_bytes"] = row["options"]["chunk_bytes"]
     row["pred_us"] = predict("chain", CHUNK_MESSAGE, N_ENGINES, fitted, chunk_bytes=row["chunk_bytes"]) * 1e6
@@ -199,7 +203,7 @@ assert all(r["valid"] for r in scan) and 1 <= best <= CHUNK_MESSAGE
 # wait), then `select()` explains its decisions:
 
 # %%
-tables = engines.run(on_world, sub_tables, TUNE_SIZES, list(range(2, N_ENGINES + 1)), timeout=600)[0]
+tables = cluster.engines.run(on_world, sub_tables, TUNE_SIZES, list(range(2, N_ENGINES + 1)), timeout=600)[0]
 for p, t in tables.items():
     update(TABLE, p=int(p), table=t)
 as_image(heatmap(tables))
@@ -236,7 +240,7 @@ if "bcast_tuning" in RECORDED:
 # %%
 from gpulab.workloads.startup import latency_share, predicted, workload
 
-rows = engines.run(on_world, workload, NETWORKS, WORKLOAD_ALGORITHMS, timeout=600)[0]
+rows = cluster.engines.run(on_world, workload, NETWORKS, WORKLOAD_ALGORITHMS, timeout=600)[0]
 
 for r in rows:
     r.update(predicted(r["network"], r["algorithm"], N_ENGINES, fitted, mode=r["mode"], options=r["options"]))

@@ -42,18 +42,22 @@ N_ENGINES = 4          # MPI ranks (the grid's world size can be smaller)
 ITERS = 5              # timed iterations per run (after one warm-up)
 FIT_REPS = 3           # repetitions of each measurement when fitting the model to this machine
 SHAPE = (2, 1, 2, 1)   # the grid of the first comparison below
+NODES = 2              # emulated nodes where this machine can make them (None: the single machine)
+LINK = "1gbit"         # each node's link: 100mbit, 200mbit, 1gbit, 10gbit, unlimited
+PLACEMENT = "block"    # ranks to nodes: block or round-robin
 
 # %%
 from IPython.display import display
 
-from gpulab.cluster import start_engines
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.predict import predict
-from gpulab.widgets import Table, as_image
+from gpulab.widgets import Table, as_image, notebook_engines
 from gpulab.widgets.mesh_explorer import MeshExplorer, MeshRunner
 
-engines = start_engines(N_ENGINES)
+engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 runner = MeshRunner(engines, iters=ITERS, warmup=1)
+cluster.follow(runner)
+display(cluster)  # what the engines run on: nodes, ranks, link
 
 # %% [markdown]
 # ## Fit the model to this machine
@@ -160,4 +164,4 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 #    event in `explorer.results[-1]["events"]` has a `path`)? Does overlap hide more?
 
 # %%
-engines.stop()
+cluster.engines.stop()

@@ -29,7 +29,10 @@ def series_of(row: dict) -> str:
 
 
 def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
-    """Two panels against message size: average time (log-log) and bus bandwidth."""
+    """Two panels against message size: average time (log-log) and bus bandwidth.
+
+    Rows measured in several rounds (``rounds_us``, the explorer's) are drawn at their median
+    with a band from the fastest to the slowest round."""
     fig = fig or Figure(figsize=(10, 4), layout="constrained")
     fig.clear()
     ax_time, ax_bw = fig.subplots(1, 2)
@@ -41,14 +44,20 @@ def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
         sizes = [r["nbytes"] for r in points]
         # MPI's own Bcast is the reference: draw it dashed so the eye finds it
         style = "--" if points[0]["algorithm"] == "mpi" else "-"
-        ax_time.plot(sizes, [r["avg_us"] for r in points], style, marker="o", ms=3, label=label)
+        line, = ax_time.plot(sizes, [r["avg_us"] for r in points], style, marker="o", ms=3, label=label)
         ax_bw.plot(sizes, [r["busbw_GBps"] for r in points], style, marker="o", ms=3, label=label)
+        if any(len(r.get("rounds_us", ())) > 1 for r in points):
+            low, high = ([f(r.get("rounds_us") or [r["avg_us"]]) for r in points] for f in (min, max))
+            ax_time.fill_between(sizes, low, high, color=line.get_color(), alpha=0.2, lw=0)
+            ax_bw.fill_between(sizes, [n / t / 1e3 for n, t in zip(sizes, high)],
+                               [n / t / 1e3 for n, t in zip(sizes, low)], color=line.get_color(), alpha=0.2, lw=0)
     for ax in (ax_time, ax_bw):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("message size (bytes)")
         ax.grid(True, which="both", alpha=0.3)
     ax_time.set_yscale("log")
-    ax_time.set_ylabel("average time (us)")
+    rounds = any(len(r.get("rounds_us", ())) > 1 for r in rows)
+    ax_time.set_ylabel("time (us): median of rounds, band min-max" if rounds else "average time (us)")
     ax_bw.set_ylabel("bus bandwidth (GB/s)")
     if series:
         p = rows[-1].get("p", "?")

@@ -14,6 +14,7 @@ The start-up broadcast of real networks is ``gpulab.workloads.startup``.
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 
 from gpulab.bcast import measure
 from gpulab.bcast.algorithms import ALGORITHMS, run_algorithm
@@ -107,6 +108,9 @@ def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library
     machine = fit_machine(samples, p=comm.size, ranks_per_node=ranks_per_node, switch=switch, call=call)
     if networked:  # nodes with a network between them: the link, not the shared cores, paces 'inter'
         machine.notes["nodes_from"] = "split_type"
+        # the single-copy switch is shared memory's (the receiver copies, so a sender's concurrent
+        # messages overlap); over a network a sender's messages share its one link
+        machine = replace(machine, inter=replace(machine.inter, receiver_copies=False))
     return machine.to_dict() if comm.rank == 0 else None
 
 

@@ -31,6 +31,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 
+from gpulab.bcast.placement import PLACED, placed
 from gpulab.bcast.schedules import pipeline_shape, schedule
 from gpulab.bcast.tuning import load, table_path
 
@@ -210,8 +211,20 @@ def _messages(algorithm: str, nbytes: int, p: int, machine: Machine, options: di
     return _flat(algorithm, nbytes, p, machine.link(p), machine, options)
 
 
-def predict(algorithm: str, nbytes: int, p: int, machine: Machine | None = None, **options) -> float:
-    """Predicted seconds for one broadcast of ``nbytes`` over ``p`` ranks (0 for p = 1)."""
+def predict(algorithm: str, nbytes: int, p: int, machine: Machine | None = None, *,
+            rank_nodes=None, **options) -> float:
+    """Predicted seconds for one broadcast of ``nbytes`` over ``p`` ranks (0 for p = 1).
+
+    ``rank_nodes`` (node of each rank, e.g. a round-robin placement) prices each message of the
+    flat trees and the chain at its own link (``gpulab.bcast.placement``); without it a flat
+    broadcast that spans nodes pays the network for every message.
+    """
+    machine = machine or load_machine()
+    if rank_nodes is not None and algorithm in PLACED and len(set(rank_nodes)) > 1:
+        if len(rank_nodes) != p:
+            raise ValueError(f"rank_nodes names {len(rank_nodes)} ranks, not p = {p}")
+        call = machine.call * stretch(machine, p) if p > 1 else 0.0
+        return placed(algorithm, nbytes, rank_nodes, machine, **options) + call
     return breakdown(algorithm, nbytes, p, machine, **options).seconds
 
 

@@ -20,6 +20,7 @@ from gpulab.bcast import nccl
 from gpulab.bcast.algorithms import ALGORITHMS
 from gpulab.bcast.drawings import sweep_figure
 from gpulab.bcast.measure import sweep
+from gpulab.bcast.model import PIPELINED
 from gpulab.bcast.sizes import format_size
 from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
                                radix, size, sizes, usage_error)
@@ -29,6 +30,9 @@ from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
 from gpulab.engine.parallel.overlap import PROGRESS, Overlap
 from gpulab.engine.perf.timing import bench_config, measure
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
+
+
+LEVEL_ALGORITHMS = tuple(sorted(name for name in ALGORITHMS if name != "hierarchical"))
 
 
 def add_parser(subparsers) -> None:
@@ -48,6 +52,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--chunk-bytes", type=size, default=None, help="segment size for pipelined algorithms")
     p.add_argument("--radix", type=radix, default=None, help="k-nomial radix")
     p.add_argument("--ranks-per-node", type=positive_int, default=None, help="emulated node size for 'hierarchical'")
+    p.add_argument("--inter", choices=LEVEL_ALGORITHMS, default=None,
+                   help="hierarchical: the broadcast between node leaders (default binomial); "
+                        "--chunk-bytes sizes its chunks when it is pipelined")
+    p.add_argument("--intra", choices=LEVEL_ALGORITHMS, default=None,
+                   help="hierarchical: the broadcast inside each node (default binomial)")
     p.add_argument("--device", choices=tuple(DEVICES), default="host",
                    help="where the buffers live: " + ", ".join(f"{k} = {v}" for k, v in DEVICES.items()))
     p.add_argument("--path", choices=("auto", "cuda-aware", "staged"), default=None,
@@ -97,7 +106,7 @@ def _measure(args) -> int:
                   file=sys.stderr)
         return 2
     options = {"chunk_bytes": args.chunk_bytes, "radix": args.radix, "ranks_per_node": args.ranks_per_node,
-               "path": args.path, "staging_chunk_bytes": args.staging_chunk_bytes}
+               "path": args.path, "staging_chunk_bytes": args.staging_chunk_bytes, **_level_options(args)}
     bar = _progress(len(algorithms) * len(args.sizes)) if comm.rank == 0 and not args.quiet else None
     records = sweep(comm, algorithms, args.sizes, options=options, root=args.root, iters=args.iters,
                     device="cupy" if "nccl" in algorithms else args.device,
@@ -110,6 +119,18 @@ def _measure(args) -> int:
     print(format_table(records))
     _write_outputs(args, records, comm.size)
     return 0 if all(r["valid"] for r in records) else 1
+
+
+def _level_options(args) -> dict:
+    """hierarchical's two levels as chosen on the command line; a pipelined level takes --chunk-bytes."""
+    options = {}
+    for level in ("inter", "intra"):
+        name = getattr(args, level)
+        if name:
+            options[level] = name
+            if name in PIPELINED and args.chunk_bytes:
+                options[level + "_options"] = {"chunk_bytes": args.chunk_bytes}
+    return options
 
 
 def _progress(total: int):

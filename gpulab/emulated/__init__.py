@@ -418,6 +418,25 @@ esac
     def link_up(self, k: int) -> None:
         subprocess.run(self.on_switch([tool("ip"), "link", "set", f"n{k}", "up"]), check=True)
 
+    def set_link(self, link: str | None) -> None:
+        """Change every node's link rate on the running cluster, both ends as at start: "100mbit",
+        "1gbit", ... or "unlimited". Running jobs see the new rate at once."""
+        from gpulab.emulated.netns import TBF_BURST, TBF_LATENCY
+
+        rate = parse_link(link)
+        if rate:
+            command = ["replace", "root", "tbf", "rate", rate, "burst", TBF_BURST, "latency", TBF_LATENCY]
+        else:  # no qdisc: the veth's full speed
+            command = ["del", "root"]
+        for k in range(1, self.nodes + 1):
+            for argv in (self.on_node(k, [tool("tc"), "qdisc", command[0], "dev", "eth0", *command[1:]]),
+                         self.on_switch([tool("tc"), "qdisc", command[0], "dev", f"n{k}", *command[1:]])):
+                done = subprocess.run(argv, capture_output=True, text=True)
+                already_unlimited = not rate and ("handle of zero" in done.stderr or "No such" in done.stderr)
+                if done.returncode != 0 and not already_unlimited:
+                    raise RuntimeError(f"{' '.join(argv[-8:])}: {done.stderr.strip()}")
+        self.link = rate
+
     def links_down(self) -> list[int]:
         """Nodes whose link is down."""
         out = _run(self.on_switch([tool("ip"), "-br", "link", "show", "master", "br0"]))

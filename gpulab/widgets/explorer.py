@@ -6,8 +6,12 @@
     explorer.run()                # what the Run button does; returns the new rows
 
 Each run measures every chosen algorithm at every power-of-two size in the
-range (native MPI_Bcast alongside), appends the rows to ``explorer.results``
-and redraws; earlier runs stay on the plot so runs can be compared.
+range (native MPI_Bcast alongside), ``rounds`` times, the rounds interleaved
+so that a burst of load on a shared machine hits one round of every point
+rather than every round of one point. A point shows the median of its rounds,
+with the band from the fastest to the slowest round: a bump inside the band is
+noise, not an effect. The rows go to ``explorer.results``; earlier runs stay on
+the plot so runs can be compared.
 
 Buffers: host (numpy), GPU (CuPy, where every engine has one) or the fake
 GPU; for device buffers the path (auto, staged through host memory,
@@ -18,6 +22,7 @@ buffers are labelled with the device and the path taken.
 from __future__ import annotations
 
 import html
+import statistics
 
 import ipywidgets as W
 from IPython.display import display
@@ -29,12 +34,13 @@ from gpulab.widgets.plots import as_image, size_label
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 DEFAULT_ALGORITHMS = ("binomial", "chain", "scatter_allgather_ring")
+ROUNDS = 3  # rounds per point by default: the least that has a median and a spread
 
 
 class BcastExplorer(W.VBox):
     """Controls + progress + plot + table over a runner (see gpulab.widgets.runner)."""
 
-    def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=DEFAULT_ALGORITHMS):
+    def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=DEFAULT_ALGORITHMS, rounds: int = ROUNDS):
         self.runner, self.results, self._runs = runner, [], 0
         names = [a for a in runner.algorithms if a != "mpi"]
         size_options = [(size_label(s), s) for s in SIZES]
@@ -50,6 +56,7 @@ class BcastExplorer(W.VBox):
         self.ranks_per_node = W.IntSlider(value=max(runner.p // 2, 1), min=1, max=max(runner.p, 1),
                                           description="ranks/node")
         self.root = W.IntSlider(value=0, min=0, max=max(runner.p - 1, 0), description="root")
+        self.rounds = W.IntSlider(value=rounds, min=1, max=9, description="rounds")
         devices = getattr(runner, "devices", ["host"])
         self.device = W.Dropdown(options=[(DEVICES[d], d) for d in devices], value="host", description="buffers")
         self.path = W.Dropdown(options=["auto", "staged", "cuda-aware"], value="auto", description="GPU path",
@@ -64,7 +71,8 @@ class BcastExplorer(W.VBox):
         self.figure = sweep_figure([])
         self.run_button.on_click(lambda _: self.run(raise_errors=False))
         self.clear_button.on_click(lambda _: self.clear())
-        controls = W.HBox([W.VBox([self.sizes, self.chunk, self.radix, self.ranks_per_node, self.root]),
+        sliders = [self.sizes, self.chunk, self.radix, self.ranks_per_node, self.root, self.rounds]
+        controls = W.HBox([W.VBox(sliders),
                            W.VBox([self.algorithms, self.with_mpi]),
                            W.VBox([self.device, self.path, self.with_nccl])])
         super().__init__([controls, W.HBox([self.run_button, self.clear_button, self.progress, self.status]),
@@ -96,24 +104,27 @@ class BcastExplorer(W.VBox):
         return [(a, n, self.options_for(a)) for a in algorithms for n in SIZES if lo <= n <= hi]
 
     def run(self, *, raise_errors: bool = True) -> list[dict]:
-        """Measure the plan on the runner; rows are kept even if a later measurement fails.
+        """Measure the plan ``rounds`` times, interleaved; one row per point (the median of its rounds).
 
-        The Run button passes raise_errors=False: the error then shows in the status line.
+        Rows measured before a failure are kept. The Run button passes raise_errors=False: the error
+        then shows in the status line.
         """
-        plan, self._runs = self.plan(), self._runs + 1
-        self.progress.max, self.progress.value, new = max(len(plan), 1), 0, []
+        plan, rounds, self._runs = self.plan(), self.rounds.value, self._runs + 1
+        self.progress.max, self.progress.value = max(len(plan) * rounds, 1), 0
+        earlier, measured = list(self.results), [[] for _ in plan]
         self.run_button.disabled = True
         try:
-            for i, (algorithm, nbytes, options) in enumerate(plan):
-                self.status.value = f"run #{self._runs}: {algorithm} {size_label(nbytes)}B ({i + 1}/{len(plan)})"
-                row = dict(self.runner.measure(algorithm, nbytes, self.root.value, options, device=self.device.value),
-                           run=self._runs)
-                self.results.append(row)
-                new.append(row)
-                self.progress.value = i + 1
-                if i + 1 == len(plan) or plan[i + 1][0] != algorithm:
-                    self.redraw()  # one curve at a time: progress you can see
-            self.status.value = f"run #{self._runs}: {len(new)} measurements done"
+            for round_ in range(rounds):
+                for i, (algorithm, nbytes, options) in enumerate(plan):
+                    self.status.value = (f"run #{self._runs}, round {round_ + 1}/{rounds}: {algorithm} "
+                                         f"{size_label(nbytes)}B ({i + 1}/{len(plan)})")
+                    measured[i].append(self.runner.measure(algorithm, nbytes, self.root.value, options,
+                                                           device=self.device.value))
+                    self.results = earlier + [median_row(rows, self._runs) for rows in measured if rows]
+                    self.progress.value += 1
+                    if i + 1 == len(plan) or plan[i + 1][0] != algorithm:
+                        self.redraw()  # one curve at a time: progress you can see
+            self.status.value = f"run #{self._runs}: {len(plan)} points x {rounds} rounds done"
         except Exception as err:
             self.status.value = f"<span style='color:#b00'>run #{self._runs} failed: {html.escape(str(err))}</span>"
             self.redraw()
@@ -121,7 +132,7 @@ class BcastExplorer(W.VBox):
                 raise
         finally:
             self.run_button.disabled = False
-        return new
+        return self.results[len(earlier):]
 
     def clear(self):
         self.results, self._runs = [], 0
@@ -135,6 +146,16 @@ class BcastExplorer(W.VBox):
         with self.plot:
             self.plot.clear_output(wait=True)
             display(as_image(self.figure))
+
+
+def median_row(rounds: list[dict], run: int) -> dict:
+    """One point from its rounds: the median round's time (and bandwidth from it), the rounds' times kept
+    for the spread; valid only if every round was."""
+    times = [r["avg_us"] for r in rounds]
+    median = statistics.median(times)
+    bandwidth = rounds[0]["nbytes"] / median / 1e3 if median > 0 else 0.0  # GB/s; broadcast: busbw = algbw
+    return dict(rounds[0], run=run, avg_us=median, algbw_GBps=bandwidth, busbw_GBps=bandwidth, rounds_us=times,
+                valid=all(r["valid"] for r in rounds))
 
 
 def results_html(rows: list[dict], last: int = 12) -> str:

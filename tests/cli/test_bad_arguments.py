@@ -19,6 +19,7 @@ BAD = [  # (argv, what the one line must say)
     (["bench", "bcast", "-n", "0"], "argument -n/--ranks: must be >= 1, got 0"),
     (["bench", "bcast", "--iters", "-5"], "argument --iters: must be >= 1, got -5"),
     (["bench", "bcast", "--radix", "1"], "argument --radix: must be >= 2"),
+    (["bench", "bcast", "--inter", "hierarchical"], "argument --inter: invalid choice: 'hierarchical'"),
     (["bench", "bcast", "--json", "/etc/hostname/out.json"], "argument --json: cannot write /etc/hostname/out.json"),
     (["bench", "bcast", "--plot", "/"], "argument --plot: / is a folder"),
     (["bench", "engine", "--out", "x.json", "--iters", "0"], "argument --iters: must be >= 1"),

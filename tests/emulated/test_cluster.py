@@ -56,6 +56,26 @@ def test_set_up_show_and_tear_down():
     assert root_netns_links() == before  # nothing was ever created in this namespace
 
 
+def test_link_rate_changes_on_the_running_cluster():
+    def rates(cluster):
+        node = subprocess.run(cluster.on_node(2, ["tc", "qdisc", "show", "dev", "eth0"]), capture_output=True,
+                              text=True, check=True).stdout
+        port = subprocess.run(cluster.on_switch(["tc", "qdisc", "show", "dev", "n2"]), capture_output=True,
+                              text=True, check=True).stdout
+        return node, port
+
+    with EmulatedCluster(nodes=2, link="1gbit") as cluster:
+        cluster.set_link("100mbit")
+        assert all("tbf" in q and "rate 100Mbit" in q for q in rates(cluster)), rates(cluster)
+        assert cluster.topology(2)["link_bytes_per_s"] == 12.5e6
+        cluster.set_link("unlimited")
+        cluster.set_link("unlimited")  # twice: nothing left to remove is not an error
+        assert not any("tbf" in q for q in rates(cluster)), rates(cluster)
+        cluster.set_link("10gbit")
+        assert all("rate 10Gbit" in q for q in rates(cluster)), rates(cluster)
+        assert "rate 10Gbit" in cluster.describe()
+
+
 def test_exception_inside_the_block_tears_down_and_a_second_cluster_starts():
     with pytest.raises(RuntimeError, match="boom"):
         with EmulatedCluster(nodes=2, link=None) as cluster:

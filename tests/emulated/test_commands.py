@@ -56,10 +56,14 @@ def test_cluster_up_show_down():
 def test_bench_records_the_topology(tmp_path):
     out = tmp_path / "bench.json"
     run = gpulab("bench", "bcast", "-n", "4", "--nodes", "2", "--link", "unlimited", "--placement", "round-robin",
-                 "--sizes", "1K,64K", "--algorithms", "chain,hierarchical,mpi", "--iters", "2", "--warmup", "1",
-                 "--quiet", "--json", str(out))
+                 "--sizes", "1K,64K", "--algorithms", "chain,hierarchical,mpi", "--inter", "chain",
+                 "--chunk-bytes", "16K", "--iters", "2", "--warmup", "1", "--quiet", "--json", str(out))
     assert run.returncode == 0, run.stderr[-3000:]
-    meta = json.loads(out.read_text())["metadata"]
+    report = json.loads(out.read_text())
+    meta = report["metadata"]
+    hierarchical = [r for r in report["records"] if r["algorithm"] == "hierarchical"]
+    assert all(r["valid"] for r in report["records"])
+    assert [r["options"] for r in hierarchical] == [{"inter": "chain", "inter_options": {"chunk_bytes": 16384}}] * 2
     assert meta["emulated"] and meta["nodes"] == 2 and meta["ranks_per_node"] == 2
     assert meta["placement"] == "round-robin" and meta["link"] == "unlimited" and "TCP" in meta["transport"]
     assert meta["rank_nodes"] == [0, 1, 0, 1]
@@ -114,6 +118,10 @@ def test_the_cost_model_fits_two_levels_on_the_cluster():
     predicted = fit["predicted_s"]
     assert all(t >= 0.95 * (4 << 20) * fit["inter_beta"] for t in predicted.values()), predicted
     assert predicted["binomial"] > 1.5 * predicted["chain"], predicted
+    # a sender's concurrent messages share its link (shared memory's single copy does not apply):
+    # linear's three sends from the root cost three transfers, not one
+    assert not fit["machine"]["inter"]["receiver_copies"]
+    assert predicted["linear"] > 2.5 * (4 << 20) * fit["inter_beta"], predicted
 
 
 def test_a_killed_keeper_leaves_nothing_and_the_name_can_be_reused():

@@ -42,14 +42,43 @@ def test_pressing_run_measures_the_plan_and_draws_one_line_per_series():
     explorer = BcastExplorer(runner, sizes=(1 << 10, 1 << 13), algorithms=("binomial", "chain"))
     explorer.chunk.value = 1 << 12
     explorer.run_button.click()
-    # 4 sizes x (binomial, chain, native mpi), each with only the options it accepts
-    assert len(explorer.results) == 12
+    # 4 sizes x (binomial, chain, native mpi), each with only the options it accepts, in 3 rounds
+    assert len(explorer.results) == 12 and explorer.rounds.value == 3
     assert ("chain", 1 << 10, 0, {"chunk_bytes": 4096}) in runner.calls
     assert ("binomial", 1 << 10, 0, {}) in runner.calls
-    assert explorer.progress.value == explorer.progress.max == 12
+    assert explorer.progress.value == explorer.progress.max == 36
+    assert runner.calls[:12] == runner.calls[12:24] == runner.calls[24:]  # rounds interleaved, not repeats
     labels = [line.get_label() for line in explorer.figure.axes[0].lines]
     assert labels == ["#1 binomial", "#1 chain(chunk_bytes=4K)", "#1 mpi"]
     assert "<td>#1 mpi</td>" in explorer.table.value
+
+
+class NoisyRunner(FakeRunner):
+    """Each call's time is the next of a list: rounds of one point differ, as on a shared machine."""
+
+    def __init__(self, times):
+        super().__init__()
+        self.times = iter(times)
+
+    def measure(self, *args, **kwargs):
+        row = super().measure(*args, **kwargs)
+        avg = next(self.times)
+        return dict(row, avg_us=avg, busbw_GBps=row["nbytes"] / avg / 1e3)
+
+
+def test_a_point_is_the_median_of_its_rounds_with_their_spread():
+    # two sizes, one algorithm, five rounds: the size-1K point gets 50, 10, 30, 20, 90 us
+    explorer = BcastExplorer(NoisyRunner([50, 5, 10, 6, 30, 4, 20, 7, 90, 8]), sizes=(1 << 10, 1 << 11),
+                             algorithms=("binomial",), rounds=5)
+    explorer.with_mpi.value = False
+    rows = explorer.run()
+    assert [r["avg_us"] for r in rows] == [30, 6]
+    assert rows[0]["rounds_us"] == [50, 10, 30, 20, 90] and rows[0]["busbw_GBps"] == pytest.approx(1024 / 30 / 1e3)
+    time_axis = explorer.figure.axes[0]
+    assert list(time_axis.lines[0].get_ydata()) == [30, 6]
+    band = time_axis.collections[0].get_paths()[0].vertices[:, 1]
+    assert band.min() == 4 and band.max() == 90  # fastest to slowest round of the points
+    assert "median of rounds" in time_axis.get_ylabel()
 
 
 def test_runs_accumulate_for_comparison_and_clear_resets():
