@@ -5,7 +5,7 @@ import pytest
 
 from gpulab.engine.perf.compare import evaluate
 from gpulab.engine.perf.fit import FittedMachine
-from gpulab.engine.perf.live import LIVE, best_plans, configurations, predicted_bytes
+from gpulab.engine.perf.live import LIVE, best_plans, configurations
 from gpulab.engine.strategies import strategy_of
 from tests.engine.live_cases import BATCH, CFG
 from tests.mpi_harness import run_mpi
