@@ -189,7 +189,7 @@ for (group, _), color in zip(GROUPS, ["#2ca02c", "#9467bd", "#d62728", "#1f77b4"
 ax_b.set_yticks(list(ys), [""] * len(live))
 ax_b.invert_yaxis()
 ax_b.set_xlabel("MiB per rank and iteration, by group")
-ax_b.legend(fontsize=8)
+ax_b.legend(fontsize=8, loc="lower right")
 fig.suptitle(f"{N_ENGINES} ranks on this machine, GPT {N_LAYER} layers x 128, batch {BATCH} x 64", fontsize=9)
 fig.tight_layout()
 display(as_image(fig))
