@@ -42,7 +42,7 @@ from gpulab.widgets.runner import engine_devices
 from gpulab.widgets.tables import Table
 
 
-def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device):
+def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device, options):
     from mpi4py import MPI
 
     comm = first_ranks(MPI.COMM_WORLD, world)
@@ -50,7 +50,7 @@ def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup,
         return None
     try:
         return measure(comm, GPTConfig.from_dict(config), tuple(shape), batch_size, Overlap.from_dict(overlap),
-                       iters=iters, warmup=warmup, keep_events=True, device=device)
+                       iters=iters, warmup=warmup, keep_events=True, device=device, **options)
     finally:
         comm.Free()
 
@@ -77,10 +77,13 @@ class MeshRunner:
         """Where the engines can keep the model: "host", "cupy" (every engine has a GPU), "fake"."""
         return engine_devices(self.engines, self.timeout)
 
-    def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap, device: str = "host") -> dict:
-        what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()}, {device})"
+    def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap, device: str = "host",
+                **options) -> dict:
+        """``timing.measure`` on the first ``world`` engines; ``options``: its pipe, micro_batches, schedule."""
+        what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()}, {device}) {options or ''}"
         rows = self.engines.run(_measure_on_engine, world, config.to_dict(), list(shape), batch_size,
-                                overlap.to_dict(), self.iters, self.warmup, device, timeout=self.timeout, what=what)
+                                overlap.to_dict(), self.iters, self.warmup, device, options, timeout=self.timeout,
+                                what=what)
         return rows[0]
 
     def fit_machine(self, reps: int = 3):

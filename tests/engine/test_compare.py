@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from gpulab.engine.perf.compare import best, compare, evaluate
+from gpulab.engine.perf.compare import best, compare, evaluate, time_split
 from gpulab.engine.perf.machines import machine
 from gpulab.engine.perf.pipeline import bubble_fraction, in_flight, p2p_bytes, stage_config
 from gpulab.engine.perf.predict import gpt_config
@@ -98,3 +98,13 @@ def test_the_issue_command_prints_every_strategy_and_the_assumptions(capsys):
     data = json.loads(capsys.readouterr().out)
     assert [r["strategy"] for r in data["rows"]] == ["zero3", "megatron"] and data["global_batch"] == 64
     assert {"iter_s", "memory", "comm_share", "mfu", "mfu_matmul", "bubble", "config"} <= set(data["rows"][1])
+
+
+def test_time_split_adds_up_and_puts_the_idle_slots_in_the_bubble():
+    cfg, m = gpt_config("gpt-80b"), machine("perlmutter")
+    for shape, pipe, micro in (((4, 1, 1, 16), 16, 64), ((1, 1, 64, 16), 1, 1)):
+        row = evaluate(cfg, shape, pipe=pipe, micro_batches=micro, recompute=True, global_batch=1024, machine=m)
+        parts = time_split(row)
+        assert sum(parts.values()) == pytest.approx(row["iter_s"])
+        assert parts["bubble"] == row["bubble_s"] and (parts["bubble"] > 0) == (pipe > 1)
+        assert parts["compute"] > 0 and parts["exposed communication"] > 0

@@ -83,6 +83,16 @@ def evaluate(config, shape, *, pipe: int, micro_batches: int, recompute: bool, g
             "sequences_per_gpu": global_batch / (shape[2] * shape[3]) / micro_batches}
 
 
+def time_split(row: dict) -> dict:
+    """An evaluated iteration cut into parts that add up to it: compute of the m useful micro-batch slots,
+    exposed communication outside the bubble (slots, gradient sync, stage-to-stage sends), and the
+    bubble's p - 1 idle slots (``bubble_s``, their computation and communication both)."""
+    m, p = row["micro_batches"], row["pipe"]
+    compute = (row["iter_s"] - row["exposed_comm_s"]) * m / (m + p - 1)
+    return {"compute": compute, "exposed communication": row["iter_s"] - compute - row["bubble_s"],
+            "bubble": row["bubble_s"]}
+
+
 def configurations(strategy: str, config, world: int, global_batch: int, ranks_per_node: int):
     """(shape, pipe, micro_batches) the strategy may run: shapes that split the model and the
     micro-batch; Megatron-LM: TP inside a node, pipeline stages p <= layers (p divides world/TP)."""

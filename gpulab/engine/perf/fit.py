@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gpulab.engine.perf.machines import Level
 from gpulab.engine.perf.probes import collective_costs, compute_rates, overlap_efficiency, share_slowdown
 from gpulab.engine.perf.timing import alone, peak_matmul
 
@@ -52,6 +53,18 @@ class FittedMachine:
 
     def overlap_efficiency_for(self, progress: str) -> float:
         return self.overlap.get(progress, 0.0)
+
+    @property
+    def inter(self):
+        """The link between pipeline stages (``perf.pipeline.p2p_s``): a send of n bytes costs what a 2-rank
+        all-gather of 2n bytes does here (one message each way)."""
+        alpha, beta = self.collectives["all_gather/2"]
+        return Level(alpha, 1 / (2 * beta))
+
+    @property
+    def matmul_efficiency(self) -> float:
+        """The measured matmul rate of one rank against its share of the peak (``perf.compare``'s MFU/matmul)."""
+        return self.matmul_rate / self.share / self.peak
 
     @property
     def peak(self) -> float:

@@ -32,7 +32,7 @@ import numpy as np
 from gpulab.backend import module_for, synchronize
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.gpt.model import init_params
-from gpulab.engine.parallel import timeline
+from gpulab.engine.parallel import collectives, timeline
 from gpulab.engine.parallel.gpt import ParallelGPT
 from gpulab.engine.parallel.memory import memory_report
 from gpulab.engine.parallel.mesh import Mesh
@@ -89,13 +89,16 @@ def _iteration(gpt, opt, batch, clip: float = 1.0) -> None:
 
 def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int | None = None,
             iters: int = 5, warmup: int = 2, peak_flops: float | None = None, seed: int = 0,
-            keep_events: bool = False, device: str = "host"):
-    """Time ``iters`` iterations on grid ``shape`` with arrays on ``device``; the result dict on rank 0,
-    None elsewhere. An iteration ends with a synchronizing read (the gradient norm), so GPU work is timed."""
+            keep_events: bool = False, device: str = "host", pipe: int = 1, micro_batches: int | None = None,
+            schedule: str = "1f1b"):
+    """Time ``iters`` iterations on grid ``shape`` (one stage's, ``pipe`` stages) with arrays on ``device``;
+    the result dict on rank 0, None elsewhere. An iteration ends with a synchronizing read (the gradient
+    norm), so GPU work is timed. ``bytes_by_group``: what each group's calls moved in the median iteration
+    (``collectives.trace``, full buffers), per rank, mean over ranks."""
     overlap = overlap or Overlap()
     T = seq_len or config.block_size
-    mesh = Mesh(*shape, comm=comm)
-    gpt = ParallelGPT(config, mesh, overlap=overlap)
+    mesh = Mesh(*shape, comm=comm, pipe=pipe)
+    gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=micro_batches, schedule=schedule)
     gpt.load_params(init_params(config, seed=seed), device=device)
     opt = AdamW(gpt.params, lr=1e-4)
     rng = np.random.default_rng(seed)
@@ -103,18 +106,20 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
              rng.integers(0, config.vocab_size, (batch_size, T)))
     for _ in range(warmup):
         _iteration(gpt, opt, batch)
-    times, summaries, events = [], [], []
+    times, summaries, events, traced = [], [], [], []
     for _ in range(iters):
         comm.Barrier()
-        with timeline.record() as tl:
+        with timeline.record() as tl, collectives.trace() as calls:
             start = time.perf_counter()
             _iteration(gpt, opt, batch)
             end = time.perf_counter()
         times.append(comm.allreduce(end - start, op=_max()))
         summaries.append(timeline.summarize(tl.events, start, end))
         events.append(tl)
+        traced.append(calls)
     median = sorted(range(iters), key=lambda i: times[i])[iters // 2]
     gathered = comm.gather(summaries[median], root=0)
+    group_bytes = comm.gather(_bytes_by_group(traced[median]), root=0)
     memories = comm.gather(memory_report(gpt), root=0)
     timelines = timeline.gather(events[median], comm, root=0) if keep_events else None
     gpt.free()
@@ -123,16 +128,26 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
         return None
     iter_s = statistics.median(times)
     flops = model_flops(config, batch_size, T)
-    row = {"shape": list(shape), "world": comm.size, "device": device, "overlap": overlap.to_dict(),
+    groups = sorted({g for b in group_bytes for g in b})
+    row = {"shape": list(shape), "pipe": pipe, "micro_batches": gpt.micro_batches, "schedule": schedule,
+           "world": comm.size, "device": device, "overlap": overlap.to_dict(),
            "overlap_label": overlap.label(), "config": config.to_dict(), "batch_size": batch_size,
            "seq_len": T, "iters": iters, "iter_s": iter_s, "iter_s_all": times,
            "tokens_per_s": batch_size * T / iter_s, "model_flops": flops, "flops_per_s": flops / iter_s,
            "peak_flops": peak_flops, "mfu": flops / iter_s / peak_flops if peak_flops else None,
            "summary": timeline.mean_summary(gathered), "per_rank": gathered,
-           "memory": {k: max(m[k] for m in memories) for k in memories[0]}}
+           "memory": {k: max(m[k] for m in memories) for k in memories[0]},
+           "bytes_by_group": {g: sum(b.get(g, 0) for b in group_bytes) / comm.size for g in groups}}
     if keep_events:
         row["events"] = timelines
     return row
+
+
+def _bytes_by_group(calls) -> dict:
+    out = {}
+    for call in calls:
+        out[call["group"]] = out.get(call["group"], 0) + call["nbytes"]
+    return out
 
 
 def _max():

@@ -1,0 +1,310 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 07 · AxoNN against its baselines: predicted at scale, measured live
+#
+# Megatron-LM, ZeRO-3/FSDP, hybrid sharding (HSDP) and plain data parallelism
+# (DDP) are all points of AxoNN's 4D grid **row × col × depth × data**
+# (`gpulab.engine.strategies`). This notebook sets them side by side:
+#
+# 1. the strategies as grid shapes: which group does what;
+# 2. **predicted at scale**: the 80B GPT on 1024 Perlmutter GPUs
+#    (`gpulab model compare`), each iteration cut into compute, exposed
+#    communication and pipeline bubble, for a global batch you choose;
+# 3. **live on the engines**: each strategy's best grid on 4 ranks, measured
+#    next to the model fitted on this machine, and the bytes each group moved;
+# 4. the **pipeline bubble** in a measured timeline, 1F1B against GPipe;
+# 5. AxoNN's **overlap ablation** (OAR, ORS, OAG), measured and predicted;
+# 6. questions the plots answer.
+
+# %% tags=["parameters"]
+N_ENGINES = 4                       # MPI ranks
+ITERS = 3                           # timed iterations per measurement (after one warm-up)
+FIT_REPS = 2                        # repetitions of each measurement when fitting the model here
+N_LAYER = 2                         # blocks of the small GPT (Megatron-LM's pipeline gets up to this many stages)
+BATCH = 16                          # sequences of 64 tokens per iteration
+MICRO = 8                           # micro-batches of the pipeline timelines (4 stages)
+GLOBAL_BATCHES = [256, 512, 1024, 2048]   # sequences of 2048 tokens, at scale
+
+# %%
+import ipywidgets as W
+from IPython.display import display
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from gpulab.cluster import start_engines
+from gpulab.engine import GPTConfig
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.parallel.pipeline import bubble_fraction
+from gpulab.engine.parallel.timeline_plot import gantt
+from gpulab.engine.perf.compare import compare, time_split
+from gpulab.engine.perf.live import best_plans
+from gpulab.engine.perf.machines import machine as machine_named
+from gpulab.engine.perf.predict import gpt_config, predict
+from gpulab.engine.strategies import STRATEGIES
+from gpulab.widgets import Table, as_image
+from gpulab.widgets.mesh_explorer import MeshRunner
+
+COLORS = {"compute": "#8c8c8c", "exposed communication": "#d62728", "bubble": "#1f77b4"}
+
+# %% [markdown]
+# ## 1 · The strategies are grid shapes
+# A grid dimension splits each layer in its own way (`gpulab.engine.parallel.tp3d`):
+# **row** splits a layer's output features (or input features for the
+# transposed projections), **col** the other side, **depth** shards every
+# weight and gathers it before use (ZeRO-3's all-gather and reduce-scatter),
+# **data** replicates and all-reduces gradients. Megatron-LM adds a
+# **pipeline** of stages around the grid.
+
+# %%
+Table([{"strategy": name, "grid (row, col, depth, data)": grid, "what it is": STRATEGIES[name.split()[0]]}
+       for name, grid in [("axonn", "(R, C, D, P)"), ("megatron", "(R, 1, 1, P) x pipeline"),
+                          ("zero3", "(1, 1, N, 1)"), ("hsdp", "(1, 1, D, P)"), ("ddp", "(1, 1, 1, N)")]])
+
+# %%
+GROUPS = [("row", "all-reduce of\npartial sums"), ("col", "all-reduce of\npartial sums"),
+          ("depth", "all-gather weights,\nreduce-scatter grads"), ("data", "all-reduce\ngradients"),
+          ("pipe", "send activations\nand gradients")]
+SHAPES = {"AxoNN (2,2,2,2)": (2, 2, 2, 2, 1), "Megatron TP4 x PP2 x DP2": (4, 1, 1, 2, 2),
+          "ZeRO-3 x16": (1, 1, 16, 1, 1), "HSDP 4 x 4": (1, 1, 4, 4, 1), "DDP x16": (1, 1, 1, 16, 1)}
+fig = Figure(figsize=(9, 3.6))
+ax = fig.subplots()
+for i, (name, sizes) in enumerate(SHAPES.items()):
+    for j, size in enumerate(sizes):
+        ax.add_patch(Rectangle((j, i), 0.95, 0.9, alpha=0.15 + 0.8 * (size > 1), color="#4c72b0"))
+        ax.text(j + 0.47, i + 0.45, size, ha="center", va="center", color="white" if size > 1 else "black")
+ax.set_xlim(0, len(GROUPS)), ax.set_ylim(len(SHAPES), 0)
+ax.set_xticks([j + 0.47 for j in range(len(GROUPS))], [f"{g}\n{what}" for g, what in GROUPS], fontsize=7)
+ax.set_yticks([i + 0.45 for i in range(len(SHAPES))], list(SHAPES), fontsize=8)
+ax.set_title("16 GPUs, five ways: the size of each group (dark: the group communicates)", fontsize=9)
+fig.tight_layout()
+display(as_image(fig))
+
+# %% [markdown]
+# ## 2 · Predicted at scale: 80B GPT on 1024 Perlmutter GPUs
+# `gpulab model compare --world 1024 --model gpt-80b --machine perlmutter`:
+# each strategy's fastest configuration that fits in memory (grid, pipeline,
+# micro-batches, recomputation), with AxoNN's overlaps. The global batch
+# changes the ranking: sharding without tensor parallelism needs at least one
+# whole sequence per GPU. Pick it below.
+
+# %%
+perlmutter, gpt80 = machine_named("perlmutter"), gpt_config("gpt-80b")
+OVERLAP_AT_SCALE = Overlap.parse("oar,ors,oag,buckets", bucket_bytes=64 << 20)  # the command's defaults
+at_scale = {b: compare(gpt80, 1024, b, perlmutter, OVERLAP_AT_SCALE) for b in GLOBAL_BATCHES}
+
+
+def draw_at_scale(global_batch):
+    rows = at_scale[global_batch]
+    display(Table([{"strategy": r["strategy"], "best configuration": r.get("config", r.get("why")),
+                    "m": r.get("micro_batches", ""), "s/iter": r.get("iter_s", float("nan")),
+                    "bubble": r.get("bubble", float("nan")), "MFU": r.get("mfu", float("nan"))} for r in rows],
+                  digits=2))
+    fits = [r for r in rows if r["fits"]]
+    fig = Figure(figsize=(8, 3))
+    ax = fig.subplots()
+    bottom = [0.0] * len(fits)
+    for part, color in COLORS.items():
+        values = [time_split(r)[part] for r in fits]
+        ax.barh([f"{r['strategy']}: {r['config']}" for r in fits], values, left=bottom, color=color, label=part)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.invert_yaxis()
+    ax.set_xlabel("predicted seconds per iteration")
+    ax.set_title(f"gpt-80b on 1024 x perlmutter, global batch {global_batch} x 2048 tokens", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    display(as_image(fig))
+
+
+W.interact(draw_at_scale, global_batch=W.Dropdown(options=GLOBAL_BATCHES, value=1024, description="global batch"));
+
+# %%
+best_4d = {b: next(r for r in at_scale[b] if r["strategy"] == "axonn") for b in GLOBAL_BATCHES}
+megatron = {b: next(r for r in at_scale[b] if r["strategy"] == "megatron") for b in GLOBAL_BATCHES}
+for b in GLOBAL_BATCHES:
+    print(f"global batch {b:5d}: AxoNN's best {best_4d[b]['config']} {best_4d[b]['iter_s']:.2f} s, "
+          f"{megatron[b]['config']} {megatron[b]['iter_s']:.2f} s "
+          f"({megatron[b]['iter_s'] / best_4d[b]['iter_s']:.2f}x)")
+assert all(megatron[b]["iter_s"] > best_4d[b]["iter_s"] for b in GLOBAL_BATCHES)  # AxoNN searches Megatron's grids too
+assert all(not r["fits"] for r in at_scale[min(GLOBAL_BATCHES)] if r["strategy"] in ("zero3", "hsdp"))
+
+# %% [markdown]
+# ## 3 · Live: each strategy's best grid on the engines
+# The engines train a small GPT. First the performance model is fitted to
+# this machine (compute rates, collective costs per group size: about 20
+# seconds, no engine iteration used); it picks each strategy's fastest grid
+# (`gpulab.engine.perf.live.best_plans`; Megatron-LM once as TP x DP and once
+# with a pipeline, `megatron-pp`; AxoNN's row is its best shape that no other
+# strategy has), then each grid trains `ITERS` iterations. Overlap is off here;
+# section 5 switches it on.
+
+# %%
+engines = start_engines(N_ENGINES)
+runner = MeshRunner(engines, iters=ITERS, warmup=1, timeout=150)
+fitted = runner.fit_machine(reps=FIT_REPS)
+cfg = GPTConfig(vocab_size=128, block_size=64, n_layer=N_LAYER, n_head=8, n_embd=128, dtype="float32")
+print(f"fitted: compute {fitted.share:.1f}x slower with all ranks busy, overlap efficiency {fitted.overlap}")
+plans = best_plans(cfg, N_ENGINES, BATCH, fitted)
+live = []
+for plan in plans:
+    row = runner.measure(N_ENGINES, cfg, plan["shape"], BATCH, Overlap(), pipe=plan["pipe"],
+                         micro_batches=plan["micro_batches"])
+    live.append({**row, "strategy": plan["strategy"], "name": plan["predicted"]["config"],
+                 "predicted": plan["predicted"], "predicted_bytes": plan["predicted_bytes"]})
+Table([{"strategy": r["strategy"], "grid": r["name"], "measured ms": r["iter_s"] * 1e3,
+        "spread ms": f"{min(r['iter_s_all']) * 1e3:.0f}-{max(r['iter_s_all']) * 1e3:.0f}",
+        "predicted ms": r["predicted"]["iter_s"] * 1e3, "exposed comm ms": r["summary"]["exposed_comm_s"] * 1e3,
+        **{f"{g} KiB": r["bytes_by_group"].get(g, 0) / 1024 for g, _ in GROUPS}} for r in live], digits=0)
+
+# %%
+fig = Figure(figsize=(11, 3.4))
+ax_t, ax_b = fig.subplots(1, 2)
+names = [r["name"] for r in live]
+ys = range(len(live))
+ax_t.barh([y - 0.2 for y in ys], [r["iter_s"] * 1e3 for r in live], height=0.4, color="#4c72b0", label="measured")
+ax_t.barh([y + 0.2 for y in ys], [r["predicted"]["iter_s"] * 1e3 for r in live], height=0.4, color="#dd8452",
+          label="predicted (fitted here)")
+ax_t.set_yticks(list(ys), names, fontsize=8)
+ax_t.invert_yaxis()
+ax_t.set_xlabel("ms per iteration")
+ax_t.legend(fontsize=8)
+left = [0.0] * len(live)
+for (group, _), color in zip(GROUPS, ["#2ca02c", "#9467bd", "#d62728", "#1f77b4", "#ff7f0e"]):
+    values = [r["bytes_by_group"].get(group, 0) / 2**20 for r in live]
+    ax_b.barh(list(ys), values, left=left, color=color, label=group)
+    left = [a + v for a, v in zip(left, values)]
+ax_b.set_yticks(list(ys), [""] * len(live))
+ax_b.invert_yaxis()
+ax_b.set_xlabel("MiB per rank and iteration, by group")
+ax_b.legend(fontsize=8, loc="lower right")
+fig.suptitle(f"{N_ENGINES} ranks on this machine, GPT {N_LAYER} layers x 128, batch {BATCH} x 64", fontsize=9)
+fig.tight_layout()
+display(as_image(fig))
+
+# %%
+for r in live:  # the byte counts are exact: the volume model predicts every collective the engine issues
+    if r["predicted_bytes"] is not None:
+        assert r["bytes_by_group"] == r["predicted_bytes"], r["name"]
+assert [r["strategy"] for r in live] == [p["strategy"] for p in plans] and all(r["iter_s"] > 0 for r in live)
+assert any(r["bytes_by_group"].get("pipe", 0) > 0 for r in live if r["pipe"] > 1)
+
+# %% [markdown]
+# ## 4 · The pipeline bubble, measured
+# Four stages on four ranks (one block each, grid (1, 1, 1, 1) per stage),
+# `MICRO` micro-batches, 1F1B and GPipe. In the timeline each row is a rank:
+# the gaps before its first forward and after its last backward are the
+# bubble. Its share of the step, measured, sits beside the formula
+# (p - 1) / (m + p - 1), which assumes every stage takes the same time (the
+# first also embeds, the last computes the LM head and the loss).
+
+# %%
+pipe_cfg = GPTConfig(vocab_size=64, block_size=64, n_layer=4, n_head=4, n_embd=128, dtype="float32")
+bubbles = {}
+fig = Figure(figsize=(11, 5.5), layout="constrained")
+for ax, schedule in zip(fig.subplots(2, 1), ["1f1b", "gpipe"]):
+    row = runner.measure(4, pipe_cfg, (1, 1, 1, 1), BATCH, Overlap(), pipe=4, micro_batches=MICRO, schedule=schedule)
+    phases = [[e for e in events if e["kind"] == "phase" and "micro" in e] for events in row["events"]]
+    start = min(e["start"] for ev in phases for e in ev)
+    wall = max(e["end"] for ev in phases for e in ev) - start
+    idle = [1 - sum(e["end"] - e["start"] for e in ev) / wall for ev in phases]
+    bubbles[schedule] = sum(idle) / len(idle)
+    gantt(row["events"], ax=ax, title=f"{schedule}, 4 stages, m={MICRO}: idle {bubbles[schedule]:.0%} of the "
+                                      f"forward-backward (formula {bubble_fraction(4, MICRO):.0%})")
+display(as_image(fig))
+print({k: round(v, 2) for k, v in bubbles.items()}, "formula", round(bubble_fraction(4, MICRO), 2))
+assert all(0 < b < 1 for b in bubbles.values())
+
+# %% [markdown]
+# ## 5 · AxoNN's overlap ablation: baseline, +OAR, +ORS, +OAG
+# The paper switches its overlaps on one after the other: **OAR** hides the
+# dX all-reduce behind the dW matmul, **ORS** the dW reduce-scatter behind
+# the layers before it, **OAG** issues the next layer's weight all-gather a
+# layer ahead. Measured here on grid (2, 1, 2, 1), where row and depth both
+# communicate; predicted by the fitted model for the same runs, and at scale
+# for the 80B GPT on (8, 1, 8, 16) at a global batch of 512 sequences.
+
+# %%
+STEPS = [("baseline", "none"), ("+OAR", "oar"), ("+ORS", "oar,ors"), ("+OAG", "oar,ors,oag")]
+ABLATION_SHAPE = (2, 1, 2, 1)
+ablation = []
+for step, switches in STEPS:
+    overlap = Overlap.parse(switches)
+    row = runner.measure(N_ENGINES, cfg, ABLATION_SHAPE, BATCH, overlap)
+    here = predict(cfg, ABLATION_SHAPE, BATCH, fitted, overlap)
+    big = predict(gpt80, (8, 1, 8, 16), 512, perlmutter, overlap, recompute=True, flash_attention=True)
+    ablation.append({"step": step, "measured ms": row["iter_s"] * 1e3,
+                     "exposed ms": row["summary"]["exposed_comm_s"] * 1e3,
+                     "hidden ms": row["summary"]["hidden_comm_s"] * 1e3, "predicted ms": here["iter_s"] * 1e3,
+                     "at scale s": big["iter_s"], "at scale exposed s": big["exposed_comm_s"]})
+Table(ablation, digits=1)
+
+# %%
+fig = Figure(figsize=(10, 3))
+axes = fig.subplots(1, 2)
+steps = [a["step"] for a in ablation]
+axes[0].bar([i - 0.2 for i in range(4)], [a["measured ms"] for a in ablation], 0.4, color="#4c72b0", label="measured")
+axes[0].bar([i + 0.2 for i in range(4)], [a["predicted ms"] for a in ablation], 0.4, color="#dd8452",
+            label="predicted")
+axes[0].set_xticks(range(4), steps)
+axes[0].set_ylabel("ms per iteration")
+axes[0].set_title(f"live, grid {ABLATION_SHAPE}, {N_ENGINES} ranks", fontsize=9)
+axes[0].legend(fontsize=8)
+axes[1].bar(steps, [a["at scale s"] - a["at scale exposed s"] for a in ablation], color=COLORS["compute"],
+            label="the rest")
+axes[1].bar(steps, [a["at scale exposed s"] for a in ablation], bottom=[a["at scale s"] - a["at scale exposed s"]
+            for a in ablation], color=COLORS["exposed communication"], label="exposed communication")
+axes[1].set_ylabel("s per iteration")
+axes[1].set_title("predicted, gpt-80b on 1024 x perlmutter, (8,1,8,16), batch 512", fontsize=9)
+axes[1].legend(fontsize=8)
+fig.tight_layout()
+display(as_image(fig))
+assert ablation[0]["hidden ms"] == 0 < ablation[-1]["hidden ms"]
+assert ablation[-1]["at scale s"] < ablation[0]["at scale s"]
+
+# %% [markdown]
+# ## 6 · Questions the plots answer
+# 1. **When does the 4D grid beat sharded data parallelism, and why?** In
+#    section 2, at 256 and 512 sequences ZeRO-3 and HSDP cannot run at all:
+#    they split the batch over every GPU and need a whole sequence on each.
+#    Tensor parallelism splits one sequence's work over several GPUs, so the
+#    4D grid runs, and runs well. At 1024 sequences and up HSDP's weight
+#    traffic (the same bytes whatever the batch) hides behind computation
+#    that grows with the batch. Which part of HSDP's bar grows when you go
+#    from 2048 to 1024 sequences?
+# 2. **What does the global batch do to Megatron-LM?** Its bubble
+#    (p - 1)/(m + p - 1) shrinks as the batch gives it more micro-batches m;
+#    read the blue part of its bar at each batch.
+# 3. **What does the bubble cost?** In section 4, is the measured idle share
+#    close to the formula? Why is GPipe's idle share about the same as
+#    1F1B's, and what does 1F1B save instead (count the micro-batches whose
+#    activations each stage holds at once)?
+# 4. **Bytes per group, live:** which group carries DDP's traffic, which
+#    ZeRO-3's, and why does ZeRO-3 move more bytes than DDP for the same
+#    model (all-gather in forward, again in backward, and a reduce-scatter)?
+#    The counts are exact: they equal the volume model's
+#    (`gpulab.engine.perf.volume`), checked in the cell after the plot.
+# 5. **Measured against predicted, live:** this machine has 2 cores shared by
+#    all ranks (and by whatever else runs), so absolute times move a lot from
+#    run to run. Does the model at least order the strategies the way the
+#    measurements do? docs/axonn_vs_baselines.md records a run on 4 and 8
+#    ranks (`python benchmarks/engine_strategies.py`).
+# 6. **The ablation:** on this machine the "network" is memory copies done by
+#    the same cores that compute, so hidden time is real but the iteration
+#    hardly shrinks; at scale, where NICs move the bytes on their own, which
+#    switch removes the most exposed communication?
+
+# %%
+engines.stop()
