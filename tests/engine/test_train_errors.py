@@ -10,9 +10,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from gpulab.cli.train import NEW_MODEL, resolve_model
+from gpulab.cluster.processes import kill_trees
 from gpulab.engine import init_params
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.training import checkpoint
@@ -138,7 +140,8 @@ def test_a_killed_job_loses_at_most_checkpoint_every_steps(tmp_path):
     _wait_for_steps(out, 8, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # the launcher; its mpiexec runs in a group of its own
     proc.wait()
-    subprocess.run(["pkill", "-KILL", "-f", str(out)], check=False)  # the job: ranks carry --out in argv
+    # the job (mpiexec and ranks carry --out in argv, the proxy is mpiexec's), and the scratch files it held
+    kill_trees([p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])])
     steps = len(out.with_suffix(".loss.jsonl").read_text().splitlines())
     ck = checkpoint.load(out)
     assert ck.step % 3 == 0 and steps - 3 <= ck.step <= steps, (ck.step, steps)
