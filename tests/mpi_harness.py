@@ -20,6 +20,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -35,8 +36,7 @@ class MPIJobFailed(AssertionError):
 
 
 def run_mpi(n: int, target: str, *, timeout: float = 120, env: dict | None = None, **kwargs):
-    scratch_before = scratch_on_disk()
-    with tempfile.TemporaryDirectory(prefix="gpulab-mpi-") as outdir:
+    with tempfile.TemporaryDirectory(prefix="gpulab-mpi-") as outdir, removing_scratch_of_aborted_jobs():
         cmd = mpiexec_command(n, ["-m", "tests.mpi_worker", outdir, target, json.dumps(kwargs)])
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
                     "OPENBLAS_NUM_THREADS": "1", **(env or {})}
@@ -50,8 +50,6 @@ def run_mpi(n: int, target: str, *, timeout: float = 120, env: dict | None = Non
             where = "; ".join(f"rank {r}: {_last_step(outdir, r)}" for r in range(n))
             raise MPIJobFailed(f"{target} on {n} ranks timed out after {timeout}s ({where})\n"
                                f"output:\n{output[-3000:]}") from None
-        if proc.returncode != 0:  # MPI_Abort leaves hydra's and the ranks' scratch files behind
-            remove_leaked_scratch(scratch_before)
         return _collect(outdir, n, target, proc.returncode, output)
 
 
@@ -97,6 +95,16 @@ def leaked_scratch(before: set[str], grace: float = 2) -> set[str]:
         if not new or time.monotonic() > deadline:
             return new
         time.sleep(0.2)
+
+
+@contextmanager
+def removing_scratch_of_aborted_jobs():
+    """For a test whose MPI job ends in MPI_Abort (which leaves hydra's and the ranks' scratch files)."""
+    before = scratch_on_disk()
+    try:
+        yield
+    finally:
+        remove_leaked_scratch(before)
 
 
 def remove_leaked_scratch(before: set[str]) -> set[str]:
