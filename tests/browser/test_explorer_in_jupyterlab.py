@@ -173,7 +173,7 @@ def test_explorer_runs_in_the_browser(notebook, lab, browser, tmp_path):
             page.keyboard.press("Shift+Enter")
             deadline = time.monotonic() + 60
             while lab.descendants() and time.monotonic() < deadline:
-                time.sleep(1)
+                time.sleep(0.2)
             assert not lab.descendants(), f"engines left running: {lab.descendants()}"
         except Exception:
             page.screenshot(path=str(shots / f"{notebook}_failure.png"), full_page=True)
