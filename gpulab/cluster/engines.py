@@ -81,7 +81,8 @@ class Engines:
             if get_ipython() is not None:
                 self.view.activate()  # %px and %%px now talk to these engines
             self.placement = self.run(pin_gpu, timeout=timeout, what="pin_gpu()")
-            # an engine that dies (a cell's watchdog, os._exit) leaves MPICH's files: stop() removes them
+            # engines that are killed, stopped by signal or die (a cell's watchdog) leave MPICH's files
+            # (hydra's, shared memory): stop() removes them
             self._scratch = tree_scratch_files([*self._launcher_pids(), *self._local_pids()])
             if self.cell_timeout:
                 self.run(arm_cell_watchdog, self.cell_timeout, str(self.dump_dir))
@@ -247,6 +248,7 @@ class Engines:
             self.client.close()
         if self.cluster is not None:
             pids = self._local_pids()
+            self._scratch |= tree_scratch_files([*self._launcher_pids(), *pids])  # communicators made since
             try:  # engines first: with the controller gone they take seconds to notice SIGTERM
                 self.cluster.stop_engines_sync()
                 self.cluster.stop_controller_sync()
