@@ -69,14 +69,7 @@ def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
 
 def tree_scratch_files(pids) -> set[str]:
     """The MPI scratch files held by these processes and their descendants (a job's, while it runs)."""
-    procs = []
-    for pid in pids:
-        try:
-            proc = psutil.Process(pid)
-            procs += [proc, *proc.children(recursive=True)]
-        except psutil.NoSuchProcess:
-            pass
-    return mpi_scratch_files(procs)
+    return mpi_scratch_files(_trees(pids))
 
 
 def remove_files(paths) -> None:
@@ -86,6 +79,11 @@ def remove_files(paths) -> None:
 
 def kill_trees(pids) -> None:
     """SIGKILL these processes and all their descendants, if still alive."""
+    kill_all(_trees(pids))
+
+
+def _trees(pids) -> list[psutil.Process]:
+    """These processes and all their descendants, those still there."""
     procs = []
     for pid in pids:
         try:
@@ -93,7 +91,7 @@ def kill_trees(pids) -> None:
             procs += [proc, *proc.children(recursive=True)]
         except psutil.NoSuchProcess:
             pass
-    kill_all(procs)
+    return procs
 
 
 def start_reaper(cluster) -> subprocess.Popen:
