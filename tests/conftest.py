@@ -1,8 +1,38 @@
-"""Shared fixture for tests that start ipyparallel clusters (tests/cluster, tests/notebooks)."""
+"""Shared fixtures: no test may leave MPI scratch files behind; clusters get a private IPYTHONDIR."""
 
+import warnings
+
+import psutil
 import pytest
 
 from tests.cluster.procs import cluster_processes, stop_leftovers
+from tests.mpi_harness import remove_leaked_scratch, scratch_on_disk
+
+
+@pytest.fixture(autouse=True)
+def no_mpi_scratch_left():
+    """Fails a test after which hydra's /tmp/hydra_hwloc_xmlfile_* or MPICH's /dev/shm/mpich_shm_* files of a
+    killed or aborted job remain (and removes them): SIGKILL and MPI_Abort leave them, so whatever kills
+    a job must remove them too (gpulab.cluster.processes.kill_all, tests.mpi_harness.run_mpi).
+
+    The files do not say whose they are: while MPI jobs that are not this run's are running on the
+    machine (another test run, a benchmark), a leak is only a warning, since theirs may be the files.
+    """
+    before, shared = scratch_on_disk(), bool(foreign_mpi_jobs())
+    yield
+    leaked = remove_leaked_scratch(before)
+    if leaked and (shared or foreign_mpi_jobs()):
+        warnings.warn(f"MPI scratch files of a killed or aborted job appeared during the test and remain (removed "
+                      f"now); other MPI jobs ran on this machine meanwhile, so they may be theirs: {sorted(leaked)}")
+        return
+    assert not leaked, f"the test left MPI scratch files of a killed or aborted job (removed now): {sorted(leaked)}"
+
+
+def foreign_mpi_jobs() -> list[int]:
+    """Pids of MPI launchers on this machine that this test run did not start."""
+    ours = {proc.pid for proc in psutil.Process().children(recursive=True)}
+    return [proc.pid for proc in psutil.process_iter(["name"])
+            if proc.info["name"] in ("mpiexec", "mpiexec.hydra", "hydra_pmi_proxy") and proc.pid not in ours]
 
 
 @pytest.fixture
@@ -12,8 +42,18 @@ def ipython_dir(tmp_path, monkeypatch):
     Processes still there 10 s after the test (its cluster was not stopped, and
     no reaper ended it) are killed, and the test fails naming them.
     """
-    path = tmp_path / "ipython"
-    path.mkdir()
+    yield from private_ipython_dir(tmp_path / "ipython", monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def module_ipython_dir(tmp_path_factory):
+    """ipython_dir for a module's shared cluster."""
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        yield from private_ipython_dir(tmp_path_factory.mktemp("ipython"), monkeypatch)
+
+
+def private_ipython_dir(path, monkeypatch):
+    path.mkdir(exist_ok=True)
     monkeypatch.setenv("IPYTHONDIR", str(path))
     monkeypatch.setenv("IPP_NONINTERACTIVE", "1")
     yield path

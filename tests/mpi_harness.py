@@ -13,14 +13,19 @@ was doing (its last ``step()``), so a deadlock reads as a message, not a hang.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
 import subprocess
-import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
+from gpulab.cluster.processes import MPI_SCRATCH, kill_trees, mpi_scratch_files
 from gpulab.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +36,7 @@ class MPIJobFailed(AssertionError):
 
 
 def run_mpi(n: int, target: str, *, timeout: float = 120, env: dict | None = None, **kwargs):
-    with tempfile.TemporaryDirectory(prefix="gpulab-mpi-") as outdir:
+    with tempfile.TemporaryDirectory(prefix="gpulab-mpi-") as outdir, removing_scratch_of_aborted_jobs():
         cmd = mpiexec_command(n, ["-m", "tests.mpi_worker", outdir, target, json.dumps(kwargs)])
         full_env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
                     "OPENBLAS_NUM_THREADS": "1", **(env or {})}
@@ -40,7 +45,7 @@ def run_mpi(n: int, target: str, *, timeout: float = 120, env: dict | None = Non
         try:
             output, _ = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _kill_job(proc.pid)
             output, _ = proc.communicate()
             where = "; ".join(f"rank {r}: {_last_step(outdir, r)}" for r in range(n))
             raise MPIJobFailed(f"{target} on {n} ranks timed out after {timeout}s ({where})\n"
@@ -64,6 +69,50 @@ def shared_jobs():
             raise jobs[key]
         return jobs[key]
     return run
+
+
+def _kill_job(pid: int) -> None:
+    """SIGKILL mpiexec, its proxy and ranks (the job's whole session), and remove the scratch files they held."""
+    kill_trees([pid])  # removes hydra's topology file and the ranks' shared memory, which SIGKILL leaves
+    try:
+        os.killpg(pid, signal.SIGKILL)  # any rank that had left the tree
+    except ProcessLookupError:
+        pass
+
+
+def scratch_on_disk() -> set[str]:
+    return {path for prefix in MPI_SCRATCH for path in glob.glob(prefix + "*")}
+
+
+def leaked_scratch(before: set[str], grace: float = 2) -> set[str]:
+    """MPI scratch files created since ``before`` that no running process holds (a killed job's),
+    once the jobs that are just ending have had ``grace`` s to remove theirs."""
+    deadline = time.monotonic() + grace
+    while True:
+        new = scratch_on_disk() - before
+        if new:  # other MPI jobs on the machine may be running: theirs are held
+            new -= mpi_scratch_files(psutil.process_iter())
+        if not new or time.monotonic() > deadline:
+            return new
+        time.sleep(0.2)
+
+
+@contextmanager
+def removing_scratch_of_aborted_jobs():
+    """For a test whose MPI job ends in MPI_Abort (which leaves hydra's and the ranks' scratch files)."""
+    before = scratch_on_disk()
+    try:
+        yield
+    finally:
+        remove_leaked_scratch(before)
+
+
+def remove_leaked_scratch(before: set[str]) -> set[str]:
+    """Remove what leaked_scratch(before) finds, and return it."""
+    leaked = leaked_scratch(before)
+    for path in leaked:
+        Path(path).unlink(missing_ok=True)
+    return leaked
 
 
 def _last_step(outdir: str, rank: int) -> str:

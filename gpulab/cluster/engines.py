@@ -24,7 +24,8 @@ from traitlets.config import Config
 
 from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, stuck_at, watched
 from gpulab.launch import pin_gpu
-from gpulab.cluster.processes import alive, kill_trees, start_reaper, stop_stale_clusters
+from gpulab.cluster.processes import (alive, kill_trees, remove_files, start_reaper, stop_stale_clusters,
+                                      tree_scratch_files)
 from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_config
 from gpulab.launch import find_mpiexec
 
@@ -62,6 +63,7 @@ class Engines:
         self.emulated = emulated  # gpulab.emulated.EmulatedCluster the engines run on, or None
         self.cluster = self.client = self.view = self._reaper = None
         self.placement: list[dict] = []
+        self._scratch: set[str] = set()  # MPICH's scratch files of these engines (hydra's, shared memory)
         self._start()
 
     def _start(self):
@@ -79,6 +81,9 @@ class Engines:
             if get_ipython() is not None:
                 self.view.activate()  # %px and %%px now talk to these engines
             self.placement = self.run(pin_gpu, timeout=timeout, what="pin_gpu()")
+            # engines that are killed, stopped by signal or die (a cell's watchdog) leave MPICH's files
+            # (hydra's, shared memory): stop() removes them
+            self._scratch = tree_scratch_files([*self._launcher_pids(), *self._local_pids()])
             if self.cell_timeout:
                 self.run(arm_cell_watchdog, self.cell_timeout, str(self.dump_dir))
             if get_ipython() is not None:
@@ -218,6 +223,10 @@ class Engines:
         here = socket.gethostname()
         return [p["rank"] for p in self.placement if p["host"] == here and not alive(p["pid"])]
 
+    def _launcher_pids(self) -> list[int]:
+        pid = getattr(self.cluster.engine_set, "pid", -1) if self.cluster else -1
+        return [pid] if pid and pid > 0 else []
+
     def _local_pids(self) -> list[int]:
         here = socket.gethostname()
         return [p["pid"] for p in self.placement if p["host"] == here]
@@ -239,6 +248,7 @@ class Engines:
             self.client.close()
         if self.cluster is not None:
             pids = self._local_pids()
+            self._scratch |= tree_scratch_files([*self._launcher_pids(), *pids])  # communicators made since
             try:  # engines first: with the controller gone they take seconds to notice SIGTERM
                 self.cluster.stop_engines_sync()
                 self.cluster.stop_controller_sync()
@@ -249,8 +259,10 @@ class Engines:
                         self._reaper.wait(timeout=5)
                     except subprocess.TimeoutExpired:
                         self._reaper.kill()
+        remove_files(self._scratch)
         self.cluster = self.client = self.view = self._reaper = None
         self._job_checked = 0
+        self._scratch = set()
         if self.emulated is not None and not keep_network:
             self.emulated.stop()
             self.emulated = None

@@ -10,6 +10,7 @@ kernel and kills the cluster's whole process tree once the kernel is gone:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,18 +30,60 @@ def alive(proc) -> bool:
         return False
 
 
+# What MPICH keeps on disk while a job runs and removes at a clean exit, not after SIGKILL or MPI_Abort:
+# hydra's topology file (held open by mpiexec's proxy) and the ranks' shared memory (mapped by them)
+MPI_SCRATCH = ("/tmp/hydra_hwloc_xmlfile_", "/dev/shm/mpich_shm_")
+
+
+def mpi_scratch_files(procs) -> set[str]:
+    """The MPI scratch files (MPI_SCRATCH) that these processes hold open or mapped."""
+    return {path for proc in procs for path in _open_or_mapped(proc.pid) if path.startswith(MPI_SCRATCH)}
+
+
+def _open_or_mapped(pid: int) -> list[str]:
+    """Paths a process holds, read from /proc (psutil's memory_maps parses smaps: far slower)."""
+    paths = []
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        with open(f"/proc/{pid}/maps") as maps:
+            paths += [line.split(maxsplit=5)[-1].rstrip("\n") for line in maps]
+    except OSError:  # gone, or not ours to read
+        pass
+    return paths
+
+
 def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
-    """SIGKILL these processes (those already gone are skipped) and wait up to timeout s for them."""
+    """SIGKILL these processes (those already gone are skipped), wait up to timeout s for them,
+    and remove the MPI scratch files they held (nobody else will)."""
+    scratch = mpi_scratch_files(procs)
     for proc in procs:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=timeout)
+    remove_files(scratch)
+
+
+def tree_scratch_files(pids) -> set[str]:
+    """The MPI scratch files held by these processes and their descendants (a job's, while it runs)."""
+    return mpi_scratch_files(_trees(pids))
+
+
+def remove_files(paths) -> None:
+    for path in paths:
+        Path(path).unlink(missing_ok=True)
 
 
 def kill_trees(pids) -> None:
     """SIGKILL these processes and all their descendants, if still alive."""
+    kill_all(_trees(pids))
+
+
+def _trees(pids) -> list[psutil.Process]:
+    """These processes and all their descendants, those still there."""
     procs = []
     for pid in pids:
         try:
@@ -48,7 +91,7 @@ def kill_trees(pids) -> None:
             procs += [proc, *proc.children(recursive=True)]
         except psutil.NoSuchProcess:
             pass
-    kill_all(procs)
+    return procs
 
 
 def start_reaper(cluster) -> subprocess.Popen:

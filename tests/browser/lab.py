@@ -95,6 +95,13 @@ class Lab:
     def url(self, notebook: str) -> str:
         return f"http://127.0.0.1:{self.port}/lab/tree/{notebook}?token={self.token}&reset"
 
+    def shutdown_kernels(self) -> None:
+        """Shut down every kernel of the server (a notebook's kernel outlives its page)."""
+        api = f"http://127.0.0.1:{self.port}/api/kernels"
+        for kernel in json.load(urllib.request.urlopen(f"{api}?token={self.token}", timeout=10)):
+            request = urllib.request.Request(f"{api}/{kernel['id']}?token={self.token}", method="DELETE")
+            urllib.request.urlopen(request, timeout=30)
+
     def descendants(self, names=("mpiexec", "hydra_pmi_proxy", "ipyparallel.engine", "ipyparallel.controller",
                                  "ipyparallel.cluster")) -> list[str]:
         """Processes below the server whose command line mentions MPI engines (the kernel's cluster).

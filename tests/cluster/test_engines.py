@@ -1,5 +1,6 @@
 """Local MPI engines: ids are ranks, the controller is local, and nothing survives a stop, an
-exception, a hang, a dead engine or a killed kernel. Each test starts real clusters (about 8 s each)."""
+exception, a hang, a dead engine or a killed kernel. Clusters are real (about 8 s a start): the tests
+that leave it usable share one."""
 
 import os
 import signal
@@ -44,19 +45,82 @@ def rank1_raises():
         raise ValueError("bad input on rank 1")
 
 
-def test_engines_are_ranks_pin_gpus_and_listen_on_localhost(ipython_dir, monkeypatch):
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # pretend two GPUs: each local rank gets one
-    with start_engines(2) as engines:
-        assert engines.ids == [0, 1]
-        assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
-        assert [(p["rank"], p["local_rank"], p["local_size"], p["gpu"]) for p in engines.placement] == \
-            [(0, 0, 2, "3"), (1, 1, 2, "5")]
-        controller = psutil.Process(engines.cluster.controller.pid)
-        listening = {c.laddr.ip for c in controller.net_connections("inet") if c.status == psutil.CONN_LISTEN}
-        assert listening == {"127.0.0.1"}
-        engines.view.execute("x = 40 + 2")  # the view blocks and reaches every engine
-        assert engines.view["x"] == [42, 42]
-    assert stop_leftovers(ipython_dir, grace=3) == []
+@pytest.fixture(scope="module")
+def shared_engines(module_ipython_dir):
+    """One cluster for the tests below that leave it usable (one that ends its engines restarts them,
+    as its check that restart recovers): two engines that see two GPUs, a 3 s %%px cell watchdog."""
+    with pytest.MonkeyPatch.context() as gpus:
+        gpus.setenv("CUDA_VISIBLE_DEVICES", "3,5")  # pretend two GPUs: each local rank gets one
+        engines = start_engines(2, cell_timeout=3)
+    with engines:
+        yield engines
+    assert stop_leftovers(module_ipython_dir, grace=3) == []
+
+
+@pytest.fixture
+def engines(shared_engines):
+    yield shared_engines
+    try:
+        shared_engines.run(rank_and_size, timeout=10)
+    except Exception:  # a failed test left them broken: the next test gets fresh engines
+        shared_engines.restart()
+
+
+def test_engines_are_ranks_pin_gpus_and_listen_on_localhost(engines):
+    assert engines.ids == [0, 1]
+    assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
+    assert [(p["rank"], p["local_rank"], p["local_size"], p["gpu"]) for p in engines.placement] == \
+        [(0, 0, 2, "3"), (1, 1, 2, "5")]
+    controller = psutil.Process(engines.cluster.controller.pid)
+    listening = {c.laddr.ip for c in controller.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+    assert listening == {"127.0.0.1"}
+    engines.view.execute("x = 40 + 2")  # the view blocks and reaches every engine
+    assert engines.view["x"] == [42, 42]
+
+
+def test_an_error_is_reported_and_leaves_the_engines_usable(engines):
+    with pytest.raises(EngineFailed, match="engine 1: ValueError: bad input on rank 1"):
+        engines.run(rank1_raises)
+    assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
+
+
+def test_a_hang_is_reported_in_bounded_time_with_where_each_engine_is(engines):
+    start = time.monotonic()
+    with pytest.raises(EngineTimeout) as hang:
+        engines.run(rank0_waits_alone, timeout=3, what="a lonely barrier")
+    assert time.monotonic() - start < 10
+    message = str(hang.value)
+    assert "a lonely barrier did not finish within 3 s on engine(s) [0]" in message
+    assert "engine 0 stuck at:" in message and "in rank0_waits_alone" in message
+    engines.restart()
+    assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
+
+
+def test_a_dead_engine_is_reported_at_once(engines):
+    start = time.monotonic()
+    with pytest.raises(EngineDied, match=r"engine\(s\) \[.*1.*\] died while running rank1_exits"):
+        engines.run(rank1_exits, timeout=60)
+    assert time.monotonic() - start < 10
+    engines.restart()
+    assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
+
+
+def test_cell_watchdog_ends_a_stuck_execute_and_restart_recovers(engines):
+    import ipyparallel as ipp
+
+    from gpulab.cluster.engine_side import explain_dead_engines
+
+    start = time.monotonic()
+    with pytest.raises(ipp.error.CompositeError, match="EngineError"):  # what %%px raises
+        engines.view.execute("from mpi4py import MPI\nif MPI.COMM_WORLD.rank == 0:\n    MPI.COMM_WORLD.barrier()",
+                             silent=False)  # as %%px sends it (silent cells are bounded too, without source)
+    assert time.monotonic() - start < 15
+    assert "engine0: %%px cell stopped by its watchdog after 3 s, stuck at cell line 3: MPI.COMM_WORLD.barrier()" \
+        in explain_dead_engines(engines.dump_dir)
+    engines.restart()
+    assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
+    engines.view.execute("y = 1")  # a quick cell is not touched by the watchdog
+    assert engines.view["y"] == [1, 1]
 
 
 def test_exception_in_with_block_stops_all_and_a_second_cluster_starts(ipython_dir):
@@ -66,29 +130,6 @@ def test_exception_in_with_block_stops_all_and_a_second_cluster_starts(ipython_d
     assert stop_leftovers(ipython_dir, grace=3) == []
     with start_engines(2) as engines:
         assert engines.ids == [0, 1]
-    assert stop_leftovers(ipython_dir, grace=3) == []
-
-
-def test_hang_death_and_errors_are_reported_in_bounded_time(ipython_dir):
-    with start_engines(2) as engines:
-        start = time.monotonic()
-        with pytest.raises(EngineTimeout) as hang:
-            engines.run(rank0_waits_alone, timeout=3, what="a lonely barrier")
-        assert time.monotonic() - start < 10
-        message = str(hang.value)
-        assert "a lonely barrier did not finish within 3 s on engine(s) [0]" in message
-        assert "engine 0 stuck at:" in message and "in rank0_waits_alone" in message
-
-        engines.restart()
-        start = time.monotonic()
-        with pytest.raises(EngineDied, match=r"engine\(s\) \[.*1.*\] died while running rank1_exits"):
-            engines.run(rank1_exits, timeout=60)
-        assert time.monotonic() - start < 10
-
-        engines.restart()
-        with pytest.raises(EngineFailed, match="engine 1: ValueError: bad input on rank 1"):
-            engines.run(rank1_raises)
-        assert engines.run(rank_and_size) == [(0, 2), (1, 2)]  # a plain error leaves engines usable
     assert stop_leftovers(ipython_dir, grace=3) == []
 
 
@@ -115,26 +156,6 @@ def test_engines_of_a_killed_kernel_are_stopped(ipython_dir):
     assert cluster_processes(ipython_dir) == []  # the reaper stopped mpiexec, engines and controller
     # its cluster file remains; the next start_engines in the profile removes it
     assert stop_stale_clusters(str(ipython_dir / "profile_gpulab")) == [cluster_id]
-
-
-def test_cell_watchdog_ends_a_stuck_execute_and_restart_recovers(ipython_dir):
-    import ipyparallel as ipp
-
-    from gpulab.cluster.engine_side import explain_dead_engines
-
-    with start_engines(2, cell_timeout=3) as engines:
-        start = time.monotonic()
-        with pytest.raises(ipp.error.CompositeError, match="EngineError"):  # what %%px raises
-            engines.view.execute("from mpi4py import MPI\nif MPI.COMM_WORLD.rank == 0:\n    MPI.COMM_WORLD.barrier()",
-                                 silent=False)  # as %%px sends it (silent cells are bounded too, without source)
-        assert time.monotonic() - start < 15
-        assert "engine0: %%px cell stopped by its watchdog after 3 s, stuck at cell line 3: MPI.COMM_WORLD.barrier()" \
-            in explain_dead_engines(engines.dump_dir)
-        engines.restart()
-        assert engines.run(rank_and_size) == [(0, 2), (1, 2)]
-        engines.view.execute("y = 1")  # a quick cell is not touched by the watchdog
-        assert engines.view["y"] == [1, 1]
-    assert stop_leftovers(ipython_dir, grace=3) == []
 
 
 @pytest.mark.parametrize("n", [0, -2, 2.5, True])

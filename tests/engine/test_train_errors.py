@@ -10,14 +10,17 @@ import time
 from pathlib import Path
 
 import numpy as np
+import psutil
 import pytest
 
 from gpulab.cli.train import NEW_MODEL, resolve_model
+from gpulab.cluster.processes import kill_trees
 from gpulab.engine import init_params
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.training import checkpoint
 from gpulab.launch import mpiexec_command
 from tests.engine.test_train_cli import ROOT, TINY, gpulab
+from tests.mpi_harness import removing_scratch_of_aborted_jobs
 
 CHARS = "abc \n"
 
@@ -138,7 +141,8 @@ def test_a_killed_job_loses_at_most_checkpoint_every_steps(tmp_path):
     _wait_for_steps(out, 8, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # the launcher; its mpiexec runs in a group of its own
     proc.wait()
-    subprocess.run(["pkill", "-KILL", "-f", str(out)], check=False)  # the job: ranks carry --out in argv
+    # the job (mpiexec and ranks carry --out in argv, the proxy is mpiexec's), and the scratch files it held
+    kill_trees([p.pid for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])])
     steps = len(out.with_suffix(".loss.jsonl").read_text().splitlines())
     ck = checkpoint.load(out)
     assert ck.step % 3 == 0 and steps - 3 <= ck.step <= steps, (ck.step, steps)
@@ -148,9 +152,10 @@ def test_one_failing_rank_ends_the_whole_job(tmp_path):
     start = time.monotonic()
     job = mpiexec_command(2, ["-m", "tests.engine.failing_rank", "--mesh", "1,1,1,2", "--steps", "50",
                               "--out", str(tmp_path / "gpt.npz"), *TINY])
-    run = subprocess.run(job,
-                         capture_output=True, text=True, timeout=120, cwd=ROOT,
-                         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    with removing_scratch_of_aborted_jobs():
+        run = subprocess.run(job,
+                             capture_output=True, text=True, timeout=120, cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     assert run.returncode != 0 and time.monotonic() - start < 100
     assert "gpulab: rank 1 failed (RuntimeError: planted failure at step 3); ending the job" in run.stderr, \
         run.stdout[-1500:] + run.stderr[-1500:]

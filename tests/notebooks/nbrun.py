@@ -96,7 +96,9 @@ def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: 
         nb, timeout=cell_timeout, kernel_name="python3", allow_errors=False,
         resources={"metadata": {"path": str(path.parent)}},
         on_cell_executed=lambda cell, cell_index, execute_reply: replies.append((cell_index, execute_reply)))
-    env = {**os.environ, "IPYTHONDIR": str(ipython_dir), "IPP_NONINTERACTIVE": "1",
+    tmp = Path(ipython_dir).parent / "tmp"  # what the notebook makes with tempfile stays in the test's directory
+    tmp.mkdir(exist_ok=True)
+    env = {**os.environ, "IPYTHONDIR": str(ipython_dir), "IPP_NONINTERACTIVE": "1", "TMPDIR": str(tmp),
            "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     client.execute(env=env)  # the kernel, and the engines it starts, inherit env
     # belt and braces: nbclient raises on error replies; check every code cell got an "ok" anyway
