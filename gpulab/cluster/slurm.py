@@ -17,7 +17,11 @@ Slurm's pmi2 plugin reads each PMI-1 request with a single read of at most
 1024 bytes, and MPICH's UCX netmod puts a 4096-byte business card into the
 key-value store as hex values of up to 1022 characters, so a request can
 arrive cut in two and a peer decodes a corrupt UCX address (an assertion on
-the address version, then a hang). The OFI netmod's card is 64 bytes.
+the address version, then a hang). The OFI netmod's card is 64 bytes. Engines
+also need ``MPIR_CVAR_CH4_OFI_ENABLE_INJECT=0``: they sit idle in ipyparallel
+between tasks, making no MPI progress, and a small message that OFI buffered
+on an idle engine (an injected send) would never leave it (a peer then waits
+in a gather for ever).
 """
 
 from __future__ import annotations
@@ -46,8 +50,8 @@ export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 srun --mpi={mpi} --kill-on-bad-exit=1 --cpu-bind=none {program_and_args}
 """
 
-# what the mpich wheel needs under srun --mpi=pmi2 (see the module docstring)
-PMI2_WHEEL_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi"}
+# what the mpich wheel's engines need under srun --mpi=pmi2 (see the module docstring)
+PMI2_WHEEL_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "MPIR_CVAR_CH4_OFI_ENABLE_INJECT": "0"}
 
 
 def mpi_env_line(mpi: str) -> str:
@@ -59,7 +63,7 @@ def mpi_env_line(mpi: str) -> str:
     if mpi != "pmi2":
         return ""
     return "export " + " ".join(f"{k}={v}" for k, v in PMI2_WHEEL_ENV.items()) + \
-        "  # the mpich wheel under Slurm's pmi2: small PMI values"
+        "  # the mpich wheel under Slurm's pmi2 (gpulab.cluster.slurm)"
 
 
 def slurm_fields(n: int, *, partition: str = "", account: str = "", gpus_per_node: int = 4,
