@@ -143,8 +143,8 @@ class SlurmTestbed:
             "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
             "SlurmdParameters=config_overrides", "ReturnToService=2", "MpiDefault=none",
-            "SchedulerType=sched/builtin", "MinJobAge=2", "KillWait=2", "InactiveLimit=0", "KillOnBadExit=1",
-            f"TaskProlog={d}/task_prolog.sh",
+            "SchedulerType=sched/builtin", "MinJobAge=10", "KillWait=2", "InactiveLimit=0", "KillOnBadExit=1",
+            f"TaskProlog={d}/task_prolog.sh",  # MinJobAge: why a job ended stays visible between 2-s polls
             "MessageTimeout=10", "MailProg=/bin/true", "SlurmdTimeout=60", "SlurmctldTimeout=60", "UnkillableStepTimeout=30",
             "GresTypes=gpu" if self.gpus else "",
         ]
