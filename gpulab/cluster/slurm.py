@@ -10,10 +10,23 @@ site's defaults apply. ``mpi`` is srun's ``--mpi`` plugin: ``pmi2`` for the
 ``mpich`` wheel, often ``pmix`` for a site's MPI. Edit a copy of
 SLURM_TEMPLATE for your site (modules, constraints, QoS) and pass it as
 ``slurm_template=``.
+
+The ``mpich`` wheel under ``srun --mpi=pmi2`` needs ``MPIR_CVAR_CH4_NETMOD=ofi``
+(``PMI2_WHEEL_ENV``, exported by the script when that wheel is installed):
+Slurm's pmi2 plugin reads each PMI-1 request with a single read of at most
+1024 bytes, and MPICH's UCX netmod puts a 4096-byte business card into the
+key-value store as hex values of up to 1022 characters, so a request can
+arrive cut in two and a peer decodes a corrupt UCX address (an assertion on
+the address version, then a hang). The OFI netmod's card is 64 bytes. Engines
+also need ``MPIR_CVAR_CH4_OFI_ENABLE_INJECT=0``: they sit idle in ipyparallel
+between tasks, making no MPI progress, and a small message that OFI buffered
+on an idle engine (an injected send) would never leave it (a peer then waits
+in a gather for ever).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import math
 import os
 import re
@@ -33,8 +46,24 @@ SLURM_TEMPLATE = """\
 #SBATCH --output={output_file}
 #SBATCH --export=ALL
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-srun --mpi={mpi} --cpu-bind=none {program_and_args}
+{mpi_env}
+srun --mpi={mpi} --kill-on-bad-exit=1 --cpu-bind=none {program_and_args}
 """
+
+# what the mpich wheel's engines need under srun --mpi=pmi2 (see the module docstring)
+PMI2_WHEEL_ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "MPIR_CVAR_CH4_OFI_ENABLE_INJECT": "0"}
+
+
+def mpi_env_line(mpi: str) -> str:
+    """The job script's ``export`` line for this MPI under ``srun --mpi=MPI`` ("" when none is needed)."""
+    try:
+        importlib.metadata.version("mpich")  # a site MPI replaces the wheel (docs/cluster.md)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+    if mpi != "pmi2":
+        return ""
+    return "export " + " ".join(f"{k}={v}" for k, v in PMI2_WHEEL_ENV.items()) + \
+        "  # the mpich wheel under Slurm's pmi2 (gpulab.cluster.slurm)"
 
 
 def slurm_fields(n: int, *, partition: str = "", account: str = "", gpus_per_node: int = 4,
@@ -45,7 +74,7 @@ def slurm_fields(n: int, *, partition: str = "", account: str = "", gpus_per_nod
     ranks_per_node = ranks_per_node or max(gpus_per_node, 1)
     return {"partition": partition, "account": account, "gpus_per_node": gpus_per_node,
             "ranks_per_node": ranks_per_node, "nodes": math.ceil(n / ranks_per_node), "time": time,
-            "mpi": mpi or "none"}
+            "mpi": mpi or "none", "mpi_env": mpi_env_line(mpi)}
 
 
 def _drop_empty_directives(text: str) -> str:

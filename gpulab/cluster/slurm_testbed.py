@@ -26,7 +26,11 @@ prefix such as ``nsenter --net=/run/netns/n1 ...``). Nodes declare ``cpus``
 CPUs and ``gpus`` fake GPUs (GRES backed by character devices like /dev/null, so Slurm
 sets CUDA_VISIBLE_DEVICES in jobs) whatever the machine has
 (``SlurmdParameters=config_overrides``). No cgroups, no systemd, no
-accounting: ``proctrack/linuxproc`` and ``task/none``.
+accounting: ``proctrack/linuxproc`` and ``task/none``. ``KillOnBadExit=1``: a
+task that fails ends its step, so an MPI abort cannot leave srun waiting for
+the other tasks. A ``TaskProlog`` gives every task ``task_env`` (by default
+``FI_TCP_IFACE=lo``: libfabric's TCP between nodes stays on the loopback the
+nodes share), as a site's node set-up names its fabric interface.
 """
 
 from __future__ import annotations
@@ -99,8 +103,9 @@ class SlurmTestbed:
 
     def __init__(self, nodes: list[Node] | None = None, *, cpus: int = 4, gpus: int = 2,
                  partition: str = "debug", controller_address: str = "127.0.0.1", workdir: str | None = None,
-                 private_shm: bool = True, shm_size: str = "1g"):
+                 private_shm: bool = True, shm_size: str = "1g", task_env: dict | None = None):
         self.nodes = nodes or [Node("n1"), Node("n2")]
+        self.task_env = {"FI_TCP_IFACE": "lo"} if task_env is None else task_env
         self.cpus, self.gpus, self.partition = cpus, gpus, partition
         self.controller_address = controller_address
         self.private_shm, self.shm_size = private_shm, shm_size
@@ -138,7 +143,8 @@ class SlurmTestbed:
             "JobAcctGatherType=jobacct_gather/none", "AccountingStorageType=accounting_storage/none",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
             "SlurmdParameters=config_overrides", "ReturnToService=2", "MpiDefault=none",
-            "SchedulerType=sched/builtin", "MinJobAge=2", "KillWait=2", "InactiveLimit=0",
+            "SchedulerType=sched/builtin", "MinJobAge=10", "KillWait=2", "InactiveLimit=0", "KillOnBadExit=1",
+            f"TaskProlog={d}/task_prolog.sh",  # MinJobAge: why a job ended stays visible between 2-s polls
             "MessageTimeout=10", "MailProg=/bin/true", "SlurmdTimeout=60", "SlurmctldTimeout=60", "UnkillableStepTimeout=30",
             "GresTypes=gpu" if self.gpus else "",
         ]
@@ -180,6 +186,9 @@ class SlurmTestbed:
                 for i in range(self.gpus):  # character devices like /dev/null: Slurm checks the type
                     os.mknod(self.dir / "gpus" / node.name / f"gpu{i}", stat.S_IFCHR | 0o666, os.makedev(1, 3))
         self.conf.write_text(self.slurm_conf())
+        prolog = self.dir / "task_prolog.sh"  # slurmstepd exports what it prints as "export K=V"
+        prolog.write_text("#!/bin/sh\n" + "".join(f"echo export {k}={v}\n" for k, v in self.task_env.items()))
+        prolog.chmod(0o755)
         if self.gpus:
             (self.dir / "gres.conf").write_text(self.gres_conf())
         self._start_munge()

@@ -12,8 +12,9 @@ def test_script_shows_partition_account_gpus_and_time():
     text = slurm_script(8, partition="gpu", account="proj42", gpus_per_node=4, time="01:00:00")
     for line in ["#SBATCH --partition=gpu", "#SBATCH --account=proj42", "#SBATCH --nodes=2",
                  "#SBATCH --ntasks=8", "#SBATCH --ntasks-per-node=4", "#SBATCH --gpus-per-node=4",
-                 "#SBATCH --time=01:00:00", "srun --mpi=pmi2 --cpu-bind=none {program_and_args}"]:
+                 "#SBATCH --time=01:00:00", "srun --mpi=pmi2 --kill-on-bad-exit=1 --cpu-bind=none {program_and_args}"]:
         assert line in text.splitlines(), line
+    assert "export MPIR_CVAR_CH4_NETMOD=ofi" in text  # the mpich wheel under Slurm's pmi2 (see gpulab.cluster.slurm)
 
 
 def test_ranks_per_node_rounds_nodes_up():
@@ -54,7 +55,8 @@ def test_local_launcher_uses_gpulab_mpiexec_with_flags(monkeypatch):
 def test_empty_directives_are_left_out_for_the_sites_defaults():
     text = slurm_script(4, gpus_per_node=0, ranks_per_node=2, time="", mpi="pmix")
     assert not [line for line in text.splitlines() if line.endswith("=") or "--gpus-per-node" in line], text
-    assert "#SBATCH --ntasks=4" in text and "srun --mpi=pmix --cpu-bind=none {program_and_args}" in text
+    assert "#SBATCH --ntasks=4" in text and "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=none {program_and_args}" in text
+    assert "MPIR_CVAR_CH4_NETMOD" not in text  # only the mpich wheel under pmi2 needs it
 
 
 def test_environment_points_start_engines_at_slurm(monkeypatch):

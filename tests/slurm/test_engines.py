@@ -73,7 +73,7 @@ def test_engines_as_a_slurm_job_on_two_nodes(timing_out, slurm_env, ipython_dir)
         assert step[0]["world"] == 4 and step[0]["iter_s"] > 0 and step[1:] == [None] * 3
         job_id = engines.job_id
     t_stop = time.monotonic()
-    while job_state(slurm, job_id) and time.monotonic() - t_stop < 15:
+    while job_state(slurm, job_id) and time.monotonic() - t_stop < 20:
         time.sleep(0.3)
     assert job_state(slurm, job_id) == "", "engines.stop() left the job in the queue"
     assert cluster_processes(ipython_dir) == []
@@ -150,6 +150,9 @@ def test_a_job_cancelled_from_outside_is_reported_not_a_hang(timing_out, slurm_e
                "a long task" in str(died.value), str(died.value)
         assert reported_s < 15
         print(f"\nscancel: reported after {reported_s:.1f} s")
+    deadline = time.monotonic() + 20  # Slurm keeps an ended job visible for MinJobAge
+    while job_state(slurm, job_id) and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert job_state(slurm, job_id) == ""
 
 
