@@ -141,6 +141,48 @@ print(f"rank correlation {rho:.2f}; the model's pick {best['shape']} measured {b
 assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in sweep)
 
 # %% [markdown]
+# ## Recorded: every grid on 2 nodes x 2 ranks behind a slow link
+# Experiment (e) of the emulated cluster, recorded by
+# `python benchmarks/emulated_engine.py run` (docs/emulated_engine.md has the command, the load and
+# the tables): ranks 0-1 on one node, 2-3 on the other, each grid measured with overlap off and on
+# (all switches, progress thread), and predicted by the model fitted on that cluster with groups
+# that stay in a node and groups that cross the link timed apart. Shown here from the record, no live run.
+
+# %%
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+
+records = sorted(Path("../docs/results").glob("emulated_engine_*.json"), key=lambda p: p.stat().st_mtime)
+if records:
+    record = json.loads(records[-1].read_text())
+    grids = {}
+    for r in record["rows"]:
+        grids.setdefault(tuple(r["shape"]), {})[r["setting"]] = r
+    names = [",".join(map(str, g)) for g in grids]
+    fig, ax = plt.subplots(figsize=(10, 3.6), layout="constrained")
+    for i, (setting, color) in enumerate((("off", "#4c72b0"), ("on", "#dd8452"))):
+        xs = [x + (i - 0.5) * 0.4 for x in range(len(grids))]
+        ax.bar(xs, [d[setting]["iter_s"] * 1e3 for d in grids.values()], 0.4, color=color,
+               label=f"overlap {setting}, measured")
+        ax.scatter(xs, [d[setting]["prediction"]["iter_s"] * 1e3 for d in grids.values()], color="black",
+                   marker="_" if setting == "off" else "x", s=120, zorder=3, label=f"overlap {setting}, predicted")
+    ax.set_xticks(range(len(grids)), names)
+    ax.set_xlabel("grid (row, col, depth, data)")
+    ax.set_ylabel("ms per iteration")
+    ax.set_title(record["cluster"], fontsize=10)
+    ax.legend(fontsize=8)
+    display(as_image(fig))
+    for setting, v in record["validation"].items():
+        v = v["stride-aware"]
+        print(f"overlap {setting}: Spearman {v['spearman']:.2f}, median abs. error {v['median_abs_rel_error']:.0%}, "
+              f"model's pick {tuple(v['model_pick'])} at {v['pick_over_best']:.2f}x the measured best "
+              f"{tuple(v['measured_best'])}")
+else:
+    print("no recorded run in ../docs/results: python benchmarks/emulated_engine.py run --link 100mbit")
+
+# %% [markdown]
 # ## Questions
 # 1. **Where does the time go?** In the timeline of the overlap-off run, which
 #    group's bars are longest? Compare `(1, 1, 1, 4)` (pure data parallel: one

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gpulab.engine.perf.machines import Level
-from gpulab.engine.perf.probes import collective_costs, compute_rates, overlap_efficiency, share_slowdown
+from gpulab.engine.perf.probes import (collective_costs, collective_key, compute_rates, overlap_efficiency,
+                                       share_slowdown)
 from gpulab.engine.perf.timing import alone, peak_matmul
 
 
@@ -74,9 +75,11 @@ class FittedMachine:
     def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float:
         if size <= 1:
             return 0.0
-        key = f"{op}/{size}"
+        key = collective_key(op, size, stride)
+        if key not in self.collectives:  # strides not fitted: as contiguous (the cost of one node)
+            key = f"{op}/{size}"
         if key not in self.collectives:  # a size not fitted (another job size): the nearest one
-            sizes = sorted(int(k.split("/")[1]) for k in self.collectives if k.startswith(op + "/"))
+            sizes = sorted(int(k.split("/")[1]) for k in self.collectives if k.startswith(op + "/") and "@" not in k)
             key = f"{op}/{min(sizes, key=lambda s: abs(np.log2(s / size)))}"
         alpha, beta = self.collectives[key]
         return alpha + beta * nbytes
@@ -111,14 +114,17 @@ def load(path) -> FittedMachine:
         return FittedMachine(**json.load(f))
 
 
-def fit(comm, reps: int = 5, name: str | None = None) -> FittedMachine | None:
-    """Measure and fit on every rank of ``comm``; the machine on rank 0 (None elsewhere)."""
+def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
+        max_bytes: int = 4 << 20) -> FittedMachine | None:
+    """Measure and fit on every rank of ``comm``; the machine on rank 0 (None elsewhere). ``strided``:
+    fit every group stride too (``probes.collective_costs``), for ranks on several nodes; ``max_bytes``:
+    the largest collective timed (smaller on slow links, where 4 MiB takes seconds per call)."""
 
     from threadpoolctl import threadpool_limits
 
     compute = comm.bcast(alone(comm, compute_rates), root=0)
     compute["share"] = share_slowdown(comm, reps)
-    collectives = collective_costs(comm, reps)
+    collectives = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
@@ -135,6 +141,7 @@ def fit(comm, reps: int = 5, name: str | None = None) -> FittedMachine | None:
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
                              f"load average {load:.1f} at the end",
                  "compute": "matmul/elementwise/tiny-op timings on rank 0 alone, times the measured share",
-                 "collectives": "time each call adds after a ~1 ms kernel, all groups at once, 1 KiB..4 MiB",
+                 "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
+                                f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else ""),
                  "overlap": "1 MiB all-reduce behind 20 matmuls of 256^3, per progress mode",
                  "memory_bytes": "physical memory / ranks"})

@@ -14,6 +14,10 @@
   kernel (on shared cores that includes waiting for the peers to be
   scheduled, which back-to-back collectives never see). t = alpha + beta n
   is fitted per (op, g) over 1 KiB .. 4 MiB (least squares, relative error).
+  With ``strided`` also per stride s > 1 (members s ranks apart, key
+  "op/g@s"): on a cluster of nodes these groups cross the links while the
+  contiguous ones stay inside a node, and the engine's groups have strides
+  (``terms.stride``);
   Other jobs share these cores in bursts: each number is the best of its
   repetitions, as the benchmarks keep their best round;
 - overlap efficiency, per progress mode: a 1 MiB all-reduce over all ranks
@@ -102,14 +106,32 @@ def share_slowdown(comm, reps: int) -> float:
     return max(1.0, min(together) / min(solo))
 
 
-def collective_costs(comm, reps: int) -> dict:
+def group_layouts(p: int, strided: bool) -> list[tuple[int, int]]:
+    """(group size g, stride s) pairs to fit on p ranks: contiguous groups always; with ``strided`` also
+    groups whose members sit s > 1 ranks apart (on several nodes these are the ones that cross links)."""
+    sizes = [g for g in range(2, p + 1) if p % g == 0]
+    return [(g, s) for g in sizes for s in range(1, p // g + 1) if (p // g) % s == 0 and (s == 1 or strided)]
+
+
+def strided_group(rank: int, size: int, stride: int) -> int:
+    """The group of ``rank`` when groups of ``size`` take every ``stride``-th rank within blocks of
+    size * stride ranks (stride 1: contiguous), as the engine's mesh lays out its groups."""
+    return (rank // (size * stride)) * stride + rank % stride
+
+
+def collective_key(op: str, size: int, stride: int) -> str:
+    """FittedMachine.collectives' key: "op/g" for contiguous groups, "op/g@s" for strided ones."""
+    return f"{op}/{size}" if stride == 1 else f"{op}/{size}@{stride}"
+
+
+def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1]) -> dict:
     p, out = comm.size, {}
     work = work_kernel(comm.rank)
-    for g in (g for g in range(2, p + 1) if p % g == 0):
-        group = comm.Split(comm.rank // g, comm.rank)
+    for g, s in group_layouts(p, strided):
+        group = comm.Split(strided_group(comm.rank, g, s), comm.rank)
         for op in OPS:
             points = []
-            for nbytes in SIZES:
+            for nbytes in (n for n in SIZES if n <= max_bytes):
                 n = nbytes // 4
                 n -= n % g
                 x = np.ones(n, dtype=np.float32)
@@ -121,7 +143,7 @@ def collective_costs(comm, reps: int) -> dict:
                     with_call.append(per_step(comm, lambda: (work(), call())))
                     without.append(per_step(comm, work))
                 points.append((n * 4, max(min(with_call) - min(without), 1e-6)))
-            out[f"{op}/{g}"] = list(fit_line(*zip(*points)))
+            out[collective_key(op, g, s)] = list(fit_line(*zip(*points)))
         group.Free()
     return out
 

@@ -1,0 +1,277 @@
+"""Experiment (e): the 4D engine on 2 emulated nodes x 2 ranks, every 4-rank grid, overlap off and on.
+
+    python benchmarks/emulated_engine.py run --link 100mbit   # docs/results/emulated_engine_100mbit.json
+    python benchmarks/emulated_engine.py report               # docs/results/emulated_engine.png + docs/emulated_engine.md
+
+One MPI job on an emulated cluster (``gpulab.emulated``: 2 network namespaces,
+ranks 0-1 on node 0 and 2-3 on node 1, joined by a rate-limited link). In it:
+the performance model is fitted there (``gpulab.engine.perf.fit`` with
+``strided=True``: every collective is timed on contiguous groups, which stay in
+a node, and on groups of stride 2, which cross the link, so the model knows
+which of the engine's groups pay the link) once before and once after the
+measurement, averaged (the load of other jobs moves); then every grid of
+``grid_shapes(4)`` trains with overlap off and with every switch on
+(OAR, ORS, OAG, weight cache, gradient buckets) and gpulab's progress thread
+(the one mode that moves a collective while a rank computes, docs/engine_overlap.md),
+for ``--rounds`` interleaved rounds; each setting's time is the median over
+rounds of each round's median iteration. Predictions are made twice: with the
+strided fit, and with its contiguous groups only (what a single-node fit knows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+DOC = ROOT / "docs" / "emulated_engine.md"
+PNG = RESULTS / "emulated_engine.png"
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from engine_grids import validate  # noqa: E402
+
+from gpulab.launch import inside_mpi_job, mpiexec_command, run_on_ranks  # noqa: E402
+
+NODES, RANKS_PER_NODE, BATCH = 2, 2, 16
+SETTINGS = ("off", "on")
+
+
+def overlap_for(setting: str):
+    from gpulab.engine.parallel.overlap import Overlap
+
+    return Overlap() if setting == "off" else Overlap.everything(progress="thread")
+
+
+def out_path(link: str) -> Path:
+    return RESULTS / f"emulated_engine_{link}.json"
+
+
+def contiguous_only(machine):
+    """The same fit without the strided groups: what the model knows from one node."""
+    from dataclasses import replace
+
+    return replace(machine, collectives={k: v for k, v in machine.collectives.items() if "@" not in k})
+
+
+def job(args) -> None:
+    """Inside the MPI job: fit, measure every grid x setting in interleaved rounds, fit again; rank 0 writes."""
+    from mpi4py import MPI
+
+    from gpulab.engine import grid_shapes
+    from gpulab.engine.perf.fit import FittedMachine, fit
+    from gpulab.engine.perf.predict import predict
+    from gpulab.engine.perf.timing import bench_config, measure
+
+    comm = MPI.COMM_WORLD
+    cfg, start = bench_config(), time.time()
+
+    def fit_once(which):
+        if comm.rank == 0:
+            print(f"fitting the model on the cluster ({which})", flush=True)
+        return fit(comm, reps=args.fit_reps, name=f"{args.cluster}", strided=True, max_bytes=1 << 20)
+
+    fits = [fit_once("before")]
+    rounds: dict = {}
+    for r in range(args.rounds):
+        for shape in grid_shapes(comm.size):
+            for setting in SETTINGS:
+                row = measure(comm, cfg, shape, BATCH, overlap_for(setting), iters=args.iters, warmup=args.warmup)
+                if comm.rank == 0:
+                    row.pop("per_rank")
+                    rounds.setdefault((tuple(shape), setting), []).append(row)
+                    print(f"round {r + 1}/{args.rounds} {tuple(shape)} overlap {setting:3s} "
+                          f"{row['iter_s'] * 1e3:8.1f} ms", flush=True)
+    fits.append(fit_once("after"))
+    if comm.rank != 0:
+        return
+    machine = FittedMachine.mean(fits)
+    rows = []
+    for (shape, setting), runs in rounds.items():
+        row = dict(sorted(runs, key=lambda x: x["iter_s"])[len(runs) // 2])  # the median round's details
+        row.update(setting=setting, iter_s=statistics.median(x["iter_s"] for x in runs),
+                   iter_s_rounds=[x["iter_s"] for x in runs])
+        for key, m in (("prediction", machine), ("prediction_one_node", contiguous_only(machine))):
+            pred = predict(cfg, shape, BATCH, m, overlap_for(setting), seq_len=cfg.block_size)
+            row[key] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
+        rows.append(row)
+    record = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+              "cluster": args.cluster, "link": args.link, "world": comm.size, "cpus": os.cpu_count(),
+              "load_before": args.load_before, "load_after": os.getloadavg(), "minutes": (time.time() - start) / 60,
+              "batch": BATCH, "model": cfg.to_dict(), "rounds": args.rounds, "iters": args.iters,
+              "overlap_on": overlap_for("on").to_dict(),
+              "machine": {k: v for k, v in machine.__dict__.items() if k != "sources"},
+              "fits": [f.sources["measured"] for f in fits], "rows": rows,
+              "validation": {s: {"stride-aware": validate([r for r in rows if r["setting"] == s]),
+                                 "one-node": validate([{**r, "prediction": r["prediction_one_node"]}
+                                                       for r in rows if r["setting"] == s])}
+                             for s in SETTINGS}}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out_path(args.link).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {out_path(args.link)}", flush=True)
+
+
+def launch(args) -> int:
+    from gpulab.emulated import ClusterUnavailable, EmulatedCluster
+
+    command = "python benchmarks/emulated_engine.py " + " ".join(sys.argv[1:])
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    name = f"emulated: {NODES} nodes x {RANKS_PER_NODE} ranks, link {args.link}"
+    extra = ["--command", command, "--cluster", name, "--load-before", *map(str, os.getloadavg())]
+    try:
+        with EmulatedCluster(nodes=NODES, ranks_per_node=RANKS_PER_NODE, link=args.link):
+            cmd = mpiexec_command(NODES * RANKS_PER_NODE, [str(Path(__file__).resolve()), *sys.argv[1:], *extra])
+            return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
+    except ClusterUnavailable as err:
+        print(f"error: no emulated cluster on this machine: {err}", file=sys.stderr)
+        return 2
+
+
+READING = "\n## What the numbers say"  # the hand-written reading below the generated part is kept
+
+
+def by_grid(record: dict) -> dict:
+    """{shape: {"off": row, "on": row}}, in grid_shapes order."""
+    out: dict = {}
+    for r in record["rows"]:
+        out.setdefault(tuple(r["shape"]), {})[r["setting"]] = r
+    return out
+
+
+def plot(record: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    grids = by_grid(record)
+    names = [",".join(map(str, s)) for s in grids]
+    fig = Figure(figsize=(12, 4.2))
+    bars, scatter = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2.2, 1]})
+    width = 0.2
+    for i, (setting, kind, color) in enumerate((("off", "iter_s", "#4c72b0"), ("off", "prediction", "#a6bddb"),
+                                                ("on", "iter_s", "#dd8452"), ("on", "prediction", "#fdd0a2"))):
+        values = [(d[setting][kind]["iter_s"] if kind == "prediction" else d[setting]["iter_s"]) * 1e3
+                  for d in grids.values()]
+        label = f"overlap {setting}, " + ("predicted" if kind == "prediction" else "measured")
+        bars.bar([x + (i - 1.5) * width for x in range(len(grids))], values, width, color=color, label=label)
+    bars.set_xticks(range(len(grids)), names, fontsize=8)
+    bars.set_xlabel("grid (row, col, depth, data)")
+    bars.set_ylabel("ms per iteration")
+    bars.set_title(f"{record['cluster']}: measured (median of {record['rounds']} rounds) and predicted", fontsize=9)
+    bars.legend(fontsize=7)
+    top = 0
+    for setting, marker in (("off", "o"), ("on", "s")):
+        for key, color, label in (("prediction_one_node", "#999999", "contiguous groups only"),
+                                  ("prediction", "#2ca02c", "stride-aware fit (drawn over)")):
+            xs = [d[setting]["iter_s"] * 1e3 for d in grids.values()]
+            ys = [d[setting][key]["iter_s"] * 1e3 for d in grids.values()]
+            top = max(top, *xs, *ys)
+            scatter.scatter(xs, ys, marker=marker, color=color, s=22, label=f"overlap {setting}, {label}")
+    scatter.plot([0, top * 1.05], [0, top * 1.05], color="black", lw=0.6)
+    scatter.set_xlabel("measured ms")
+    scatter.set_ylabel("predicted ms")
+    scatter.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(PNG, dpi=100)
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:.0f}"
+
+
+def section(record: dict) -> str:
+    m = record["model"]
+    load = ", ".join(f"{x:.1f}" for x in record["load_before"])
+    after = ", ".join(f"{x:.1f}" for x in record["load_after"])
+    lines = [HEAD.format(png=PNG.name),
+             f"`{record['command']}` ({record['date']}, {record['minutes']:.1f} min), then "
+             f"`python benchmarks/emulated_engine.py report`. {record['cluster']}; {record['cpus']} cores shared "
+             f"with other jobs: `cat /proc/loadavg` {load} before, {after} after. GPT of {m['n_layer']} layers, "
+             f"width {m['n_embd']}, {m['n_head']} heads, vocabulary {m['vocab_size']}, {record['batch']} "
+             f"sequences of {m['block_size']} tokens, float32; {record['rounds']} interleaved rounds of "
+             f"{record['iters']} timed iterations, each time the median over rounds of a round's median "
+             "(every round in brackets). Fits: " + "; ".join(record["fits"]) + ".\n",
+             "| grid (R, C, D, P) | off ms (rounds) | off: exposed comm | on ms (rounds) | on: exposed | on: hidden "
+             "| off / on | predicted off | predicted on | one-node fit off | one-node fit on |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for shape, d in by_grid(record).items():
+        off, on = d["off"], d["on"]
+        share = lambda r: f"{_ms(r['summary']['exposed_comm_s'])} ({r['summary']['exposed_comm_s'] / r['summary']['wall_s']:.0%})"  # noqa: E731
+        rounds = lambda r: f"{_ms(r['iter_s'])} ({', '.join(_ms(t) for t in r['iter_s_rounds'])})"  # noqa: E731
+        lines.append(f"| {shape} | {rounds(off)} | {share(off)} | {rounds(on)} | {share(on)} | "
+                     f"{_ms(on['summary']['hidden_comm_s'])} | {off['iter_s'] / on['iter_s']:.2f} | "
+                     f"{_ms(off['prediction']['iter_s'])} | {_ms(on['prediction']['iter_s'])} | "
+                     f"{_ms(off['prediction_one_node']['iter_s'])} | {_ms(on['prediction_one_node']['iter_s'])} |")
+    lines += ["", "The model against the measurement, per overlap setting and fit:\n",
+              "| overlap | fit | Spearman | model's pick | its measured ms | measured best | pick / best "
+              "| pick within 10% | median abs. error |", "|---|---|---|---|---|---|---|---|---|"]
+    for setting, fits in record["validation"].items():
+        for fit_name, v in fits.items():
+            lines.append(f"| {setting} | {fit_name} | {v['spearman']:.2f} | {tuple(v['model_pick'])} | "
+                         f"{_ms(v['model_pick_measured_s'])} | {tuple(v['measured_best'])} "
+                         f"{_ms(v['measured_best_s'])} | {v['pick_over_best']:.2f} | "
+                         f"{'yes' if v['top1_within_10pct'] else 'no'} | {v['median_abs_rel_error']:.0%} |")
+    return "\n".join(lines) + "\n"
+
+
+HEAD = """# Experiment (e): the 4D engine on 2 emulated nodes x 2 ranks
+
+Generated by `python benchmarks/emulated_engine.py report` from docs/results/emulated_engine_*.json
+(the newest run). Ranks 0-1 sit on node 0, ranks 2-3 on node 1 (block placement); the engine's col
+group is innermost (stride 1), so col groups of 2 stay in a node, row groups of 2 (stride C) and depth
+or data groups of 2 (stride R C, R C D) cross the link when that stride is 2, and groups of 4 always do.
+Overlap on = OAR, ORS, OAG, the weight cache and gradient buckets, with gpulab's progress thread.
+The model is fitted in the same job, on the cluster: "stride-aware" timed each collective on groups
+of stride 1 (inside a node) and of stride 2 (across the link), "one-node fit" is the same fit with the
+stride-2 timings dropped, as a fit on one node would see the machine.
+![measured and predicted per grid](results/{png})
+"""
+
+
+def report() -> None:
+    runs = sorted(RESULTS.glob("emulated_engine_*.json"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        raise SystemExit("no recorded run: python benchmarks/emulated_engine.py run first")
+    record = json.loads(runs[-1].read_text())
+    plot(record)
+    old = DOC.read_text() if DOC.exists() else ""
+    DOC.write_text(section(record) + (old[old.index(READING):] if READING in old else ""))
+    print(f"wrote {DOC.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")
+
+
+def main() -> None:
+    from gpulab.cli.checks import Parser, positive_float, positive_int, typed
+    from gpulab.emulated import parse_link
+
+    parser = Parser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    run = sub.add_parser("run", help="fit and measure on the emulated cluster")
+    run.add_argument("--link", default="100mbit", type=typed(parse_link, "a link rate"), help="rate of each node's link (default 100mbit)")
+    run.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds (default 3)")
+    run.add_argument("--iters", type=positive_int, default=3, help="timed iterations per round (default 3)")
+    run.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (default 1)")
+    run.add_argument("--fit-reps", type=positive_int, default=2, help="repetitions of each fit point (default 2)")
+    run.add_argument("--timeout", type=positive_float, default=900, help="seconds before the job is stopped (default 900)")
+    for hidden in ("--command", "--cluster"):
+        run.add_argument(hidden, default="", help=argparse.SUPPRESS)
+    run.add_argument("--load-before", type=float, nargs=3, default=None, help=argparse.SUPPRESS)
+    sub.add_parser("report", help="plot and write docs/emulated_engine.md")
+    args = parser.parse_args()
+    if args.what == "report":
+        report()
+    elif inside_mpi_job():
+        run_on_ranks(job, args)
+    else:
+        sys.exit(launch(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""Stride-aware collective fits (groups that cross nodes) and the record of experiment (e)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gpulab.engine import grid_shapes
+from gpulab.engine.perf.fit import FittedMachine
+from gpulab.engine.perf.probes import collective_key, group_layouts, strided_group
+from gpulab.engine.perf.terms import stride
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_layouts_contiguous_unless_strided():
+    assert group_layouts(4, strided=False) == [(2, 1), (4, 1)]
+    assert group_layouts(4, strided=True) == [(2, 1), (2, 2), (4, 1)]
+    assert group_layouts(8, strided=True) == [(2, 1), (2, 2), (2, 4), (4, 1), (4, 2), (8, 1)]
+
+
+@pytest.mark.parametrize("p", [4, 8])
+def test_strided_groups_match_the_mesh(p):
+    """Every group of every grid is one of the fitted groups: same members as stride(group, shape) says."""
+    for g, s in group_layouts(p, strided=True):
+        members = {}
+        for rank in range(p):
+            members.setdefault(strided_group(rank, g, s), []).append(rank)
+        assert len(members) == p // g
+        for ranks in members.values():
+            assert ranks == list(range(ranks[0], ranks[0] + g * s, s))
+    fitted = set(group_layouts(p, strided=True))
+    for shape in grid_shapes(p):
+        for group, size in (("row", shape.row), ("col", shape.col), ("depth", shape.depth), ("data", shape.data)):
+            if size > 1:
+                assert (size, stride(group, shape)) in fitted, (shape, group)
+
+
+def machine(collectives):
+    return FittedMachine(name="t", ranks=4, cores=2, collectives=collectives, matmul_rate=1e9,
+                         elementwise_rate=1e9, kernel_overhead=1e-6, share=1.0, machine_peak=1e9,
+                         overlap={"poll": 0.5}, memory_bytes=1e9)
+
+
+def test_collective_cost_uses_the_stride_when_fitted():
+    m = machine({"all_reduce/2": [1e-5, 1e-9], collective_key("all_reduce", 2, 2): [1e-4, 1e-7],
+                 "all_reduce/4": [2e-5, 2e-9]})
+    assert collective_key("all_reduce", 2, 2) == "all_reduce/2@2"
+    assert m.collective_s("all_reduce", 2, 1, 1000) == pytest.approx(1e-5 + 1e-6)
+    assert m.collective_s("all_reduce", 2, 2, 1000) == pytest.approx(1e-4 + 1e-4)
+    assert m.collective_s("all_reduce", 4, 1, 1000) == pytest.approx(2e-5 + 2e-6)
+    # a stride not fitted costs what the contiguous group does; another size, the nearest contiguous one
+    assert m.collective_s("all_reduce", 4, 2, 1000) == pytest.approx(2e-5 + 2e-6)
+    assert m.collective_s("all_reduce", 8, 1, 1000) == pytest.approx(2e-5 + 2e-6)
+
+
+def test_recorded_experiment_has_every_grid_both_ways():
+    records = sorted((ROOT / "docs" / "results").glob("emulated_engine_*.json"))
+    assert records, "no record of experiment (e): python benchmarks/emulated_engine.py run"
+    for path in records:
+        record = json.loads(path.read_text())
+        seen = {(tuple(r["shape"]), r["setting"]) for r in record["rows"]}
+        assert seen == {(tuple(s), o) for s in grid_shapes(4) for o in ("off", "on")}, path.name
+        assert all(len(r["iter_s_rounds"]) == record["rounds"] for r in record["rows"])
+        assert set(record["validation"]) == {"off", "on"}
+
+
+def strided_costs(comm):
+    """On every rank: the collective fit with strides, tiny sizes (the shape of the result, not its speed)."""
+    from gpulab.engine.perf.probes import collective_costs
+
+    return collective_costs(comm, reps=1, strided=True, max_bytes=1 << 14)
+
+
+def test_strided_fit_times_groups_across_the_stride():
+    from tests.mpi_harness import run_mpi
+
+    costs = run_mpi(4, "tests.engine.test_emulated_engine:strided_costs", timeout=120)[0]
+    assert set(costs) == {collective_key(op, g, s) for op in ("all_reduce", "all_gather", "reduce_scatter")
+                          for g, s in ((2, 1), (2, 2), (4, 1))}
+    assert all(alpha >= 0 and beta > 0 for alpha, beta in costs.values())
