@@ -28,6 +28,11 @@ _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "
 LAUNCHED = "GPULAB_LAUNCHED"
 
 
+# What MPICH keeps on disk while a job runs and removes at a clean exit, not after SIGKILL or
+# MPI_Abort: hydra's topology file (in /tmp whatever TMPDIR says) and the ranks' shared memory
+MPI_SCRATCH = ("/tmp/hydra_hwloc_xmlfile_", "/dev/shm/mpich_shm_")
+
+
 def find_mpiexec() -> str:
     override = os.environ.get("GPULAB_MPIEXEC")
     if override:

@@ -23,10 +23,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-import psutil
-
-from gpulab.cluster.processes import MPI_SCRATCH, kill_trees, mpi_scratch_files
-from gpulab.launch import mpiexec_command
+from gpulab.launch import MPI_SCRATCH, mpiexec_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -73,6 +70,8 @@ def shared_jobs():
 
 def _kill_job(pid: int) -> None:
     """SIGKILL mpiexec, its proxy and ranks (the job's whole session), and remove the scratch files they held."""
+    from gpulab.cluster.processes import kill_trees  # psutil: not on a bare GPU machine (scripts/gpu_check.py)
+
     kill_trees([pid])  # removes hydra's topology file and the ranks' shared memory, which SIGKILL leaves
     try:
         os.killpg(pid, signal.SIGKILL)  # any rank that had left the tree
@@ -91,6 +90,12 @@ def leaked_scratch(before: set[str], grace: float = 2) -> set[str]:
     while True:
         new = scratch_on_disk() - before
         if new:  # other MPI jobs on the machine may be running: theirs are held
+            try:
+                import psutil  # a bare GPU machine (scripts/gpu_check.py) may lack it: then remove nothing
+            except ImportError:
+                return set()
+            from gpulab.cluster.processes import mpi_scratch_files
+
             new -= mpi_scratch_files(psutil.process_iter())
         if not new or time.monotonic() > deadline:
             return new

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import psutil
 
+from gpulab.launch import MPI_SCRATCH
+
 
 def alive(proc) -> bool:
     """True if this pid or psutil.Process is running and not a zombie."""
@@ -30,13 +32,9 @@ def alive(proc) -> bool:
         return False
 
 
-# What MPICH keeps on disk while a job runs and removes at a clean exit, not after SIGKILL or MPI_Abort:
-# hydra's topology file (held open by mpiexec's proxy) and the ranks' shared memory (mapped by them)
-MPI_SCRATCH = ("/tmp/hydra_hwloc_xmlfile_", "/dev/shm/mpich_shm_")
-
-
 def mpi_scratch_files(procs) -> set[str]:
-    """The MPI scratch files (MPI_SCRATCH) that these processes hold open or mapped."""
+    """The MPI scratch files (``launch.MPI_SCRATCH``) that these processes hold open or mapped: hydra's
+    topology file is held open by mpiexec's proxy, the ranks' shared memory is mapped by them."""
     return {path for proc in procs for path in _open_or_mapped(proc.pid) if path.startswith(MPI_SCRATCH)}
 
 

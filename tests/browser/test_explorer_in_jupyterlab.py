@@ -73,7 +73,7 @@ def _bcast_explorer(page, explorer, shots: Path) -> None:
     status = explorer.locator(".widget-html").first
     explorer.locator("button:has-text('Run')").first.click()
     expect(status).to_contain_text("run #2", timeout=30_000)
-    expect(status).to_contain_text("measurements done", timeout=RUN_TIMEOUT_MS)
+    expect(status).to_contain_text(re.compile(r"run #2: \d+ points x \d+ rounds done"), timeout=RUN_TIMEOUT_MS)
     table = _text(explorer.locator("table").first)
     assert "scatter_allgather_ring" in table, table
     assert explorer.locator(".widget-output img").first.get_attribute("src") != image_before
@@ -83,7 +83,7 @@ def _bcast_explorer(page, explorer, shots: Path) -> None:
     for run in range(3, 3 + REPEAT_RUNS):
         start = time.monotonic()
         explorer.locator("button:has-text('Run')").first.click()
-        expect(status).to_contain_text(re.compile(rf"run #{run}: \d+ measurements done"), timeout=RUN_TIMEOUT_MS)
+        expect(status).to_contain_text(re.compile(rf"run #{run}: \d+ points x \d+ rounds done"), timeout=RUN_TIMEOUT_MS)
         took.append(time.monotonic() - start)
     if took:
         print(f"notebook 02, {len(took)} more Runs: slowest {max(took):.1f} s, all {[round(t, 1) for t in took]}")

@@ -164,6 +164,7 @@ def subreaper():
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT", "SIGTERM"])
+@pytest.mark.leaves_mpi_scratch("the cluster's teardown kills its ranks without removing their MPI scratch files")
 def test_nothing_is_left_behind_when_the_creator_dies(how, tmp_path, subreaper):
     creator = subprocess.Popen([sys.executable, "-c", CREATOR, str(tmp_path / "ready")], cwd=ROOT,
                                stdout=subprocess.PIPE, text=True,

@@ -44,6 +44,7 @@ def _run_broadcasts(cluster: EmulatedCluster, ready: Path, tmp_path: Path, nbyte
                            f'{{"nbytes": {nbytes}}}'], timeout=90, env=env, cwd=ROOT)
 
 
+@pytest.mark.leaves_mpi_scratch("the aborted job's ranks on the emulated nodes leave their scratch files")
 def test_a_link_cut_mid_broadcast_ends_the_job_naming_the_node(tmp_path):
     ready = tmp_path / "ready"
     with EmulatedCluster(nodes=3, ranks_per_node=1, link="100mbit", fault_grace=3.0) as cluster:
@@ -61,6 +62,7 @@ def test_a_link_cut_mid_broadcast_ends_the_job_naming_the_node(tmp_path):
     assert leftovers(state) == []
 
 
+@pytest.mark.leaves_mpi_scratch("the aborted job's ranks on the emulated nodes leave their scratch files")
 def test_a_killed_rank_ends_the_job_naming_the_rank(tmp_path):
     ready = tmp_path / "ready"
     with EmulatedCluster(nodes=3, ranks_per_node=1, link="1gbit") as cluster:
