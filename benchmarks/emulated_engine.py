@@ -20,11 +20,9 @@ strided fit, and with its contiguous groups only (what a single-node fit knows).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,8 +35,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from engine_grids import validate  # noqa: E402
+from mpi_job import add_provenance_args, run_as_job  # noqa: E402
 
-from gpulab.launch import inside_mpi_job, mpiexec_command, run_on_ranks  # noqa: E402
+from gpulab.launch import inside_mpi_job, run_on_ranks  # noqa: E402
 
 NODES, RANKS_PER_NODE, BATCH = 2, 2, 16
 SETTINGS = ("off", "on")
@@ -121,14 +120,10 @@ def job(args) -> None:
 def launch(args) -> int:
     from gpulab.emulated import ClusterUnavailable, EmulatedCluster
 
-    command = "python benchmarks/emulated_engine.py " + " ".join(sys.argv[1:])
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     name = f"emulated: {NODES} nodes x {RANKS_PER_NODE} ranks, link {args.link}"
-    extra = ["--command", command, "--cluster", name, "--load-before", *map(str, os.getloadavg())]
     try:
         with EmulatedCluster(nodes=NODES, ranks_per_node=RANKS_PER_NODE, link=args.link):
-            cmd = mpiexec_command(NODES * RANKS_PER_NODE, [str(Path(__file__).resolve()), *sys.argv[1:], *extra])
-            return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
+            return run_as_job(__file__, NODES * RANKS_PER_NODE, args.timeout, name)
     except ClusterUnavailable as err:
         print(f"error: no emulated cluster on this machine: {err}", file=sys.stderr)
         return 2
@@ -260,9 +255,7 @@ def main() -> None:
     run.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (default 1)")
     run.add_argument("--fit-reps", type=positive_int, default=2, help="repetitions of each fit point (default 2)")
     run.add_argument("--timeout", type=positive_float, default=900, help="seconds before the job is stopped (default 900)")
-    for hidden in ("--command", "--cluster"):
-        run.add_argument(hidden, default="", help=argparse.SUPPRESS)
-    run.add_argument("--load-before", type=float, nargs=3, default=None, help=argparse.SUPPRESS)
+    add_provenance_args(run)
     sub.add_parser("report", help="plot and write docs/emulated_engine.md")
     args = parser.parse_args()
     if args.what == "report":

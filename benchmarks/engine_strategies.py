@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,9 +31,12 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "axonn_vs_baselines.md"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from mpi_job import add_provenance_args, run_as_job  # noqa: E402
 
 from gpulab.engine import GPTConfig  # noqa: E402
-from gpulab.launch import inside_mpi_job, mpiexec_command, run_on_ranks  # noqa: E402
+from gpulab.launch import inside_mpi_job, run_on_ranks  # noqa: E402
 
 BATCH = 16  # sequences of 64 tokens
 
@@ -86,9 +88,7 @@ def launch(args) -> int:
 
     from gpulab.emulated import ClusterUnavailable, EmulatedCluster
 
-    command = "python benchmarks/engine_strategies.py " + " ".join(sys.argv[1:])
     cluster = "this machine (one node)"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     with ExitStack() as stack:
         if args.nodes:
             try:
@@ -98,9 +98,7 @@ def launch(args) -> int:
             except ClusterUnavailable as err:
                 print(f"no emulated cluster, running on this machine: {err}", flush=True)
                 cluster = f"this machine (emulated cluster unavailable: {err})"
-        extra = ["--command", command, "--cluster", cluster, "--load-before", *map(str, os.getloadavg())]
-        cmd = mpiexec_command(args.n, [str(Path(__file__).resolve()), *sys.argv[1:], *extra])
-        return subprocess.run(cmd, env=env, timeout=args.timeout).returncode
+        return run_as_job(__file__, args.n, args.timeout, cluster)
 
 
 GROUPS = ("row", "col", "depth", "data", "pipe")
@@ -207,9 +205,7 @@ def main() -> None:
     run.add_argument("--nodes", type=int, default=None, help="emulated nodes (default: none, this machine)")
     run.add_argument("--link", default="1gbit", help="emulated link rate (default 1gbit)")
     run.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped (default 600)")
-    for hidden in ("--command", "--cluster"):
-        run.add_argument(hidden, default="", help=argparse.SUPPRESS)
-    run.add_argument("--load-before", type=float, nargs=3, default=None, help=argparse.SUPPRESS)
+    add_provenance_args(run)
     sub.add_parser("report", help="plot and write the section of docs/axonn_vs_baselines.md")
     args = parser.parse_args()
     if args.what == "report":
