@@ -20,7 +20,6 @@ from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.training import checkpoint
 from gpulab.launch import mpiexec_command
 from tests.engine.test_train_cli import ROOT, TINY, gpulab
-from tests.mpi_harness import removing_scratch_of_aborted_jobs
 
 CHARS = "abc \n"
 
@@ -152,10 +151,8 @@ def test_one_failing_rank_ends_the_whole_job(tmp_path):
     start = time.monotonic()
     job = mpiexec_command(2, ["-m", "tests.engine.failing_rank", "--mesh", "1,1,1,2", "--steps", "50",
                               "--out", str(tmp_path / "gpt.npz"), *TINY])
-    with removing_scratch_of_aborted_jobs():
-        run = subprocess.run(job,
-                             capture_output=True, text=True, timeout=120, cwd=ROOT,
-                             env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
+    run = subprocess.run(job, capture_output=True, text=True, timeout=120, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"})
     assert run.returncode != 0 and time.monotonic() - start < 100
     assert "gpulab: rank 1 failed (RuntimeError: planted failure at step 3); ending the job" in run.stderr, \
         run.stdout[-1500:] + run.stderr[-1500:]
