@@ -8,7 +8,7 @@ alpha-beta (Hockney) costs. Everything is read from the algorithms' own
 schedules (the ops ``execute`` runs), not from textbook approximations: the
 trees' depths from their send lists (a k-nomial root with fewer than radix-1
 children at a level is charged only for the children it has); the pipelines'
-(D, F) from the heap their chunks travel; and the scatter-allgather
+(D, F) from the path one chunk takes through every rank's schedule; and the scatter-allgather
 algorithms, made of blocking Send, Recv and Sendrecv only, by replaying every
 rank's schedule message by message (``blocking_path``), so uneven blocks,
 fold/unfold steps and empty messages are charged as they run.
@@ -76,12 +76,6 @@ def knomial_depth(p: int, radix: int, serial: bool) -> int:
     return _tree_depth(lambda vr: _sent_to(build(p, 0, vr, 1)), p, serial)
 
 
-@functools.lru_cache(maxsize=4096)
-def heap_depth(p: int, serial: bool) -> int:
-    """Depth of the binary tree the pipelined schedules send along (one chunk), root 0."""
-    return _tree_depth(lambda vr: _sent_to(pipelined.binary_tree(p, 0, vr, 1, chunk_bytes=1)), p, serial)
-
-
 def _chunks(nbytes: float, chunk_bytes: int | None) -> tuple[int, float]:
     """(k chunks, bytes each): the algorithms cut n into ceil(n/c) pieces; charged at the mean size."""
     chunk = DEFAULT_CHUNK if chunk_bytes is None else chunk_bytes
@@ -89,19 +83,31 @@ def _chunks(nbytes: float, chunk_bytes: int | None) -> tuple[int, float]:
     return k, nbytes / k
 
 
+# the pipelined algorithms: their model reads (D, F) from the path one chunk takes through their schedules
+PIPELINES = {"chain": pipelined.chain, "binary_tree": pipelined.binary_tree,
+             "split_binary_tree": pipelined.split_binary_tree}
+
+
+@functools.lru_cache(maxsize=4096)
 def pipeline_shape(algorithm: str, p: int, serial: bool) -> tuple[int, int]:
     """(D, F) of a pipelined tree: the first chunk needs D message times to reach the last rank,
     and each later chunk F more (the busiest forwarder sends F messages per chunk).
-    Time = (D + (k - 1) F) t(n/k), minimised at k* = sqrt((D - F) n beta / (F alpha))."""
+    Time = (D + (k - 1) F) t(n/k), minimised at k* = sqrt((D - F) n beta / (F alpha)).
+
+    Both are read from every rank's schedule of a one-chunk message (the split tree: one chunk
+    per half), the pipeline phase only; with ``serial`` sends a forwarder's j-th child waits for j.
+    Building the split tree's schedules takes O(p^2) steps, so beyond ``REPLAY_MAX_P`` ranks the
+    binary tree's, whose heap its halves travel down, stand in (a test checks they agree up to there).
+    """
+    if algorithm not in PIPELINES:
+        raise ValueError(f"{algorithm!r} is not a pipelined algorithm")
     if p < 2:
         return 0, 0
-    if algorithm == "chain":
-        return p - 1, 1
-    if algorithm == "binary_tree":
-        return heap_depth(p, serial), (2 if serial and p > 2 else 1)
-    if algorithm == "split_binary_tree":  # each half travels down one subtree of the same heap
-        return heap_depth(p, serial), (2 if serial and p > 2 else 1)
-    raise ValueError(f"{algorithm!r} is not a pipelined algorithm")
+    split = algorithm == "split_binary_tree" and p <= REPLAY_MAX_P
+    build = PIPELINES["binary_tree" if algorithm == "split_binary_tree" and not split else algorithm]
+    sends = [[op.peer for op in build(p, 0, vr, 2 if split else 1, chunk_bytes=1)
+              if op.phase and op.phase != "exchange"] for vr in range(p)]
+    return _tree_depth(sends.__getitem__, p, serial), max(map(len, sends)) if serial else 1
 
 
 def _halves(op) -> list[tuple[str, int, int]]:
@@ -221,8 +227,6 @@ def _plan(algorithm: str, nbytes: float, p: int, serial_n: bool, serial_chunk: b
     if algorithm == "split_binary_tree":
         k, s = _chunks(n / 2, chunk_bytes)
         d, f = pipeline_shape(algorithm, p, serial_chunk)
-        if p == 2:  # one subtree: rank 1 gets the first half pipelined, the second half from the root
-            d, f = 1, 1
         # then each rank swaps halves with its partner (or gets the missing half from the root)
         return Plan(((d + (k - 1) * f, s), (1, n / 2)), ((k * (p - 1), s), (p - 1, n / 2)))
     if algorithm in ("scatter_allgather_rd", "scatter_allgather_ring"):  # at scale (see schedule())
