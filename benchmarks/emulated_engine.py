@@ -35,9 +35,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from engine_grids import validate  # noqa: E402
-from mpi_job import add_provenance_args, run_as_job  # noqa: E402
+from mpi_job import add_run_args, main, run_as_job  # noqa: E402
 
-from gpulab.launch import inside_mpi_job, run_on_ranks  # noqa: E402
 
 NODES, RANKS_PER_NODE, BATCH = 2, 2, 16
 SETTINGS = ("off", "on")
@@ -242,29 +241,12 @@ def report() -> None:
     print(f"wrote {DOC.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")
 
 
-def main() -> None:
-    from gpulab.cli.checks import Parser, positive_float, positive_int, typed
-    from gpulab.emulated import parse_link
+def configure(run) -> None:
+    from gpulab.cli.checks import positive_int
 
-    parser = Parser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="what", required=True)
-    run = sub.add_parser("run", help="fit and measure on the emulated cluster")
-    run.add_argument("--link", default="100mbit", type=typed(parse_link, "a link rate"), help="rate of each node's link (default 100mbit)")
-    run.add_argument("--rounds", type=positive_int, default=3, help="interleaved rounds (default 3)")
-    run.add_argument("--iters", type=positive_int, default=3, help="timed iterations per round (default 3)")
     run.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (default 1)")
-    run.add_argument("--fit-reps", type=positive_int, default=2, help="repetitions of each fit point (default 2)")
-    run.add_argument("--timeout", type=positive_float, default=900, help="seconds before the job is stopped (default 900)")
-    add_provenance_args(run)
-    sub.add_parser("report", help="plot and write docs/emulated_engine.md")
-    args = parser.parse_args()
-    if args.what == "report":
-        report()
-    elif inside_mpi_job():
-        run_on_ranks(job, args)
-    else:
-        sys.exit(launch(args))
-
+    add_run_args(run, link="100mbit", rounds=3, iters=3, fit_reps=2, timeout=900)
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, configure=configure, job=job, launch=launch, report=report,
+         run_help="fit and measure on the emulated cluster", report_help="plot and write docs/emulated_engine.md")

@@ -20,7 +20,6 @@ and uses this machine as one node.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -33,10 +32,9 @@ DOC = ROOT / "docs" / "axonn_vs_baselines.md"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from mpi_job import add_provenance_args, run_as_job  # noqa: E402
+from mpi_job import add_run_args, main, run_as_job  # noqa: E402
 
 from gpulab.engine import GPTConfig  # noqa: E402
-from gpulab.launch import inside_mpi_job, run_on_ranks  # noqa: E402
 
 BATCH = 16  # sequences of 64 tokens
 
@@ -194,29 +192,18 @@ def report() -> None:
     print(f"wrote {DOC.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="what", required=True)
-    run = sub.add_parser("run", help="measure on -n ranks")
-    run.add_argument("-n", type=int, default=4, choices=(4, 8), help="ranks (default 4)")
-    run.add_argument("--rounds", type=int, default=2, help="interleaved rounds, best kept (default 2)")
-    run.add_argument("--iters", type=int, default=5, help="timed iterations per round (default 5)")
-    run.add_argument("--fit-reps", type=int, default=2, help="repetitions of each fit measurement (default 2)")
-    run.add_argument("--nodes", type=int, default=None, help="emulated nodes (default: none, this machine)")
-    run.add_argument("--link", default="1gbit", help="emulated link rate (default 1gbit)")
-    run.add_argument("--timeout", type=float, default=600, help="seconds before the job is stopped (default 600)")
-    add_provenance_args(run)
-    sub.add_parser("report", help="plot and write the section of docs/axonn_vs_baselines.md")
-    args = parser.parse_args()
-    if args.what == "report":
-        report()
-    elif inside_mpi_job():
-        run_on_ranks(job, args)
-    else:
-        if args.nodes and args.n % args.nodes:
-            parser.error(f"-n {args.n} is not divisible by --nodes {args.nodes}")
-        sys.exit(launch(args))
+def configure(run) -> None:
+    from gpulab.cli.checks import positive_int
 
+    run.add_argument("-n", type=int, default=4, choices=(4, 8), help="ranks (default 4)")
+    run.add_argument("--nodes", type=positive_int, default=None, help="emulated nodes (default: none, this machine)")
+    add_run_args(run, link="1gbit", rounds=2, iters=5, fit_reps=2, timeout=600)
+
+
+def check(args, parser) -> None:
+    if args.nodes and args.n % args.nodes:
+        parser.error(f"-n {args.n} is not divisible by --nodes {args.nodes}")
 
 if __name__ == "__main__":
-    main()
+    main(__doc__, configure=configure, job=job, launch=launch, report=report, check=check,
+         run_help="measure on -n ranks", report_help="plot and write the section of docs/axonn_vs_baselines.md")

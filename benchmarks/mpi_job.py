@@ -1,7 +1,8 @@
 """How an engine benchmark starts itself as an MPI job whose record says where and how it ran.
 
-    add_provenance_args(run_parser)       # hidden --command/--cluster/--load-before, filled in by run_as_job
-    run_as_job(__file__, n, timeout, cluster="emulated: 2 nodes x 2 ranks, ...")   # inside `with EmulatedCluster`
+    main(__doc__, configure=lambda run: add_run_args(run, link="1gbit", rounds=2, iters=5, fit_reps=2,
+         timeout=600), job=job, launch=launch, report=report, run_help=..., report_help=...)
+    run_as_job(__file__, n, timeout, cluster="emulated: 2 nodes x 2 ranks, ...")   # in launch(), inside `with EmulatedCluster`
 
 The job re-runs the same script under ``mpiexec -n n`` (routed to the active
 emulated cluster, if any) with the command line as typed, a description of
@@ -16,12 +17,50 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpulab.launch import mpiexec_command
+from gpulab.launch import inside_mpi_job, mpiexec_command, run_on_ranks
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def main(doc: str, *, configure, job, launch, report, run_help: str, report_help: str, check=None) -> None:
+    """A benchmark's command line: ``run`` (``configure(parser)`` adds its options) measures, started
+    as an MPI job by ``launch(args)`` whose ranks call ``job(args)``; ``report`` writes the docs."""
+    from gpulab.cli.checks import Parser
+
+    parser = Parser(description=doc.splitlines()[0])
+    sub = parser.add_subparsers(dest="what", required=True)
+    configure(sub.add_parser("run", help=run_help))
+    sub.add_parser("report", help=report_help)
+    args = parser.parse_args()
+    if args.what == "report":
+        report()
+    elif inside_mpi_job():
+        run_on_ranks(job, args)
+    else:
+        if check is not None:
+            check(args, parser)
+        sys.exit(launch(args))
+
+
+def add_run_args(parser: argparse.ArgumentParser, *, link: str, rounds: int, iters: int, fit_reps: int,
+                 timeout: float) -> None:
+    """The options every engine benchmark's ``run`` takes (checked: one-line errors), and the provenance ones."""
+    from gpulab.cli.checks import positive_float, positive_int, typed
+    from gpulab.emulated import parse_link
+
+    parser.add_argument("--link", default=link, type=typed(parse_link, "a link rate"),
+                        help=f"rate of each emulated node's link (default {link})")
+    parser.add_argument("--rounds", type=positive_int, default=rounds, help=f"interleaved rounds (default {rounds})")
+    parser.add_argument("--iters", type=positive_int, default=iters, help=f"timed iterations per round (default {iters})")
+    parser.add_argument("--fit-reps", type=positive_int, default=fit_reps,
+                        help=f"repetitions of each fit measurement (default {fit_reps})")
+    parser.add_argument("--timeout", type=positive_float, default=timeout,
+                        help=f"seconds before the job is stopped (default {timeout:g})")
+    add_provenance_args(parser)
+
+
 def add_provenance_args(parser: argparse.ArgumentParser) -> None:
+    """Hidden --command/--cluster/--load-before, filled in by ``run_as_job``."""
     for hidden in ("--command", "--cluster"):
         parser.add_argument(hidden, default="", help=argparse.SUPPRESS)
     parser.add_argument("--load-before", type=float, nargs=3, default=None, help=argparse.SUPPRESS)
