@@ -211,11 +211,29 @@ def _repeat(name: str, buf, root, comm) -> bool:
         return False
     if plan is None or plan[3] != tuning.generation:
         return False
+    data = _host_bytes(buf)
+    if data is None:  # read-only or strided: the full checks say what is wrong
+        return False
     if plan[1] is None:
-        _native(plan[0], byte_view(buf), root)
+        _native(plan[0], data, root)
     else:
-        execute(plan[0], plan[1], byte_view(buf))  # byte_view still checks the buffer is writable
+        execute(plan[0], plan[1], data)
     return True
+
+
+def _host_bytes(buf: np.ndarray) -> memoryview | None:
+    """A writable C-contiguous array's bytes as one flat memoryview, else None.
+
+    One buffer export per call, which MPI then reuses: a byte view through numpy
+    (``byte_view``) costs a reshape, a view and another export per message.
+    """
+    try:
+        view = memoryview(buf)
+    except ValueError:  # a dtype with no buffer format (datetime64)
+        return None
+    if view.readonly or not view.c_contiguous:
+        return None
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
 def _remember(name: str, buf, root, comm, g: Group, schedule) -> None:

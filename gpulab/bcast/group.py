@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import functools
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -137,6 +137,8 @@ class Group:
     native: MPI.Comm | None = None  # a communicator of exactly these members, for MPI's own Bcast
     path: str = "host"  # how the buffer reaches MPI: "host", "cuda-aware" or "staged"
     stager: object | None = None  # gpulab.bcast.staging.Stager on the "staged" path
+    # the receives' status, made once: a remembered broadcast reuses its Group (one broadcast at a time)
+    status: MPI.Status = field(default_factory=lambda: MPI.Status(), repr=False, compare=False)
 
     @property
     def size(self) -> int:
@@ -192,12 +194,15 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
     """
     if not schedule:
         return
-    comm, status, any_tag, byte = g.comm, MPI.Status(), MPI.ANY_TAG, MPI.BYTE
+    comm, status, any_tag, byte = g.comm, g.status, MPI.ANY_TAG, MPI.BYTE
     events = [] if trace.active() else None
     hooks = g.stager is not None or events is not None
-    buf = mpi_view(data)  # once: the door of a fake device array is not free
-    if isinstance(buf, np.ndarray):
-        buf = memoryview(buf)  # slices at half numpy's cost; a CuPy array goes to MPI as it is
+    if type(data) is memoryview:  # a host array's bytes, exported once (the repeated broadcast)
+        buf = data
+    else:
+        buf = mpi_view(data)  # once: the door of a fake device array is not free
+        if isinstance(buf, np.ndarray):
+            buf = memoryview(buf)  # slices at half numpy's cost; a CuPy array goes to MPI as it is
     sends, posted, sent_events = [], deque(), []
     op = None
     try:

@@ -228,6 +228,16 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
         assert "read-only" in str(error)
     else:
         raise AssertionError("a read-only buffer was accepted on the fast path")
+    try:
+        bcast(np.zeros(258)[::2], 0, comm)  # the remembered size, strided
+    except ValueError as error:
+        assert "C-contiguous" in str(error)
+    else:
+        raise AssertionError("a strided buffer was accepted on the fast path")
+    for other in (np.arange(258, dtype=np.int32), np.arange(1032, dtype=np.uint8).reshape(8, 129)):
+        buf = other.copy() if comm.rank == 0 else np.zeros_like(other)  # same bytes, another dtype or shape
+        bcast(buf, 0, comm)
+        assert buf.tobytes() == other.tobytes(), other.dtype
     remembered = sum(1 for key in algorithms._plans if key[0] == id(comm))
     comm.Free()
     forgotten = not any(key[0] == id(comm) for key in algorithms._plans)
