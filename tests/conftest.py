@@ -13,7 +13,8 @@ from tests.mpi_harness import remove_leaked_scratch, scratch_on_disk
 def no_mpi_scratch_left():
     """Fails a test after which hydra's /tmp/hydra_hwloc_xmlfile_* or MPICH's /dev/shm/mpich_shm_* files of a
     killed or aborted job remain (and removes them): SIGKILL and MPI_Abort leave them, so whatever kills
-    a job must remove them too (gpulab.cluster.processes.kill_all, tests.mpi_harness.run_mpi).
+    a job must remove them too (gpulab.cluster.processes.kill_all and the notebook reaper, the emulated
+    cluster's keeper and EmulatedCluster.run, tests.mpi_harness.run_mpi).
 
     The files do not say whose they are: while MPI jobs that are not this run's are running on the
     machine (another test run, a benchmark), a leak is only a warning, since theirs may be the files.
