@@ -10,10 +10,11 @@ from tests.mpi_harness import remove_leaked_scratch, scratch_on_disk
 
 
 @pytest.fixture(autouse=True)
-def no_mpi_scratch_left(request):
+def no_mpi_scratch_left():
     """Fails a test after which hydra's /tmp/hydra_hwloc_xmlfile_* or MPICH's /dev/shm/mpich_shm_* files of a
     killed or aborted job remain (and removes them): SIGKILL and MPI_Abort leave them, so whatever kills
-    a job must remove them too (gpulab.cluster.processes.kill_all, tests.mpi_harness.run_mpi).
+    a job must remove them too (gpulab.cluster.processes.kill_all and the notebook reaper, the emulated
+    cluster's keeper and EmulatedCluster.run, tests.mpi_harness.run_mpi).
 
     The files do not say whose they are: while MPI jobs that are not this run's are running on the
     machine (another test run, a benchmark), a leak is only a warning, since theirs may be the files.
@@ -21,10 +22,6 @@ def no_mpi_scratch_left(request):
     before, shared = scratch_on_disk(), bool(foreign_mpi_jobs())
     yield
     leaked = remove_leaked_scratch(before)
-    known = request.node.get_closest_marker("leaves_mpi_scratch")
-    if leaked and known:
-        warnings.warn(f"known leak ({known.args[0]}): removed {sorted(leaked)}")
-        return
     if leaked and (shared or foreign_mpi_jobs()):
         warnings.warn(f"MPI scratch files of a killed or aborted job appeared during the test and remain (removed "
                       f"now); other MPI jobs ran on this machine meanwhile, so they may be theirs: {sorted(leaked)}")

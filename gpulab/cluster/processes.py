@@ -3,14 +3,15 @@
 mpiexec and the controller run in their own sessions (ipyparallel starts them so
 that Ctrl-C in the kernel does not kill them), so when a kernel is restarted or
 killed nothing stops them. The reaper is a small process that watches the
-kernel and kills the cluster's whole process tree once the kernel is gone:
+kernel and kills the cluster's whole process tree once the kernel is gone, then
+removes the MPI scratch files that tree held (SIGKILL leaves them, and so do
+engines that end without MPI_Finalize):
 
     reap(owner=<kernel pid>, pids=[<controller pid>, <mpiexec pid>], cancel=[])
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import psutil
 
-from gpulab.launch import MPI_SCRATCH
+# the keeper of an emulated cluster reads and removes them too, with the standard library only
+from gpulab.emulated.netns import mpi_scratch_held, remove_files
 
 
 def alive(proc) -> bool:
@@ -35,21 +37,7 @@ def alive(proc) -> bool:
 def mpi_scratch_files(procs) -> set[str]:
     """The MPI scratch files (``launch.MPI_SCRATCH``) that these processes hold open or mapped: hydra's
     topology file is held open by mpiexec's proxy, the ranks' shared memory is mapped by them."""
-    return {path for proc in procs for path in _open_or_mapped(proc.pid) if path.startswith(MPI_SCRATCH)}
-
-
-def _open_or_mapped(pid: int) -> list[str]:
-    """Paths a process holds, read from /proc (psutil's memory_maps parses smaps: far slower)."""
-    paths = []
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):  # closed meanwhile
-                paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        with open(f"/proc/{pid}/maps") as maps:
-            paths += [line.split(maxsplit=5)[-1].rstrip("\n") for line in maps]
-    except OSError:  # gone, or not ours to read
-        pass
-    return paths
+    return mpi_scratch_held(proc.pid for proc in procs)
 
 
 def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
@@ -68,11 +56,6 @@ def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
 def tree_scratch_files(pids) -> set[str]:
     """The MPI scratch files held by these processes and their descendants (a job's, while it runs)."""
     return mpi_scratch_files(_trees(pids))
-
-
-def remove_files(paths) -> None:
-    for path in paths:
-        Path(path).unlink(missing_ok=True)
 
 
 def kill_trees(pids) -> None:
@@ -104,8 +87,9 @@ def start_reaper(cluster) -> subprocess.Popen:
 
 
 def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> None:
-    """Remember every descendant of pids; when owner exits, kill them all (and scancel the job)."""
-    known = {}
+    """Remember every descendant of pids and the MPI scratch files they hold; when owner exits, kill them
+    all (and scancel the job) and remove the files."""
+    known, scratch = {}, set()
     while True:
         for proc in list(known.values()) + [psutil.Process(p) for p in pids if psutil.pid_exists(p)]:
             try:  # learn the engines while mpiexec lives: once it dies they are orphans we cannot find
@@ -114,12 +98,17 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> N
             except psutil.NoSuchProcess:
                 pass
         known = {pid: p for pid, p in known.items() if alive(p)}
-        if not known:
-            return  # the cluster was stopped normally
+        # learnt while they live: engines that end without MPI_Finalize (a cell's watchdog exits one,
+        # hydra then kills the others) leave their files, and the dead hold nothing
+        scratch |= mpi_scratch_files(known.values())
+        if not known:  # stopped normally (MPICH removed its files then), or died by itself
+            remove_files(scratch)
+            return
         if not psutil.pid_exists(owner):
             if cancel:
                 subprocess.run(cancel, check=False)
             kill_trees(list(known))
+            remove_files(scratch)
             return
         time.sleep(poll)
 

@@ -461,11 +461,14 @@ esac
         """
         import threading
 
+        from gpulab.emulated.netns import remove_files
+
         seen = len(self.faults())
         proc = subprocess.Popen(self.mpiexec_command(n, python_args), stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, start_new_session=True)
         start, done, ranks, exits = time.monotonic(), threading.Event(), {}, {"order": [], "complete": False}
-        tracker = threading.Thread(target=self._track_ranks, args=(done, ranks, exits, n), daemon=True)
+        scratch: set[str] = set()
+        tracker = threading.Thread(target=self._track_ranks, args=(done, ranks, exits, n, scratch), daemon=True)
         tracker.start()
         try:
             output, _ = proc.communicate(timeout=timeout)
@@ -478,20 +481,30 @@ esac
         finally:
             done.set()
             tracker.join()
+            if proc.returncode is not None:  # the job is over: a killed or aborted one left these
+                remove_files(scratch)
         if proc.returncode != 0:
             elapsed = time.monotonic() - start
             raise ClusterJobFailed(self._diagnosis(f"failed after {elapsed:.1f} s (exit {proc.returncode})", n,
                                                    output, seen, ranks, exits))
         return subprocess.CompletedProcess(proc.args, 0, output, None)
 
-    def _track_ranks(self, done, ranks: dict, exits: dict, n: int) -> None:
+    def end_jobs(self) -> None:
+        """Kill every process running on the nodes (the cluster stays up), and remove their MPI scratch files."""
+        from gpulab.emulated.netns import kill_inside
+
+        kill_inside(set(self.state["inodes"]))
+
+    def _track_ranks(self, done, ranks: dict, exits: dict, n: int, scratch: set) -> None:
         """pid -> MPI rank of the processes on the nodes (hydra names a dead process by pid only), and
         the order in which ranks end (``exits["order"]``: (pid, time)). When one rank is killed its
         peers may crash on the broken connection, and hydra reports whichever death it saw first; on a
-        busy machine even the order of the exits can put a crashing peer first, so all are listed."""
+        busy machine even the order of the exits can put a crashing peer first, so all are listed.
+        ``scratch`` collects the MPI scratch files that the live ranks and their proxies hold: once a
+        rank is killed, hydra kills the rest, and the dead hold nothing."""
         import select as select_module
 
-        from gpulab.emulated.netns import pids_inside
+        from gpulab.emulated.netns import mpi_scratch_held, parent, pids_inside
 
         pidfds: dict[int, int] = {}  # pidfd -> pid
         try:
@@ -512,6 +525,8 @@ esac
                             pass
                 if len(pidfds) == n and not exits["order"]:
                     exits["complete"] = True  # every rank watched before any ended: the order is known
+                live = list(pidfds.values())  # not a dead rank's pid: it may be another process's by now
+                scratch |= mpi_scratch_held({*live, *map(parent, live)} - {None})
                 # wait for rank exits (in order), looking for new ranks every 0.05 s until all are found
                 wait = 0.05 if len(ranks) < n else 0.2
                 ready, _, _ = select_module.select(list(pidfds), [], [], wait) if pidfds else ([], [], [])

@@ -14,16 +14,19 @@ route anywhere else.
 Others reach a node through ``/proc/KEEPER_PID/fd/FD`` (``nsenter --net=...``).
 The keeper prints one JSON line when ready, then waits until its stdin closes
 (the creator ended, however it ended) or it gets SIGTERM/SIGINT/SIGHUP. Then it
-kills every process inside the nodes, closes the descriptors (the kernel
-removes the namespaces, their veths and the bridge) and deletes its temporary
-directory. If the keeper itself is killed with SIGKILL the namespaces still
-vanish as soon as the last process inside them exits.
+kills every process inside the nodes (and removes the MPI scratch files they
+held, which SIGKILL leaves), closes the descriptors (the kernel removes the
+namespaces, their veths and the bridge) and deletes its temporary directory.
+If the keeper itself is killed with SIGKILL the namespaces still vanish as
+soon as the last process inside them exits.
 
 Only the standard library: this runs before anything else is set up.
+``gpulab.cluster.processes`` finds and removes MPI scratch files through it too.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -36,12 +39,17 @@ import struct
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
 SUBNET = "10.77.0"
 TBF_BURST = "32kb"  # smaller bursts cost rate (tbf at 1 Gbit/s with a 4 KB burst reaches 83 MB/s);
 # larger ones let messages below the burst through at full speed
 TBF_LATENCY = "50ms"
+# What MPICH keeps on disk while a job runs and removes at a clean exit, not after SIGKILL or MPI_Abort:
+# hydra's topology file (in /tmp whatever TMPDIR says) and the ranks' shared memory. Defined here, not
+# taken from gpulab.launch.MPI_SCRATCH (the same), because gpulab.launch imports this package.
+MPI_SCRATCH = ("/tmp/hydra_hwloc_xmlfile_", "/dev/shm/mpich_shm_")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -130,12 +138,50 @@ def pids_inside(inodes: set[int], exclude: int | None = None) -> list[int]:
     return found
 
 
+def parent(pid: int) -> int | None:
+    """The parent of a process (None once it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except OSError:
+        return None
+
+
+def mpi_scratch_held(pids) -> set[str]:
+    """The MPI scratch files (``MPI_SCRATCH``) that these processes hold open or mapped: hydra's
+    topology file is held open by a node's proxy, the ranks' shared memory is mapped by them."""
+    return {path for pid in pids for path in _open_or_mapped(pid) if path.startswith(MPI_SCRATCH)}
+
+
+def _open_or_mapped(pid: int) -> list[str]:
+    """Paths a process holds, read from /proc (psutil's memory_maps parses smaps: far slower)."""
+    paths = []
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):  # closed meanwhile
+                paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        with open(f"/proc/{pid}/maps") as maps:
+            paths += [line.split(maxsplit=5)[-1].rstrip("\n") for line in maps]
+    except OSError:  # gone, or not ours to read
+        pass
+    return paths
+
+
+def remove_files(paths) -> None:
+    for path in paths:
+        Path(path).unlink(missing_ok=True)
+
+
 def kill_inside(inodes: set[int], exclude: int | None = None, timeout: float = 10.0) -> None:
+    """SIGKILL every process inside these namespaces and remove the MPI scratch files they held (nobody
+    else will: their proxies and ranks die together), read before each kill since the dead hold nothing."""
+    scratch = set()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pids = pids_inside(inodes, exclude)
         if not pids:
-            return
+            break
+        scratch |= mpi_scratch_held(pids)
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -148,6 +194,7 @@ def kill_inside(inodes: set[int], exclude: int | None = None, timeout: float = 1
             except ChildProcessError:
                 break
         time.sleep(0.02)
+    remove_files(scratch)
 
 
 SIOCGIFFLAGS, IFF_UP, IFF_RUNNING = 0x8913, 0x1, 0x40

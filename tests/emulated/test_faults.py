@@ -44,7 +44,6 @@ def _run_broadcasts(cluster: EmulatedCluster, ready: Path, tmp_path: Path, nbyte
                            f'{{"nbytes": {nbytes}}}'], timeout=90, env=env, cwd=ROOT)
 
 
-@pytest.mark.leaves_mpi_scratch("the aborted job's ranks on the emulated nodes leave their scratch files")
 def test_a_link_cut_mid_broadcast_ends_the_job_naming_the_node(tmp_path):
     ready = tmp_path / "ready"
     with EmulatedCluster(nodes=3, ranks_per_node=1, link="100mbit", fault_grace=3.0) as cluster:
@@ -62,7 +61,6 @@ def test_a_link_cut_mid_broadcast_ends_the_job_naming_the_node(tmp_path):
     assert leftovers(state) == []
 
 
-@pytest.mark.leaves_mpi_scratch("the aborted job's ranks on the emulated nodes leave their scratch files")
 def test_a_killed_rank_ends_the_job_naming_the_rank(tmp_path):
     ready = tmp_path / "ready"
     with EmulatedCluster(nodes=3, ranks_per_node=1, link="1gbit") as cluster:
@@ -84,4 +82,19 @@ def test_a_killed_rank_ends_the_job_naming_the_rank(tmp_path):
     assert "ranks in the order they ended: " in message, message
     assert "rank 1 (pid" in message and "node 2, 10.77.0.2)" in message, message
     assert ended_after < 15, ended_after
+    assert leftovers(state) == []
+
+
+def test_a_job_past_its_timeout_is_ended(tmp_path):
+    with EmulatedCluster(nodes=2, ranks_per_node=2, link="1gbit") as cluster:
+        state = dict(cluster.state)
+        out = tmp_path / "out"
+        out.mkdir()
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
+               "GPULAB_TEST_READY": str(tmp_path / "ready")}
+        with pytest.raises(ClusterJobFailed, match="timed out after 20 s"):
+            cluster.run(4, ["-m", "tests.mpi_worker", str(out), "tests.emulated.cases:sleep_forever", "{}"],
+                        timeout=20, env=env, cwd=ROOT)
+        assert all((tmp_path / f"ready.{r}").exists() for r in range(4))  # it was running, not starting
+        assert cluster.pids_on_node(1) == cluster.pids_on_node(2) == []
     assert leftovers(state) == []

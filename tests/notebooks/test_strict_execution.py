@@ -30,7 +30,6 @@ def test_hanging_px_cell_times_out_and_is_cleaned_up(ipython_dir):
     assert stop_leftovers(ipython_dir) == []
 
 
-@pytest.mark.leaves_mpi_scratch("the watchdog's restart of engines stuck in a collective leaves their shared memory")
 def test_px_cell_stuck_in_a_collective_fails_fast_with_the_stuck_line(ipython_dir):
     # the engines' cell watchdog (cell_timeout=5) ends them; %%px then fails, and gpulab shows where
     start = time.monotonic()
