@@ -25,6 +25,8 @@ import time
 import traceback
 from pathlib import Path
 
+from gpulab.emulated.netns import mpi_scratch_held, remove_files
+
 # Environment variables that MPI launchers set in every rank they start.
 _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
 # Set by ``relaunch`` in the job it starts: a launcher that sets none of the above must not make
@@ -32,9 +34,6 @@ _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "
 LAUNCHED = "GPULAB_LAUNCHED"
 
 
-# What MPICH keeps on disk while a job runs and removes at a clean exit, not after SIGKILL or
-# MPI_Abort: hydra's topology file (in /tmp whatever TMPDIR says) and the ranks' shared memory
-MPI_SCRATCH = ("/tmp/hydra_hwloc_xmlfile_", "/dev/shm/mpich_shm_")
 
 
 def find_mpiexec() -> str:
@@ -149,25 +148,15 @@ def _unread_bytes(fd: int) -> int:
 
 
 def _remove_node_scratch() -> None:
-    """Remove this node's MPI scratch files (``MPI_SCRATCH``) before aborting, which would leave them.
+    """Remove this node's MPI scratch files (``netns.MPI_SCRATCH``) before aborting, which would leave them.
 
     The ranks' shared memory is mapped by every rank of the node already (the
     mappings outlive the name); hydra's topology file is held open by this
     rank's parent, the node's proxy, which removes it only when the job ends
     cleanly. Ranks on other nodes are left to their own launcher.
     """
-    paths = set()
     with contextlib.suppress(OSError):
-        paths |= {line.split(maxsplit=5)[-1].strip() for line in Path("/proc/self/maps").read_text().splitlines()
-                  if MPI_SCRATCH[1] in line}
-    with contextlib.suppress(OSError):
-        for fd in Path(f"/proc/{os.getppid()}/fd").iterdir():
-            with contextlib.suppress(OSError):
-                paths.add(os.readlink(fd))
-    for path in paths:
-        if path.startswith(MPI_SCRATCH):
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        remove_files(mpi_scratch_held([os.getpid(), os.getppid()]))
 
 
 def pin_gpu(comm=None) -> dict:

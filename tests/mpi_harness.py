@@ -23,7 +23,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpulab.launch import MPI_SCRATCH, mpiexec_command
+from gpulab.emulated.netns import MPI_SCRATCH
+from gpulab.launch import mpiexec_command
 
 ROOT = Path(__file__).resolve().parents[1]
 

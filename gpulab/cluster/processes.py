@@ -35,7 +35,7 @@ def alive(proc) -> bool:
 
 
 def mpi_scratch_files(procs) -> set[str]:
-    """The MPI scratch files (``launch.MPI_SCRATCH``) that these processes hold open or mapped: hydra's
+    """The MPI scratch files (``netns.MPI_SCRATCH``) that these processes hold open or mapped: hydra's
     topology file is held open by mpiexec's proxy, the ranks' shared memory is mapped by them."""
     return mpi_scratch_held(proc.pid for proc in procs)
 

@@ -47,8 +47,8 @@ TBF_BURST = "32kb"  # smaller bursts cost rate (tbf at 1 Gbit/s with a 4 KB burs
 # larger ones let messages below the burst through at full speed
 TBF_LATENCY = "50ms"
 # What MPICH keeps on disk while a job runs and removes at a clean exit, not after SIGKILL or MPI_Abort:
-# hydra's topology file (in /tmp whatever TMPDIR says) and the ranks' shared memory. Defined here, not
-# taken from gpulab.launch.MPI_SCRATCH (the same), because gpulab.launch imports this package.
+# hydra's topology file (in /tmp whatever TMPDIR says) and the ranks' shared memory. Here, in the
+# keeper's standard-library-only module, so that the keeper can remove them too.
 MPI_SCRATCH = ("/tmp/hydra_hwloc_xmlfile_", "/dev/shm/mpich_shm_")
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -42,14 +42,6 @@ def test_link_and_placement_parsing():
         EmulatedCluster(nodes=2, placement="scatter")
 
 
-def test_the_keeper_knows_the_scratch_files_that_launch_names():
-    """The keeper removes MPICH's scratch files without importing gpulab.launch (which imports this package)."""
-    from gpulab import launch
-    from gpulab.emulated import netns
-
-    assert netns.MPI_SCRATCH == launch.MPI_SCRATCH
-
-
 def test_set_up_show_and_tear_down():
     before = root_netns_links()
     with EmulatedCluster(nodes=3, link="1gbit") as cluster:
