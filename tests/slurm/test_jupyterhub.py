@@ -44,6 +44,7 @@ def _stream(outputs) -> str:
     return "".join(o.get("text", "") for o in outputs if o["type"] == "stream")
 
 
+@pytest.mark.parametrize("slurm", ["loopback"], indirect=True)  # see docs/cluster.md: why not emulated
 def test_notebook_00_on_a_jupyterlab_spawned_through_slurm(slurm_env, hub_packages, tmp_path):
     slurm, timings = slurm_env, {}
     with TestUser() as user, UserPython(user) as python, \
