@@ -35,14 +35,16 @@ nodes share), as a site's node set-up names its fabric interface.
 
 ``emulated=True`` puts the nodes on an emulated cluster (``gpulab.emulated``)
 of N + 1 network namespaces joined by ``link``: slurmd K runs in node K
-(10.77.0.K, port 6818, MPI between nodes over its ``eth0``: ``FI_TCP_IFACE=eth0``),
-slurmctld in the last one, the "login" node, which has no slurmd. Slurm's
-commands must run where they reach slurmctld and where the nodes reach them
-(srun listens for its tasks' I/O): ``env()`` puts wrappers first on PATH that
-run them in the login node when called from the machine's own network (as root,
-which nsenter needs) and as they are inside the nodes (a batch script's srun).
-munged's socket, the configuration and ZeroMQ's ipc:// sockets are files,
-which every namespace sees. ``stop()`` takes the namespaces down last.
+(10.77.0.K, port 6818, its private /dev/shm as above, MPI between nodes over
+its ``eth0``: ``FI_TCP_IFACE=eth0``), slurmctld and munged in the last one, the
+"login" node, which has no slurmd. Slurm's commands must run where they reach
+slurmctld and where the nodes reach them (srun listens for its tasks' I/O):
+``env()`` puts wrappers first on PATH that run them in the login node when
+called from the machine's own network (as root, which nsenter needs) and as
+they are inside the nodes (a batch script's srun). munged's socket, the
+configuration and ZeroMQ's ipc:// sockets are files, which every namespace
+sees. ``stop()`` takes the namespaces down last; if this process is killed,
+the cluster's keeper ends every daemon and job with them (only the directory stays).
 """
 
 from __future__ import annotations
@@ -203,7 +205,7 @@ class SlurmTestbed:
         self.dir.chmod(0o755)  # jobs of other users read slurm.conf and reach the munge socket
         for sub in ("state", "spool", "munge"):
             (self.dir / sub).mkdir(exist_ok=True)
-        ctld_wrap = self._start_emulated() if self.on_emulated else []
+        login = self._start_emulated() if self.on_emulated else []  # the login node's command prefix
         self.ctld_port = SLURMCTLD_PORT if self.emulated else free_port(self.controller_address)
         for node in self.nodes:
             node.port = node.port or (SLURMD_PORT if self.emulated else free_port(node.address))
@@ -218,8 +220,8 @@ class SlurmTestbed:
         prolog.chmod(0o755)
         if self.gpus:
             (self.dir / "gres.conf").write_text(self.gres_conf())
-        self._start_munge()
-        self.procs["slurmctld"] = self._spawn("slurmctld", [*ctld_wrap, _sbin("slurmctld"), "-D", "-i", "-f",
+        self._start_munge(login)
+        self.procs["slurmctld"] = self._spawn("slurmctld", [*login, _sbin("slurmctld"), "-D", "-i", "-f",
                                                             str(self.conf)])
         for node in self.nodes:
             self.procs[f"slurmd-{node.name}"] = self._spawn(
@@ -228,19 +230,20 @@ class SlurmTestbed:
         self.wait_for_nodes(timeout)
 
     def _start_emulated(self) -> list[str]:
-        """The emulated cluster: node K for slurmd K, the last node for slurmctld (whose command
-        prefix this returns), and the wrappers of Slurm's commands."""
+        """The emulated cluster: node K for slurmd K, the last node (login) for slurmctld and munged,
+        so that the keeper ends them if we are killed; the wrappers of Slurm's commands. Returns the
+        command prefix that runs in the login node."""
         from gpulab.emulated import EmulatedCluster
         from gpulab.emulated.netns import node_address
 
         login = len(self.nodes) + 1
-        self.emulated = EmulatedCluster(nodes=login, link=self.link, export=False).start()
+        self.emulated = EmulatedCluster(nodes=login, link=self.link, mode="root", export=False).start()
         for k, node in enumerate(self.nodes, start=1):
             node.address, node.wrap = node_address(k), self.emulated.on_node(k, [])
         self.controller_address = node_address(login)
         self.bin.mkdir()
         machine = os.readlink("/proc/self/ns/net")  # "net:[INODE]": the network Slurm's users call from
-        enter = " ".join(self.emulated.on_node(login, []))
+        enter = self.emulated.on_node(login, [])
         for name in CLIENTS:
             real = shutil.which(name)
             if real is None:  # salloc or scontrol missing: the tests need neither
@@ -249,11 +252,11 @@ class SlurmTestbed:
             wrapper.write_text(f"""#!/bin/sh
 # {name} of the test Slurm: from the machine's own network in its login node ({self.controller_address}),
 # from inside a node (a job's srun) as it is
-if [ "$(readlink /proc/self/ns/net)" = "{machine}" ]; then exec {enter} {real} "$@"; fi
+if [ "$(readlink /proc/self/ns/net)" = "{machine}" ]; then exec {" ".join(enter)} {real} "$@"; fi
 exec {real} "$@"
 """)
             wrapper.chmod(0o755)
-        return self.emulated.on_node(login, [])
+        return enter
 
     def _own_shm(self) -> list[str]:
         """A command prefix that gives a slurmd (and its jobs) a private /dev/shm, gone when they are.
@@ -266,7 +269,7 @@ exec {real} "$@"
         return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                 f"mount -t tmpfs -o size={self.shm_size},mode=1777 gpulab-shm /dev/shm && exec \"$@\"", "own-shm"]
 
-    def _start_munge(self) -> None:
+    def _start_munge(self, wrap: list[str]) -> None:
         munge_dir = self.dir / "munge"
         key = munge_dir / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -276,7 +279,7 @@ exec {real} "$@"
         key.chmod(0o600)
         munge_dir.chmod(0o755)
         # munged refuses to run as root; setpriv execs it as munge without leaving a wrapper process
-        cmd = ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups", _sbin("munged"), "-F",
+        cmd = [*wrap, "setpriv", "--reuid=munge", "--regid=munge", "--init-groups", _sbin("munged"), "-F",
                f"--socket={self.munge_socket}", f"--key-file={key}", f"--pid-file={munge_dir}/munged.pid",
                f"--log-file={munge_dir}/munged.log", f"--seed-file={munge_dir}/munged.seed"]
         self.procs["munged"] = self._spawn("munged", cmd)

@@ -106,8 +106,8 @@ def check_engines_on_two_nodes(slurm, ipython_dir, options: dict) -> None:
     assert job_state(slurm, job_id) == "", "engines.stop() left the job in the queue"
     assert cluster_processes(ipython_dir) == []
     assert not list(Path.cwd().glob("*.sbatch")), "the job script belongs in the profile's log directory"
-    print(f"\nslurm engines{' (emulated nodes)' if slurm.emulated else ''}: 4 connected in {connected_s:.1f} s; stop and queue empty in "
-          f"{time.monotonic() - t_stop:.1f} s; hierarchical {rows[0]['avg_us']:.0f} us, "
+    print(f"\nslurm engines{' (emulated nodes)' if slurm.emulated else ''}: 4 connected in {connected_s:.1f} s; "
+          f"stop and queue empty in {time.monotonic() - t_stop:.1f} s; hierarchical {rows[0]['avg_us']:.0f} us, "
           f"4D step {step[0]['iter_s'] * 1e3:.0f} ms")
 
 
