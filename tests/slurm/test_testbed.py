@@ -25,7 +25,8 @@ STARTER = r"""
 import json, subprocess, sys, time
 from gpulab.cluster.slurm_testbed import Node, SlurmTestbed
 slurm = SlurmTestbed([Node("n1"), Node("n2")], cpus=1, gpus=0, emulated=True).start()
-subprocess.run(["sbatch", "-N", "2", "--wrap", "srun sleep 300"], env=slurm.env(), check=True, capture_output=True)
+subprocess.run(["sbatch", "-N", "2", "--output=/dev/null", "--wrap", "srun sleep 300"], env=slurm.env(),
+               check=True, capture_output=True)
 print(json.dumps({"dir": str(slurm.dir), "cluster": slurm.emulated.state}), flush=True)
 time.sleep(300)
 """
