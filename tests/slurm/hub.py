@@ -3,15 +3,15 @@
 The hub's configuration is the one docs/cluster.md gives sites (the ```python
 block after ``<!-- tested: jupyterhub_config -->``): ``site_config`` replaces
 only the values of lines marked ``# SITE`` and appends the test-only parts
-(dummy login, an admin service token, loopback ports, SLURM_CONF). Everything
-listens on 127.0.0.1; the hub, its proxy and the user's server are stopped
-and the test user removed by the context managers, whatever happens.
-
-On the emulated testbed the test's thread enters the login node's network
-(``login_network``), so the hub and its proxy run there, as the user's browser
-does: the hub listens on the login node's address, each server on its node's
-(the hub finds it from Slurm's node name, nK -> 10.77.0.K), and the engines'
-controller in the user's kernel on the address of the kernel's node.
+(dummy login, an admin service token, SLURM_CONF, the nodes' addresses). On
+the loopback testbed everything listens on 127.0.0.1. On the emulated one the
+test's thread enters the login node's network (``login_network``), so the hub,
+its proxy and the test's requests (the user's browser) run there: the hub
+listens on the login node's address, each server on its node's (the hub finds
+it from Slurm's node name, nK -> 10.77.0.K), and the engines' controller in
+the user's kernel on the address of the kernel's node. The hub, its proxy and
+the user's server are stopped and the test user removed by the context
+managers, whatever happens.
 
     with login_network(slurm), TestUser("gpulabtest") as user, Hub(workdir, user, slurm) as hub:
         hub.spawn()                                 # the user's JupyterLab, as a Slurm job
