@@ -3,6 +3,7 @@
 For tests and for trying gpulab's Slurm paths without a cluster (needs root):
 
     python -m gpulab.cluster.slurm_testbed up            # two nodes; prints SLURM_CONF, Ctrl-C stops it
+    python -m gpulab.cluster.slurm_testbed up --emulated --link 1gbit   # the nodes on an emulated cluster
     python -m gpulab.cluster.slurm_testbed run -- srun -N 2 -n 4 --mpi=pmi2 hostname
 
     with SlurmTestbed() as slurm:                        # from Python (tests/slurm/conftest.py)
@@ -31,6 +32,19 @@ task that fails ends its step, so an MPI abort cannot leave srun waiting for
 the other tasks. A ``TaskProlog`` gives every task ``task_env`` (by default
 ``FI_TCP_IFACE=lo``: libfabric's TCP between nodes stays on the loopback the
 nodes share), as a site's node set-up names its fabric interface.
+
+``emulated=True`` puts the nodes on an emulated cluster (``gpulab.emulated``)
+of N + 1 network namespaces joined by ``link``: slurmd K runs in node K
+(10.77.0.K, port 6818, its private /dev/shm as above, MPI between nodes over
+its ``eth0``: ``FI_TCP_IFACE=eth0``), slurmctld and munged in the last one, the
+"login" node, which has no slurmd. Slurm's commands must run where they reach
+slurmctld and where the nodes reach them (srun listens for its tasks' I/O):
+``env()`` puts wrappers first on PATH that run them in the login node when
+called from the machine's own network (as root, which nsenter needs) and as
+they are inside the nodes (a batch script's srun). munged's socket, the
+configuration and ZeroMQ's ipc:// sockets are files, which every namespace
+sees. ``stop()`` takes the namespaces down last; if this process is killed,
+the cluster's keeper ends every daemon and job with them (only the directory stays).
 """
 
 from __future__ import annotations
@@ -54,6 +68,8 @@ import psutil
 
 PACKAGES = ["slurm-wlm", "slurm-client", "munge"]
 BINARIES = ["slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scancel", "sinfo"]
+CLIENTS = ["sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol"]  # wrapped in emulated mode
+SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818  # Slurm's own: every emulated node has its ports to itself
 
 
 @dataclass
@@ -103,9 +119,13 @@ class SlurmTestbed:
 
     def __init__(self, nodes: list[Node] | None = None, *, cpus: int = 4, gpus: int = 2,
                  partition: str = "debug", controller_address: str = "127.0.0.1", workdir: str | None = None,
-                 private_shm: bool = True, shm_size: str = "1g", task_env: dict | None = None):
+                 private_shm: bool = True, shm_size: str = "1g", task_env: dict | None = None,
+                 emulated: bool = False, link: str | None = "1gbit"):
         self.nodes = nodes or [Node("n1"), Node("n2")]
-        self.task_env = {"FI_TCP_IFACE": "lo"} if task_env is None else task_env
+        self.on_emulated, self.link = emulated, link
+        self.emulated = None  # the gpulab.emulated.EmulatedCluster under the nodes, while up
+        interface = "eth0" if emulated else "lo"
+        self.task_env = {"FI_TCP_IFACE": interface} if task_env is None else task_env
         self.cpus, self.gpus, self.partition = cpus, gpus, partition
         self.controller_address = controller_address
         self.private_shm, self.shm_size = private_shm, shm_size
@@ -123,9 +143,17 @@ class SlurmTestbed:
     def munge_socket(self) -> Path:
         return self.dir / "munge" / "munge.socket"
 
+    @property
+    def bin(self) -> Path:
+        """Emulated mode: the wrappers of Slurm's commands (see the module docstring)."""
+        return self.dir / "bin"
+
     def env(self, base: dict | None = None) -> dict:
         """An environment for Slurm's commands (and jobs: sbatch passes it on) that talks to this cluster."""
-        return {**(os.environ if base is None else base), "SLURM_CONF": str(self.conf)}
+        env = {**(os.environ if base is None else base), "SLURM_CONF": str(self.conf)}
+        if self.emulated is not None:
+            env["PATH"] = f"{self.bin}{os.pathsep}{env.get('PATH', os.defpath)}"
+        return env
 
     def slurm_conf(self) -> str:
         host = socket.gethostname()
@@ -177,9 +205,10 @@ class SlurmTestbed:
         self.dir.chmod(0o755)  # jobs of other users read slurm.conf and reach the munge socket
         for sub in ("state", "spool", "munge"):
             (self.dir / sub).mkdir(exist_ok=True)
-        self.ctld_port = free_port(self.controller_address)
+        login = self._start_emulated() if self.on_emulated else []  # the login node's command prefix
+        self.ctld_port = SLURMCTLD_PORT if self.emulated else free_port(self.controller_address)
         for node in self.nodes:
-            node.port = node.port or free_port(node.address)
+            node.port = node.port or (SLURMD_PORT if self.emulated else free_port(node.address))
             (self.dir / "spool" / node.name).mkdir(exist_ok=True)
             if self.gpus:
                 (self.dir / "gpus" / node.name).mkdir(parents=True, exist_ok=True)
@@ -191,13 +220,43 @@ class SlurmTestbed:
         prolog.chmod(0o755)
         if self.gpus:
             (self.dir / "gres.conf").write_text(self.gres_conf())
-        self._start_munge()
-        self.procs["slurmctld"] = self._spawn("slurmctld", [_sbin("slurmctld"), "-D", "-i", "-f", str(self.conf)])
+        self._start_munge(login)
+        self.procs["slurmctld"] = self._spawn("slurmctld", [*login, _sbin("slurmctld"), "-D", "-i", "-f",
+                                                            str(self.conf)])
         for node in self.nodes:
             self.procs[f"slurmd-{node.name}"] = self._spawn(
                 f"slurmd-{node.name}", [*node.wrap, *self._own_shm(), _sbin("slurmd"), "-D", "-N", node.name,
                                         "-f", str(self.conf)])
         self.wait_for_nodes(timeout)
+
+    def _start_emulated(self) -> list[str]:
+        """The emulated cluster: node K for slurmd K, the last node (login) for slurmctld and munged,
+        so that the keeper ends them if we are killed; the wrappers of Slurm's commands. Returns the
+        command prefix that runs in the login node."""
+        from gpulab.emulated import EmulatedCluster
+        from gpulab.emulated.netns import node_address
+
+        login = len(self.nodes) + 1
+        self.emulated = EmulatedCluster(nodes=login, link=self.link, mode="root", export=False).start()
+        for k, node in enumerate(self.nodes, start=1):
+            node.address, node.wrap = node_address(k), self.emulated.on_node(k, [])
+        self.controller_address = node_address(login)
+        self.bin.mkdir()
+        machine = os.readlink("/proc/self/ns/net")  # "net:[INODE]": the network Slurm's users call from
+        enter = self.emulated.on_node(login, [])
+        for name in CLIENTS:
+            real = shutil.which(name)
+            if real is None:  # salloc or scontrol missing: the tests need neither
+                continue
+            wrapper = self.bin / name
+            wrapper.write_text(f"""#!/bin/sh
+# {name} of the test Slurm: from the machine's own network in its login node ({self.controller_address}),
+# from inside a node (a job's srun) as it is
+if [ "$(readlink /proc/self/ns/net)" = "{machine}" ]; then exec {" ".join(enter)} {real} "$@"; fi
+exec {real} "$@"
+""")
+            wrapper.chmod(0o755)
+        return enter
 
     def _own_shm(self) -> list[str]:
         """A command prefix that gives a slurmd (and its jobs) a private /dev/shm, gone when they are.
@@ -210,7 +269,7 @@ class SlurmTestbed:
         return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
                 f"mount -t tmpfs -o size={self.shm_size},mode=1777 gpulab-shm /dev/shm && exec \"$@\"", "own-shm"]
 
-    def _start_munge(self) -> None:
+    def _start_munge(self, wrap: list[str]) -> None:
         munge_dir = self.dir / "munge"
         key = munge_dir / "munge.key"
         key.write_bytes(os.urandom(1024))
@@ -220,7 +279,7 @@ class SlurmTestbed:
         key.chmod(0o600)
         munge_dir.chmod(0o755)
         # munged refuses to run as root; setpriv execs it as munge without leaving a wrapper process
-        cmd = ["setpriv", "--reuid=munge", "--regid=munge", "--init-groups", _sbin("munged"), "-F",
+        cmd = [*wrap, "setpriv", "--reuid=munge", "--regid=munge", "--init-groups", _sbin("munged"), "-F",
                f"--socket={self.munge_socket}", f"--key-file={key}", f"--pid-file={munge_dir}/munged.pid",
                f"--log-file={munge_dir}/munged.log", f"--seed-file={munge_dir}/munged.seed"]
         self.procs["munged"] = self._spawn("munged", cmd)
@@ -332,6 +391,9 @@ class SlurmTestbed:
                 except psutil.Error:
                     pass
             psutil.wait_procs(left, timeout=10)
+        if self.emulated is not None:  # the keeper kills whatever still runs on the nodes
+            self.emulated.stop()
+            self.emulated = None
         if self.dir is not None and self._workdir_arg is None:
             shutil.rmtree(self.dir, ignore_errors=True)
             self.dir = None
@@ -372,19 +434,27 @@ class SlurmTestbed:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpulab.cluster.slurm_testbed", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=("up", "run"), help="up: run until Ctrl-C; run: run a command against it")
+    parser = argparse.ArgumentParser(prog="python -m gpulab.cluster.slurm_testbed", description=__doc__.splitlines()[0],
+                                     usage="%(prog)s {up,run} [options] [-- COMMAND ...]")
+    parser.add_argument("action", choices=("up", "run"), help="up: run until Ctrl-C; run: run COMMAND against it")
     parser.add_argument("--nodes", type=int, default=2)
     parser.add_argument("--cpus", type=int, default=4, help="CPUs each node declares")
     parser.add_argument("--gpus", type=int, default=2, help="fake GPUs (GRES) each node declares")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="for run: the command (after --)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--emulated", action="store_true",
+                        help="each slurmd in a node of an emulated cluster, slurmctld in its login node")
+    parser.add_argument("--link", default="1gbit", help="with --emulated: each node's link (100mbit, 1gbit, unlimited)")
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)  # options may follow the action
+    args, command = parser.parse_args(argv[:split]), argv[split + 1:]
     nodes = [Node(f"n{i + 1}") for i in range(args.nodes)]
-    with SlurmTestbed(nodes, cpus=args.cpus, gpus=args.gpus) as slurm:
-        print(f"Slurm is up in {slurm.timings['up_s']:.1f} s: nodes {', '.join(n.name for n in nodes)}\n"
+    with SlurmTestbed(nodes, cpus=args.cpus, gpus=args.gpus, emulated=args.emulated, link=args.link) as slurm:
+        where = f" at {', '.join(n.address for n in nodes)}, slurmctld at {slurm.controller_address}" \
+            if args.emulated else ""
+        print(f"Slurm is up in {slurm.timings['up_s']:.1f} s: nodes {', '.join(n.name for n in nodes)}{where}\n"
               f"export SLURM_CONF={slurm.conf}", flush=True)
+        if args.emulated:
+            print(f"export PATH={slurm.bin}:$PATH", flush=True)
         if args.action == "run":
-            command = args.command[1:] if args.command[:1] == ["--"] else args.command
             return subprocess.run(command, env=slurm.env()).returncode
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
         try:

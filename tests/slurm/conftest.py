@@ -1,7 +1,15 @@
 """A real two-node Slurm for the tests in this directory, shared by all of them (about 2 s to start).
 
+Two of them, one after the other: ``loopback`` (both slurmd's on 127.0.0.1) and
+``emulated`` (each slurmd in a node of an emulated cluster, slurmctld and
+Slurm's commands in its login node; see gpulab.cluster.slurm_testbed). Tests
+run on both unless they ask for one (``@pytest.mark.parametrize("slurm",
+["loopback"], indirect=True)``); pytest orders the tests so that each testbed
+starts once.
+
 Debian's slurm-wlm and munge are installed when missing (root and apt-get);
-where that is impossible the tests skip, except under CI=true where they
+where that is impossible (or, for the emulated testbed, where no network
+namespaces can be made) the tests skip, except under CI=true where they
 must run. Afterwards every job is cancelled, the daemons are stopped and
 their directory is removed; a test that leaves a job in the queue fails.
 
@@ -16,10 +24,12 @@ import time
 import pytest
 
 from gpulab.cluster.slurm_testbed import Node, SlurmTestbed, SlurmUnavailable, ensure_slurm
+from gpulab.emulated import ClusterUnavailable
 
 NODES = ("n1", "n2")
 CPUS_PER_NODE = 4  # declared, whatever the machine has: 2 engines per node and room for a notebook job
 GPUS_PER_NODE = 2  # fake GPUs: Slurm sets CUDA_VISIBLE_DEVICES in jobs, pin_gpu picks one per engine
+EMULATED_LINK = "1gbit"
 
 
 def pytest_collection_modifyitems(items):
@@ -29,8 +39,8 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.slurm)
 
 
-@pytest.fixture(scope="session")
-def slurm():
+@pytest.fixture(scope="session", params=["loopback", "emulated"])
+def slurm(request):
     """The running SlurmTestbed (``slurm.env()``, ``slurm.jobs()``, ``slurm.run("sinfo")``)."""
     try:
         ensure_slurm()
@@ -42,8 +52,14 @@ def slurm():
         if os.environ.get("CI"):
             pytest.fail("the Slurm tests must run as root in CI")
         pytest.skip("the Slurm testbed needs root (it starts slurmctld, slurmd's and munged)")
-    testbed = SlurmTestbed([Node(name) for name in NODES], cpus=CPUS_PER_NODE, gpus=GPUS_PER_NODE)
-    testbed.start()
+    testbed = SlurmTestbed([Node(name) for name in NODES], cpus=CPUS_PER_NODE, gpus=GPUS_PER_NODE,
+                           emulated=request.param == "emulated", link=EMULATED_LINK)
+    try:
+        testbed.start()
+    except ClusterUnavailable as err:  # no network namespaces here (a container without CAP_NET_ADMIN)
+        if os.environ.get("CI"):
+            pytest.fail(f"the emulated Slurm must run in CI: {err}")
+        pytest.skip(str(err))
     try:
         yield testbed
     finally:
@@ -53,9 +69,10 @@ def slurm():
 
 @pytest.fixture
 def slurm_env(slurm, monkeypatch):
-    """SLURM_CONF in os.environ for this test (sbatch, squeue and scancel find the test cluster);
+    """SLURM_CONF (and PATH) in os.environ for this test (sbatch, squeue and scancel find the test cluster);
     afterwards the queue must be empty."""
     monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
+    monkeypatch.setenv("PATH", slurm.env()["PATH"])  # emulated: the wrappers that reach its login node
     for name in [k for k in os.environ if k.startswith(("SLURM_JOB", "SLURM_NTASKS", "SBATCH_", "SRUN_"))]:
         monkeypatch.delenv(name)  # a developer running the tests inside an allocation
     before = set(slurm.jobs())  # jobs of module-wide fixtures are theirs to clean up

@@ -3,11 +3,17 @@
 The hub's configuration is the one docs/cluster.md gives sites (the ```python
 block after ``<!-- tested: jupyterhub_config -->``): ``site_config`` replaces
 only the values of lines marked ``# SITE`` and appends the test-only parts
-(dummy login, an admin service token, loopback ports, SLURM_CONF). Everything
-listens on 127.0.0.1; the hub, its proxy and the user's server are stopped
-and the test user removed by the context managers, whatever happens.
+(dummy login, an admin service token, SLURM_CONF, the nodes' addresses). On
+the loopback testbed everything listens on 127.0.0.1. On the emulated one the
+test's thread enters the login node's network (``login_network``), so the hub,
+its proxy and the test's requests (the user's browser) run there: the hub
+listens on the login node's address, each server on its node's (the hub finds
+it from Slurm's node name, nK -> 10.77.0.K), and the engines' controller in
+the user's kernel on the address of the kernel's node. The hub, its proxy and
+the user's server are stopped and the test user removed by the context
+managers, whatever happens.
 
-    with TestUser("gpulabtest") as user, Hub(workdir, user, slurm) as hub:
+    with login_network(slurm), TestUser("gpulabtest") as user, Hub(workdir, user, slurm) as hub:
         hub.spawn()                                 # the user's JupyterLab, as a Slurm job
         with hub.kernel() as kernel:                # a kernel on that server, through the hub's proxy
             kernel.execute("1 + 1")
@@ -15,6 +21,8 @@ and the test user removed by the context managers, whatever happens.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import pwd
@@ -35,6 +43,7 @@ from pathlib import Path
 import psutil
 
 from gpulab.cluster.slurm_testbed import free_port
+from gpulab.emulated.netns import CLONE_NEWNET, SUBNET
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_PACKAGES = {"jupyterhub": "jupyterhub", "batchspawner": "batchspawner",
@@ -189,6 +198,26 @@ def _link_or_copy(src, dst):
         shutil.copy2(src, dst)
 
 
+@contextlib.contextmanager
+def login_network(slurm):
+    """On the emulated testbed: this thread, and what it starts, in the network of the testbed's login node
+    (setns affects the calling thread only); on the loopback testbed nothing changes."""
+    if slurm.emulated is None:
+        yield
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    here = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    login = os.open(slurm.emulated.node_netns(len(slurm.nodes) + 1), os.O_RDONLY)
+    try:
+        if libc.setns(login, CLONE_NEWNET) != 0:
+            raise OSError(ctypes.get_errno(), "setns into the login node")
+        yield
+    finally:
+        libc.setns(here, CLONE_NEWNET)
+        os.close(here)
+        os.close(login)
+
+
 def http(method: str, url: str, token: str | None = None, body: dict | None = None, timeout: float = 10):
     """(status, parsed JSON or text) for one request; HTTP errors are returned, not raised."""
     data = None if body is None else json.dumps(body).encode()
@@ -216,19 +245,21 @@ class Hub:
         self.workdir, self.user, self.python, self.slurm = workdir, user, python, slurm
         self.port, self.hub_port, self.api_port = free_port(), free_port(), free_port()
         self.token = secrets.token_hex(24)
-        self.url = f"http://127.0.0.1:{self.port}"
+        address = slurm.controller_address  # the login node's on the emulated testbed
+        self.url = f"http://{address}:{self.port}"
         self.proc = None
         self.timings: dict[str, float] = {}
         site = {
             "c.JupyterHub.bind_url": self.url,
-            "c.JupyterHub.hub_ip": "127.0.0.1",
-            "c.JupyterHub.hub_connect_ip": "127.0.0.1",
+            "c.JupyterHub.hub_ip": address,
+            "c.JupyterHub.hub_connect_ip": address,
             "c.JupyterHub.authenticator_class": "dummy",
             "c.SlurmSpawner.req_partition": partition,
             "c.SlurmSpawner.req_runtime": "00:15:00",
             "c.SlurmSpawner.req_prologue": "",
-            "c.SlurmSpawner.ip": "127.0.0.1",
-            "c.SlurmSpawner.state_exechost_exp": "127.0.0.1",  # every test node is this machine
+            "c.SlurmSpawner.ip": "0.0.0.0" if slurm.emulated else "127.0.0.1",
+            # every loopback test node is this machine; emulated node nK is 10.77.0.K (state_exechost_re below)
+            "c.SlurmSpawner.state_exechost_exp": rf"{SUBNET}.\1" if slurm.emulated else "127.0.0.1",
             "c.SlurmSpawner.batchspawner_singleuser_cmd": str(python.bin / "batchspawner-singleuser"),
             "c.SlurmSpawner.cmd": [str(python.bin / "jupyterhub-singleuser")],
             '"GPULAB_SLURM_PARTITION"': partition,
@@ -237,6 +268,9 @@ class Hub:
         }
         env = {"SLURM_CONF": str(slurm.conf), "GPULAB_CONTROLLER_IP": "127.0.0.1", "IPP_NONINTERACTIVE": "1",
                **(extra_env or {})}
+        if slurm.emulated:  # the engines on both nodes reach the controller at the kernel's node's address
+            site["c.SlurmSpawner.req_prologue"] = "export GPULAB_CONTROLLER_IP=$(hostname -I | cut -d' ' -f1)"
+            del env["GPULAB_CONTROLLER_IP"]
         test_only = (
             f"c.JupyterHub.hub_port = {self.hub_port}\n"
             f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{self.api_port}'\n"
@@ -247,6 +281,8 @@ class Hub:
             "c.JupyterHub.load_roles = [{'name': 'gpulab-test', 'services': ['gpulab-test'], 'scopes': "
             "['admin:users', 'admin:servers', 'tokens', 'access:servers', 'read:users']}]\n"
             "c.SlurmSpawner.environment.update(%r)\n" % (self.token, env))
+        if slurm.emulated:
+            test_only += "c.SlurmSpawner.state_exechost_re = r'\\s+n(\\d+)$'\n"  # squeue's '%T %B': RUNNING n1
         self.config = site_config(documented_config(), site, test_only)
 
     def __enter__(self) -> "Hub":

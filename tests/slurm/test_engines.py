@@ -1,10 +1,16 @@
 """start_engines(launcher="slurm") against a real Slurm: one sbatch job, engines on both nodes in one MPI
 world (srun --mpi=pmi2), node-local ranks and fake GPUs as Slurm sets them, a broadcast and a 4D engine
-step through them, a clean stop, and a job killed by Slurm reported within a bounded time."""
+step through them, a clean stop, and a job killed by Slurm reported within a bounded time.
+
+The engines run on both testbeds (conftest.py); on the emulated one each node is a network namespace
+and the controller listens on unix sockets (ipc://), which the engines reach through the file system.
+How Slurm reports a cancelled or timed-out job does not depend on where its nodes are: those two tests
+use the loopback testbed only.
+"""
 
 from __future__ import annotations
 
-import subprocess
+import os
 import threading
 import time
 from pathlib import Path
@@ -26,6 +32,7 @@ def where_am_i():
 
     world = MPI.COMM_WORLD
     return {"rank": world.rank, "size": world.size, "node": os.environ.get("SLURMD_NODENAME"),
+            "network": os.readlink("/proc/self/ns/net"),
             "job": os.environ.get("SLURM_JOB_ID"), "hierarchical_node": node_of_rank(world, None)[world.rank]}
 
 
@@ -49,10 +56,25 @@ def job_state(slurm, job_id):
     return slurm.run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
 
 
+@pytest.mark.parametrize("slurm", ["loopback"], indirect=True)
 def test_engines_as_a_slurm_job_on_two_nodes(timing_out, slurm_env, ipython_dir):
-    slurm = slurm_env
+    check_engines_on_two_nodes(slurm_env, ipython_dir, SLURM)
+
+
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
+def test_engines_as_a_slurm_job_on_two_emulated_nodes(slurm_env, ipython_dir):
+    cluster = slurm_env.emulated
+    # the controller's sockets: unix sockets under the cluster's directory, for the engines and this client
+    profile = ipython_dir / "profile_gpulab"
+    profile.mkdir()
+    (profile / "ipcontroller_config.py").write_text('c.IPController.transport = "ipc"\n')
+    cluster.keep_linking_ipc_sockets()  # ipyparallel's two names for each socket (see link_ipc_sockets)
+    check_engines_on_two_nodes(slurm_env, ipython_dir, {**SLURM, "controller_ip": cluster.ipc_prefix()})
+
+
+def check_engines_on_two_nodes(slurm, ipython_dir, options: dict) -> None:
     t0 = time.monotonic()
-    with start_engines(4, **SLURM) as engines:
+    with start_engines(4, **options) as engines:
         connected_s = time.monotonic() - t0
         assert engines.job_id and job_state(slurm, engines.job_id) == "RUNNING"
         where = engines.run(where_am_i, timeout=60)
@@ -60,6 +82,12 @@ def test_engines_as_a_slurm_job_on_two_nodes(timing_out, slurm_env, ipython_dir)
         assert [w["node"] for w in where] == ["n1", "n1", "n2", "n2"]
         assert {w["job"] for w in where} == {engines.job_id}
         assert [w["hierarchical_node"] for w in where] == [0, 0, 1, 1]  # hierarchical sees Slurm's nodes
+        networks = {w["node"]: w["network"] for w in where}
+        here = os.readlink("/proc/self/ns/net")
+        if slurm.emulated:  # each node its own network namespace, neither this machine's
+            assert len(set(networks.values())) == 2 and here not in networks.values(), (networks, here)
+        else:
+            assert set(networks.values()) == {here}, (networks, here)
         # Slurm exposed both fake GPUs of a node to the job; each engine pinned the one of its local rank
         assert [(p["local_rank"], p["local_size"], p["gpu"]) for p in engines.placement] == \
             [(0, 2, "0"), (1, 2, "1"), (0, 2, "0"), (1, 2, "1")]
@@ -78,8 +106,8 @@ def test_engines_as_a_slurm_job_on_two_nodes(timing_out, slurm_env, ipython_dir)
     assert job_state(slurm, job_id) == "", "engines.stop() left the job in the queue"
     assert cluster_processes(ipython_dir) == []
     assert not list(Path.cwd().glob("*.sbatch")), "the job script belongs in the profile's log directory"
-    print(f"\nslurm engines: 4 connected in {connected_s:.1f} s; stop and queue empty in "
-          f"{time.monotonic() - t_stop:.1f} s; hierarchical {rows[0]['avg_us']:.0f} us, "
+    print(f"\nslurm engines{' (emulated nodes)' if slurm.emulated else ''}: 4 connected in {connected_s:.1f} s; "
+          f"stop and queue empty in {time.monotonic() - t_stop:.1f} s; hierarchical {rows[0]['avg_us']:.0f} us, "
           f"4D step {step[0]['iter_s'] * 1e3:.0f} ms")
 
 
@@ -133,6 +161,7 @@ def timing_out(slurm, tmp_path_factory):
         assert not cluster_processes(ipython_dir), "the timed-out cluster left processes"
 
 
+@pytest.mark.parametrize("slurm", ["loopback"], indirect=True)
 def test_a_job_cancelled_from_outside_is_reported_not_a_hang(timing_out, slurm_env, ipython_dir):
     slurm = slurm_env
     with start_engines(2, **{**SLURM, "ranks_per_node": 1}) as engines:
@@ -156,6 +185,7 @@ def test_a_job_cancelled_from_outside_is_reported_not_a_hang(timing_out, slurm_e
     assert job_state(slurm, job_id) == ""
 
 
+@pytest.mark.parametrize("slurm", ["loopback"], indirect=True)
 def test_a_job_past_its_time_limit_is_reported_not_a_hang(timing_out, slurm_env):
     timing_out.join(200)  # started with the module, running alongside the other tests
     assert not timing_out.is_alive(), "no report 200 s after the job's 1-minute time limit"

@@ -1,6 +1,8 @@
 """JupyterHub + batchspawner end to end: the hub configured as docs/cluster.md says, a user's JupyterLab
 spawned as a Slurm job, notebook 00 executed on that server through the hub's proxy (its kernel
-submitting the engines as a second Slurm job, as a learner's would), then everything stopped."""
+submitting the engines as a second Slurm job, as a learner's would), then everything stopped. It runs on
+the emulated testbed: the hub and its proxy in the login node, the server and the engines on the nodes.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +14,15 @@ import nbformat
 import psutil
 import pytest
 
+from gpulab.emulated.netns import node_address
 from tests.notebooks.nbrun import NOTEBOOKS, inject_parameters
-from tests.slurm.hub import Hub, TestUser, UserPython, documented_config, ensure_hub_packages, site_config
+from tests.slurm.hub import (Hub, TestUser, UserPython, documented_config, ensure_hub_packages, login_network,
+                             site_config)
 
 PARAMETERS = {"N_ENGINES": 4, "NBYTES": 1 << 16, "ITERS": 5}  # 4 engines: two on each node
 CHECK_ENGINES = """import json, os
 print(json.dumps({"server_job": os.environ.get("SLURM_JOB_ID"), "engines_job": engines.job_id,
+                  "controller_ip": os.environ.get("GPULAB_CONTROLLER_IP"),
                   "launcher": engines.launcher, "placement": engines.placement}))"""
 
 
@@ -44,14 +49,19 @@ def _stream(outputs) -> str:
     return "".join(o.get("text", "") for o in outputs if o["type"] == "stream")
 
 
+# the emulated testbed only: the hub on the login node, the server and the engines on the nodes, each at its
+# own address, is the documented set-up; the loopback one would add minutes and cover less
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
 def test_notebook_00_on_a_jupyterlab_spawned_through_slurm(slurm_env, hub_packages, tmp_path):
     slurm, timings = slurm_env, {}
-    with TestUser() as user, UserPython(user) as python, \
+    with login_network(slurm), TestUser() as user, UserPython(user) as python, \
             Hub(tmp_path, user, python, slurm, partition=slurm.partition) as hub:
         state = hub.spawn()
         jobs = slurm.run("squeue", "-h", "-u", user.name, "-o", "%i %j %T %N").stdout.splitlines()
         assert len(jobs) == 1 and "spawner-jupyterhub RUNNING" in jobs[0], jobs
-        server_job = jobs[0].split()[0]
+        server_job, server_node = jobs[0].split()[0], jobs[0].split()[-1]
+        # the kernel's controller: where the engines on both nodes reach it
+        controller_ip = node_address(int(server_node[1:])) if slurm.emulated else "127.0.0.1"
         assert http_ok(hub, "/api/status"), "the server does not answer through the proxy"
 
         nb = inject_parameters(nbformat.read(NOTEBOOKS / "00_start_here.ipynb", as_version=4), PARAMETERS)
@@ -68,6 +78,7 @@ def test_notebook_00_on_a_jupyterlab_spawned_through_slurm(slurm_env, hub_packag
                     info = json.loads(_stream(kernel.execute(CHECK_ENGINES)))
                     assert info["server_job"] == server_job  # the kernel runs inside the JupyterLab job
                     assert info["launcher"] == "slurm" and info["engines_job"] not in ("", server_job)
+                    assert info["controller_ip"] == controller_ip, (info, server_node)
                     queue = slurm.run("squeue", "-h", "-u", user.name, "-o", "%i %T %N").stdout
                     assert f"{info['engines_job']} RUNNING n[1-2]" in queue, queue
                     assert [p["local_rank"] for p in info["placement"]] == [0, 1, 0, 1]

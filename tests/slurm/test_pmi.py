@@ -14,6 +14,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 PMI1_CLIENT = r"""
 import json, os, socket
 pmi = socket.socket(fileno=int(os.environ["PMI_FD"]))
@@ -41,6 +43,7 @@ print(json.dumps({"short": [len(short), len(got), got == short]}))
 """
 
 
+@pytest.mark.parametrize("slurm", ["loopback"], indirect=True)  # Slurm's plugin, wherever the nodes are
 def test_slurms_pmi2_plugin_cuts_pmi1_requests_at_1024_bytes(slurm_env):
     done = subprocess.run(["srun", "-N", "1", "-n", "1", "--mpi=pmi2", sys.executable, "-c", PMI1_CLIENT],
                           env=slurm_env.env(), capture_output=True, text=True, timeout=60)

@@ -1,0 +1,74 @@
+"""The emulated testbed leaves nothing behind even when the process that started it is killed with SIGKILL:
+its daemons (munged and slurmctld in the login node, the slurmd's in theirs) and a running job's tasks are
+all inside the emulated cluster's namespaces, which the cluster's keeper empties and takes down when its
+creator is gone. Only the testbed's directory stays (as on the loopback testbed); the test removes it."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from gpulab.emulated.netns import pids_inside
+from tests.emulated.util import leftovers, reap_orphans
+from tests.mpi_harness import ROOT
+
+STARTER = r"""
+import json, subprocess, sys, time
+from gpulab.cluster.slurm_testbed import Node, SlurmTestbed
+slurm = SlurmTestbed([Node("n1"), Node("n2")], cpus=1, gpus=0, emulated=True).start()
+subprocess.run(["sbatch", "-N", "2", "--output=/dev/null", "--wrap", "srun sleep 300"], env=slurm.env(),
+               check=True, capture_output=True)
+print(json.dumps({"dir": str(slurm.dir), "cluster": slurm.emulated.state}), flush=True)
+time.sleep(300)
+"""
+PR_SET_CHILD_SUBREAPER = 36
+
+
+@pytest.fixture
+def subreaper():
+    """Orphans (the keeper, the daemons) come to this process, which reaps them: no zombies kept."""
+    libc = ctypes.CDLL(None)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1)
+    yield
+    reap_orphans()
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 0)
+
+
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)  # where the emulated testbed can run at all
+def test_a_killed_creator_leaves_no_daemon_job_or_namespace(slurm, subreaper):
+    starter = subprocess.Popen([sys.executable, "-c", STARTER], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+    state = None
+    try:
+        state = json.loads(starter.stdout.readline())
+        nodes = set(state["cluster"]["inodes"][:2])
+        deadline = time.monotonic() + 30
+        while not any(psutil.Process(pid).name() == "sleep" for pid in pids_inside(nodes)):
+            assert time.monotonic() < deadline, "the job's tasks did not start within 30 s"
+            time.sleep(0.2)
+        starter.send_signal(signal.SIGKILL)
+        starter.wait(timeout=10)
+        deadline = time.monotonic() + 30
+        while leftovers(state["cluster"]) and time.monotonic() < deadline:
+            reap_orphans()
+            time.sleep(0.1)
+        assert leftovers(state["cluster"]) == []
+        named = [p.pid for p in psutil.process_iter(["cmdline"]) if state["dir"] in " ".join(p.info["cmdline"] or [])
+                 and p.status() != psutil.STATUS_ZOMBIE]
+        assert named == [], "processes of the killed testbed are still running"
+    finally:
+        if starter.poll() is None:
+            starter.kill()
+            starter.wait()
+        starter.stdout.close()
+        if state is not None:
+            shutil.rmtree(state["dir"], ignore_errors=True)
