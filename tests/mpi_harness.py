@@ -69,6 +69,30 @@ def shared_jobs():
     return run
 
 
+def batched_jobs(calls: dict, *, timeout: float = 200, env: dict | None = None):
+    """Many tests' rank functions, one MPI job per rank count (a start costs about a second on 2 cores).
+
+    ``calls`` maps a name to (ranks, "module:function", kwargs). The returned
+    function, given a name, runs the job of that rank count on first use (all its
+    calls in turn, ``tests.mpi_worker.run_calls``) and returns the call's results
+    per rank, or raises its own failure: a call that raises on every rank leaves
+    the others' results standing; one that leaves its peers waiting ends the job
+    by ``timeout``, and every test of that job fails saying where each rank was.
+    """
+    shared = shared_jobs()
+
+    def result(name: str) -> list:
+        n = calls[name][0]
+        mine = {key: [target, kwargs] for key, (ranks, target, kwargs) in calls.items() if ranks == n}
+        outcomes = [per_rank[name] for per_rank in
+                    shared(n, "tests.mpi_worker:run_calls", calls=mine, timeout=timeout, env=env)]
+        failed = [f"rank {rank} raised:\n{o['traceback']}" for rank, o in enumerate(outcomes) if not o["ok"]]
+        if failed:
+            raise MPIJobFailed(f"{name} ({calls[name][1]} in a job of {n} ranks) failed:\n" + "\n".join(failed))
+        return [o["result"] for o in outcomes]
+    return result
+
+
 def _kill_job(pid: int) -> None:
     """SIGKILL mpiexec, its proxy and ranks (the job's whole session), and remove the scratch files they held."""
     from gpulab.cluster.processes import kill_trees  # psutil: not on a bare GPU machine (scripts/gpu_check.py)

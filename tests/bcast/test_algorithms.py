@@ -17,9 +17,23 @@ def job():
 @pytest.mark.parametrize("n", PROCESS_COUNTS)
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_bit_identical_to_mpi_bcast(algorithm, n, job):
-    # one job per process count checks every algorithm; each test reads its own algorithm's count
-    checked = [per_rank[algorithm] for per_rank in job(n, "tests.bcast.cases:check_every_algorithm", timeout=300)]
-    assert min(checked) > 0, f"cases checked per rank: {checked}"
+    # one job per process count checks every algorithm; each test reads its own algorithm's cases
+    assert_all_right(job(n, "tests.bcast.cases:check_every_algorithm", timeout=300), algorithm)
+
+
+def assert_all_right(per_rank: list, algorithm: str) -> None:
+    results = [counts[algorithm] for counts in per_rank]
+    assert min(r["checked"] for r in results) > 0, f"cases checked per rank: {results}"
+    assert not any(r["wrong"] for r in results), "\n".join(w for r in results for w in r["wrong"])
+
+
+def test_a_planted_bug_fails_its_own_algorithm_only():
+    # the proof that the tests above can fail, each for its own case, though one job checks them all
+    per_rank = run_mpi(2, "tests.bcast.cases:check_every_algorithm", planted="chain", timeout=120)
+    with pytest.raises(AssertionError, match=r"chain on world \(p=2\) root=0 \{\} int8\(1,\): rank 1 differs"):
+        assert_all_right(per_rank, "chain")
+    for algorithm in sorted(set(ALGORITHMS) - {"chain"}):
+        assert_all_right(per_rank, algorithm)
 
 
 @pytest.mark.parametrize("n", [2, 8])

@@ -19,7 +19,7 @@ from tests.mpi_steps import step
 B = 24  # divisible by depth*data for every grid of up to 12 ranks
 LR, MAX_NORM = 1e-2, 0.5  # a clip norm below the gradients' norm, so clipping acts
 # Relative tolerances. float64: everything to 1e-10 (measured: loss and gradients ~2e-15,
-# parameters after 3 AdamW steps ~7e-12). float32: loss, gradients, norms and the losses of
+# parameters after 2 or 3 AdamW steps <= 7e-12). float32: loss, gradients, norms and the losses of
 # the training steps to 1e-5 (measured <= 1.2e-7, 1e-6, 1.5e-7); parameters after training are
 # not compared in float32: Adam's first steps move each value by about lr * sign(g), so a
 # gradient entry that is rounding noise in both runs can flip its update (seen: 2e-3 of max).
@@ -54,7 +54,12 @@ def _check_groups(mesh) -> None:
         assert comm.Get_rank() == {"row": r, "col": c, "depth": d, "data": p}[axis]
 
 
-def equivalence(comm, shapes, dtype="float64", steps=3, seed=0, device="host", expect_path="host"):
+# AdamW steps per case: the second is the first from trained parameters and nonzero moments, the
+# parallel optimizer's whole state; a third takes the same path again (and costs a quarter of a case)
+STEPS = 2
+
+
+def equivalence(comm, shapes, dtype="float64", steps=STEPS, seed=0, device="host", expect_path="host"):
     """For each grid shape: loss, every gradient and a few AdamW steps against the serial model.
 
     ``device``: where the engine's arrays live ("host", "fake" or "cupy"; the

@@ -14,7 +14,7 @@ from gpulab.engine.parallel.mesh import rank_of
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.pipeline import schedule
 from gpulab.engine.training.optim import AdamW, clip_grads, global_norm
-from tests.engine.cases import LR, MAX_NORM
+from tests.engine.cases import LR, MAX_NORM, STEPS
 from tests.engine.util import random_batch, random_params, rel_err, tiny_config
 from tests.mpi_steps import step
 
@@ -62,7 +62,7 @@ def _serial_train(params, cfg, batches):
     return losses
 
 
-def equivalence(comm, cases, steps=3, seed=0, device="host", expect_path="host"):
+def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="host"):
     """For each (shape, pipe, micro, schedule): loss, every gradient, the norm and a few AdamW steps
     against the serial model in float64. ``device``: where the engine's arrays live ("host" or
     "fake"); every send, receive and collective must take ``expect_path``."""

@@ -15,9 +15,21 @@ import pytest
 from gpulab.engine import grid_shapes
 from gpulab.engine.parallel.overlap import Overlap
 from tests.engine.overlap_cases import VARIANTS
-from tests.mpi_harness import run_mpi
+from tests.mpi_harness import batched_jobs
 
 SHAPES_8 = [(2, 1, 2, 2), (1, 2, 2, 2), (2, 2, 2, 1)]
+EVERY_SWITCH_SHAPE = (2, 1, 2, 1)
+
+
+@pytest.fixture(scope="module")
+def job():  # one MPI job per rank count
+    return batched_jobs({
+        "variants on 4": (4, "tests.engine.overlap_cases:identical_numbers", dict(shapes=grid_shapes(4))),
+        "variants on 8": (8, "tests.engine.overlap_cases:identical_numbers", dict(shapes=SHAPES_8)),
+        "every combination": (4, "tests.engine.overlap_cases:identical_numbers",
+                              dict(shapes=[EVERY_SWITCH_SHAPE], variants="every", steps=1)),
+        "timeline": (4, "tests.engine.overlap_cases:timeline_gather", dict(shape=list(EVERY_SWITCH_SHAPE))),
+    })
 
 
 def _check(rows, shapes):
@@ -27,9 +39,8 @@ def _check(rows, shapes):
 
 
 @pytest.mark.parametrize("n, shapes", [(4, grid_shapes(4)), (8, SHAPES_8)])
-def test_every_overlap_option_gives_the_same_numbers(n, shapes):
-    results = run_mpi(n, "tests.engine.overlap_cases:identical_numbers", timeout=300, shapes=shapes)
-    rows = _check(results[0], shapes)
+def test_every_overlap_option_gives_the_same_numbers(n, shapes, job):
+    rows = _check(job(f"variants on {n}")[0], shapes)
     by = {(tuple(r["shape"]), r["variant"]): r for r in rows}
     for shape in shapes:
         R, C, D, P = shape
@@ -44,19 +55,16 @@ def test_every_overlap_option_gives_the_same_numbers(n, shapes):
     assert sum(r["bitwise"] for r in rows) == len(rows)  # MPICH: bit for bit
 
 
-def test_every_combination_of_the_switches_gives_the_same_numbers():
+def test_every_combination_of_the_switches_gives_the_same_numbers(job):
     """OAR, ORS, OAG, cache and buckets in all 32 combinations, on a grid where each one acts."""
-    shape = (2, 1, 2, 1)
-    rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", timeout=300, shapes=[shape],
-                   variants="every", steps=1)[0]
+    rows = job("every combination")[0]
     assert len(rows) == 32 and len({r["variant"] for r in rows}) == 32
     assert all(r["loss"] <= 1e-12 and r["grads"] <= 1e-12 and r["params"] <= 1e-12 for r in rows)
     assert all(r["bitwise"] for r in rows)  # MPICH: bit for bit
 
 
-def test_timeline_is_gathered_on_one_clock():
-    shape = (2, 1, 2, 1)
-    out = run_mpi(4, "tests.engine.overlap_cases:timeline_gather", timeout=120, shape=list(shape))[0]
+def test_timeline_is_gathered_on_one_clock(job):
+    out = job("timeline")[0]
     assert out["n_ranks"] == 4
     assert out["kinds"] == ["comm", "compute", "phase", "poll"]
     assert out["phases"] == ["forward", "backward", "grad-sync"]

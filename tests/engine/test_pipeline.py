@@ -1,8 +1,9 @@
 """Pipeline stages on the 4D grid: against the serial model in float64, schedules, checkpoints, errors.
 
-One mpiexec launch per world size and stage count; inside it the rank function
-loops over every 4D shape of world/pipe ranks (pipe outermost). Tolerance
-1e-10 relative, as for the 4D grids (tests/engine/cases.py).
+One mpiexec launch per world size runs every test's rank function for it (the fake
+device's, with their own environment, apart); inside, the rank functions loop over
+every 4D shape of world/pipe ranks (pipe outermost). Tolerance 1e-10 relative, as
+for the 4D grids (tests/engine/cases.py).
 """
 
 import pytest
@@ -13,7 +14,7 @@ from gpulab.engine.parallel.pipeline import (bubble_fraction, check_pipeline, sc
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
 from gpulab.engine.parallel.timeline_plot import gantt
 from tests.gpu.test_engine_device import AWARE, STAGED
-from tests.mpi_harness import run_mpi
+from tests.mpi_harness import batched_jobs, run_mpi
 
 
 # --- pure geometry (no MPI) ------------------------------------------------------------------------
@@ -82,6 +83,34 @@ def _cases(world, pipe, micro=None, kinds=("1f1b",)):
     return [[list(s), pipe, micro or pipe, kind] for s in grid_shapes(world // pipe) for kind in kinds]
 
 
+# both schedules where a stage has few ranks; 1F1B alone on the many 4D shapes of 4 ranks
+STAGES = {(world, pipe): _cases(world, pipe, kinds=("1f1b", "gpipe") if world // pipe <= 2 else ("1f1b",))
+          for world, pipe in [(4, 2), (4, 4), (8, 2), (8, 4)]}
+MICRO_ON_TWO = [[[1, 1, 1, 1], 2, 1, "1f1b"], [[1, 1, 1, 1], 2, 3, "1f1b"], [[1, 1, 1, 1], 2, 8, "gpipe"]]
+MICRO_ON_FOUR = [[[1, 2, 1, 1], 2, 6, "1f1b"], [[1, 1, 1, 2], 2, 3, "gpipe"]]
+TIMELINES = [(4, "1f1b"), (2, "1f1b"), (4, "gpipe")]
+CHECKPOINTS = [([1, 1, 1, 1, 4], [2, 1, 1, 2, 1]), ([2, 2, 1, 1, 1], [1, 2, 1, 1, 2])]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("checkpoints")
+    return batched_jobs({
+        **{f"stages {world}/{pipe}": (world, "tests.engine.pipe_cases:equivalence", dict(cases=cases))
+           for (world, pipe), cases in STAGES.items()},
+        "micro on 2": (2, "tests.engine.pipe_cases:equivalence", dict(cases=MICRO_ON_TWO, steps=1)),
+        "micro on 4": (4, "tests.engine.pipe_cases:equivalence", dict(cases=MICRO_ON_FOUR, steps=1)),
+        "overlap": (8, "tests.engine.pipe_cases:overlap_switches", dict(shape=[1, 1, 2, 2], pipe=2, micro=2)),
+        **{f"timeline {pipe} {kind}": (4, "tests.engine.pipe_cases:phase_order", dict(pipe=pipe, micro=4, kind=kind))
+           for pipe, kind in TIMELINES},
+        **{f"checkpoint {first} {second}": (4, "tests.engine.cases:checkpoint_across_grids",
+                                            dict(path=str(folder / f"ck{i}.npz"), first=first, second=second,
+                                                 n_layer=4))
+           for i, (first, second) in enumerate(CHECKPOINTS)},
+        "validation": (4, "tests.engine.pipe_cases:validation_errors", {}),
+    })
+
+
 def _check(results, cases):
     rows = results[0]
     assert [[r["shape"], r["pipe"], r["micro"], r["schedule"]] for r in rows] == cases
@@ -91,19 +120,14 @@ def _check(results, cases):
     return rows
 
 
-@pytest.mark.parametrize("world, pipe", [(4, 2), (4, 4), (8, 2), (8, 4)])
-def test_every_grid_shape_with_stages_matches_serial_float64(world, pipe):
-    # both schedules where a stage has few ranks; 1F1B alone on the many 4D shapes of 4 ranks
-    kinds = ("1f1b", "gpipe") if world // pipe <= 2 else ("1f1b",)
-    cases = _cases(world, pipe, kinds=kinds)
-    _check(run_mpi(world, "tests.engine.pipe_cases:equivalence", timeout=400, cases=cases), cases)
+@pytest.mark.parametrize("world, pipe", list(STAGES))
+def test_every_grid_shape_with_stages_matches_serial_float64(world, pipe, job):
+    _check(job(f"stages {world}/{pipe}"), STAGES[world, pipe])
 
 
-def test_micro_batch_counts_other_than_the_stage_count():
-    on_two = [[[1, 1, 1, 1], 2, 1, "1f1b"], [[1, 1, 1, 1], 2, 3, "1f1b"], [[1, 1, 1, 1], 2, 8, "gpipe"]]
-    _check(run_mpi(2, "tests.engine.pipe_cases:equivalence", timeout=300, cases=on_two, steps=1), on_two)
-    on_four = [[[1, 2, 1, 1], 2, 6, "1f1b"], [[1, 1, 1, 2], 2, 3, "gpipe"]]
-    _check(run_mpi(4, "tests.engine.pipe_cases:equivalence", timeout=300, cases=on_four, steps=1), on_four)
+def test_micro_batch_counts_other_than_the_stage_count(job):
+    _check(job("micro on 2"), MICRO_ON_TWO)
+    _check(job("micro on 4"), MICRO_ON_FOUR)
 
 
 @pytest.mark.parametrize("env, path", [(STAGED, "staged"), (AWARE, "cuda-aware")])
@@ -113,14 +137,13 @@ def test_stages_on_the_fake_device(env, path):
                    device="fake", expect_path=path, env=env), cases)
 
 
-def test_every_overlap_switch_with_stages():
-    assert run_mpi(8, "tests.engine.pipe_cases:overlap_switches", timeout=300, shape=[1, 1, 2, 2],
-                   pipe=2, micro=2)[0] < 1e-10
+def test_every_overlap_switch_with_stages(job):
+    assert job("overlap")[0] < 1e-10
 
 
-@pytest.mark.parametrize("pipe, kind", [(4, "1f1b"), (2, "1f1b"), (4, "gpipe")])
-def test_recorded_timeline_follows_the_schedule(pipe, kind):
-    results = run_mpi(4, "tests.engine.pipe_cases:phase_order", timeout=120, pipe=pipe, micro=4, kind=kind)
+@pytest.mark.parametrize("pipe, kind", TIMELINES)
+def test_recorded_timeline_follows_the_schedule(pipe, kind, job):
+    results = job(f"timeline {pipe} {kind}")
     for r in results:
         assert [tuple(x) for x in r["order"]] == schedule(kind, pipe, r["stage"], 4)
         # a stage receives each micro-batch's input (not the first) and output gradient (not the last)
@@ -132,16 +155,13 @@ def test_recorded_timeline_follows_the_schedule(pipe, kind):
     assert labels == sorted(f"{op}{i}" for op in "FB" for i in range(4) for _ in range(4))
 
 
-@pytest.mark.parametrize("first, second", [([1, 1, 1, 1, 4], [2, 1, 1, 2, 1]),
-                                           ([2, 2, 1, 1, 1], [1, 2, 1, 1, 2])])
-def test_checkpoint_moves_between_grids_with_and_without_stages(tmp_path, first, second):
-    errs = run_mpi(4, "tests.engine.cases:checkpoint_across_grids", timeout=200,
-                   path=str(tmp_path / "ck.npz"), first=first, second=second, n_layer=4)
-    assert max(errs) < 1e-10
+@pytest.mark.parametrize("first, second", CHECKPOINTS)
+def test_checkpoint_moves_between_grids_with_and_without_stages(first, second, job):
+    assert max(job(f"checkpoint {first} {second}")) < 1e-10
 
 
-def test_validation_errors_are_raised_on_every_rank_without_hanging():
-    results = run_mpi(4, "tests.engine.pipe_cases:validation_errors", timeout=60)
+def test_validation_errors_are_raised_on_every_rank_without_hanging(job):
+    results = job("validation")
     assert all(r == results[0] for r in results)
     msgs = results[0]
     assert "row*col*depth*data*pipe = 1*1*1*1*3 = 3 must equal the number of ranks (4)" in msgs["mesh"]

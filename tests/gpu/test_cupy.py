@@ -10,7 +10,7 @@ import pytest
 
 from gpulab.bcast import ALGORITHMS
 from tests.bcast.auto import assert_auto_rows
-from tests.mpi_harness import run_mpi
+from tests.mpi_harness import run_mpi, shared_jobs
 
 cp = pytest.importorskip("cupy")
 try:
@@ -20,24 +20,29 @@ except Exception:  # CuPy installed, but no driver or no device
 pytestmark = pytest.mark.skipif(GPUS == 0, reason="no CUDA device")
 
 
+@pytest.fixture(scope="module")
+def job():
+    return shared_jobs()  # one job (one CUDA start-up per rank) per process count and path checks every algorithm
+
+
 @pytest.mark.parametrize("n", [2, 4])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
-def test_staged_cupy_broadcast_is_bit_identical(algorithm, n):
-    checked = run_mpi(n, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, device="cupy",
-                      env={"GPULAB_CUDA_AWARE": "0"}, timeout=180)
-    assert min(checked) > 0
+def test_staged_cupy_broadcast_is_bit_identical(algorithm, n, job):
+    per_rank = job(n, "tests.gpu.cases:check_all_algorithms", device="cupy", env={"GPULAB_CUDA_AWARE": "0"},
+                   timeout=300)
+    assert min(counts[algorithm] for counts in per_rank) > 0
 
 
 @pytest.mark.parametrize("algorithm", ["binomial", "chain", "scatter_allgather_ring", "mpi"])
-def test_cuda_aware_cupy_broadcast(algorithm):
+def test_cuda_aware_cupy_broadcast(algorithm, job):
     from gpulab.mpi_cuda import mpi_cuda_support
 
     aware, why = mpi_cuda_support()
     if not aware:
         pytest.skip(f"this MPI is not CUDA-aware ({why})")
-    checked = run_mpi(2, "tests.gpu.cases:check_device_algorithm", algorithm=algorithm, device="cupy",
-                      expect_path="cuda-aware", env={"GPULAB_CUDA_AWARE": ""}, timeout=180)
-    assert min(checked) > 0
+    per_rank = job(2, "tests.gpu.cases:check_all_algorithms", device="cupy", expect_path="cuda-aware",
+                   env={"GPULAB_CUDA_AWARE": ""}, timeout=300)
+    assert min(counts[algorithm] for counts in per_rank) > 0
 
 
 def test_nccl_baseline():

@@ -14,12 +14,29 @@ from gpulab.backend import is_device_array, to_device
 from gpulab.engine import loss_and_grads
 from tests.engine.util import random_batch, random_params, tiny_config
 from tests.gpu.engine_cases import OPS
-from tests.mpi_harness import run_mpi
+from tests.mpi_harness import batched_jobs, run_mpi
 
 STAGED = {"GPULAB_CUDA_AWARE": "", "GPULAB_FAKE_MPI_CUDA_AWARE": "0"}
 AWARE = {"GPULAB_CUDA_AWARE": "", "GPULAB_FAKE_MPI_CUDA_AWARE": "1"}
 CASES = len(OPS) * 3  # every collective in float64, float32, float16
 SHAPES_4 = [(2, 1, 2, 1), (1, 2, 1, 2), (1, 1, 2, 2), (2, 2, 1, 1), (4, 1, 1, 1)]
+SHAPES_FEW = [(2, 1, 2, 1), (1, 2, 1, 2)]
+
+
+def _equivalence(path, **kwargs):
+    return 4, "tests.engine.cases:equivalence", dict(device="fake", expect_path=path, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def job():  # one job per path runs the engine's cases on 4 ranks
+    return {"staged": batched_jobs({
+        "float64": _equivalence("staged", shapes=SHAPES_4),
+        "float32": _equivalence("staged", shapes=SHAPES_FEW, dtype="float32"),
+        "float16": (4, "tests.engine.cases:float16_accuracy", dict(shapes=SHAPES_FEW, device="fake",
+                                                                  expect_path="staged")),
+        "overlap": (4, "tests.engine.overlap_cases:identical_numbers", dict(shapes=[(2, 1, 2, 1), (1, 1, 2, 2)],
+                                                                           device="fake")),
+    }, env=STAGED), "cuda-aware": batched_jobs({"float64": _equivalence("cuda-aware", shapes=SHAPES_4)}, env=AWARE)}
 
 
 def test_serial_model_on_fake_device_is_bit_identical_to_numpy():
@@ -53,30 +70,23 @@ def test_handing_an_unsynchronized_buffer_to_a_cuda_aware_mpi_fails_loudly():
     assert all(len(w) == CASES and all("synchronize the stream first" in c for c in w) for w in wrong), wrong
 
 
-@pytest.mark.parametrize("env, path", [(STAGED, "staged"), (AWARE, "cuda-aware")])
-def test_engine_on_fake_device_matches_the_serial_model(env, path):
-    rows = run_mpi(4, "tests.engine.cases:equivalence", shapes=SHAPES_4, device="fake", expect_path=path,
-                   env=env, timeout=300)[0]
+@pytest.mark.parametrize("path", ["staged", "cuda-aware"])
+def test_engine_on_fake_device_matches_the_serial_model(path, job):
+    rows = job[path]("float64")[0]
     assert max(r["grad_err"] for r in rows) < 1e-10 and max(r["param_err"] for r in rows) < 1e-10
 
 
-def test_engine_on_fake_device_float32():
-    rows = run_mpi(4, "tests.engine.cases:equivalence", shapes=[(2, 1, 2, 1), (1, 2, 1, 2)], dtype="float32",
-                   device="fake", expect_path="staged", env=STAGED, timeout=300)[0]
-    assert max(r["grad_err"] for r in rows) < 1e-5
+def test_engine_on_fake_device_float32(job):
+    assert max(r["grad_err"] for r in job["staged"]("float32")[0]) < 1e-5
 
 
-def test_engine_on_fake_device_float16_mixed_precision():
-    rows = run_mpi(4, "tests.engine.cases:float16_accuracy", shapes=[(2, 1, 2, 1), (1, 2, 1, 2)], device="fake",
-                   expect_path="staged", env=STAGED, timeout=300)[0]
-    assert len(rows) == 2
+def test_engine_on_fake_device_float16_mixed_precision(job):
+    assert len(job["staged"]("float16")[0]) == 2
 
 
-def test_every_overlap_option_on_fake_device_gives_the_same_numbers():
-    rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", shapes=[(2, 1, 2, 1), (1, 1, 2, 2)],
-                   device="fake", env=STAGED, timeout=300)[0]
+def test_every_overlap_option_on_fake_device_gives_the_same_numbers(job):
+    rows = job["staged"]("overlap")[0]
     assert rows and all(r["bitwise"] for r in rows)
-
 
 def test_engine_benchmark_runs_on_the_fake_device_and_its_timeline_names_the_path():
     row = run_mpi(2, "tests.gpu.engine_cases:bench_on_device", env=STAGED, timeout=120)[0]

@@ -19,3 +19,7 @@ def hang_on(comm, rank):
     if comm.rank == rank:
         step("receiving from nobody")
         comm.recv(source=(rank + 1) % comm.size, tag=99)
+
+
+def fail_everywhere(comm):
+    raise ValueError(f"deliberate failure on every rank (this one: {comm.rank})")
