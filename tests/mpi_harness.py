@@ -129,7 +129,8 @@ def leaked_scratch(before: set[str], grace: float = 2) -> set[str]:
 
 @contextmanager
 def removing_scratch_of_aborted_jobs():
-    """For a test whose MPI job ends in MPI_Abort (which leaves hydra's and the ranks' scratch files)."""
+    """For a test whose MPI job ends in MPI_Abort, which leaves hydra's and the ranks' scratch files (a
+    failing tests.mpi_worker rank removes its own node's first: then this finds nothing, and waits for nothing)."""
     before = scratch_on_disk()
     try:
         yield
