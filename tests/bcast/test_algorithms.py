@@ -18,7 +18,7 @@ def job():
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_bit_identical_to_mpi_bcast(algorithm, n, job):
     # one job per process count checks every algorithm; each test reads its own algorithm's cases
-    assert_all_right(job(n, "tests.bcast.cases:check_every_algorithm", timeout=300), algorithm)
+    assert_all_right(job(n, "tests.bcast.cases:check_every_algorithm", timeout=200), algorithm)
 
 
 def assert_all_right(per_rank: list, algorithm: str) -> None:

@@ -125,7 +125,7 @@ def test_activation_model_is_the_engines(tmp_path):
     from tests.mpi_harness import run_mpi
 
     shapes = [(1, 1, 1, 4), (2, 1, 2, 1), (1, 2, 1, 2), (4, 1, 1, 1)]
-    rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", timeout=300, shapes=shapes,
+    rows = run_mpi(4, "tests.engine.overlap_cases:identical_numbers", timeout=200, shapes=shapes,
                    variants=["oag"], steps=1)[0]
     for r in rows:
         shape = tuple(r["shape"])

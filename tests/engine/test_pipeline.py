@@ -133,7 +133,7 @@ def test_micro_batch_counts_other_than_the_stage_count(job):
 @pytest.mark.parametrize("env, path", [(STAGED, "staged"), (AWARE, "cuda-aware")])
 def test_stages_on_the_fake_device(env, path):
     cases = [[[2, 1, 1, 1], 2, 2, "1f1b"], [[1, 1, 1, 2], 2, 2, "gpipe"]]
-    _check(run_mpi(4, "tests.engine.pipe_cases:equivalence", timeout=300, cases=cases, steps=1,
+    _check(run_mpi(4, "tests.engine.pipe_cases:equivalence", timeout=200, cases=cases, steps=1,
                    device="fake", expect_path=path, env=env), cases)
 
 

@@ -29,7 +29,7 @@ def job():
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_staged_cupy_broadcast_is_bit_identical(algorithm, n, job):
     per_rank = job(n, "tests.gpu.cases:check_all_algorithms", device="cupy", env={"GPULAB_CUDA_AWARE": "0"},
-                   timeout=300)
+                   timeout=200)
     assert min(counts[algorithm] for counts in per_rank) > 0
 
 
@@ -41,7 +41,7 @@ def test_cuda_aware_cupy_broadcast(algorithm, job):
     if not aware:
         pytest.skip(f"this MPI is not CUDA-aware ({why})")
     per_rank = job(2, "tests.gpu.cases:check_all_algorithms", device="cupy", expect_path="cuda-aware",
-                   env={"GPULAB_CUDA_AWARE": ""}, timeout=300)
+                   env={"GPULAB_CUDA_AWARE": ""}, timeout=200)
     assert min(counts[algorithm] for counts in per_rank) > 0
 
 
@@ -66,13 +66,13 @@ SHAPES_2 = [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 1), (1, 1, 1, 2)]
 
 def test_engine_on_cupy_matches_the_serial_model_staged():
     rows = run_mpi(2, "tests.engine.cases:equivalence", shapes=SHAPES_2, dtype="float32", device="cupy",
-                   expect_path="staged", env={"GPULAB_CUDA_AWARE": "0"}, timeout=300)[0]
+                   expect_path="staged", env={"GPULAB_CUDA_AWARE": "0"}, timeout=200)[0]
     assert max(r["grad_err"] for r in rows) < 1e-5
 
 
 def test_engine_on_cupy_float16_mixed_precision():
     rows = run_mpi(2, "tests.engine.cases:float16_accuracy", shapes=SHAPES_2, device="cupy",
-                   expect_path="staged", env={"GPULAB_CUDA_AWARE": "0"}, timeout=300)[0]
+                   expect_path="staged", env={"GPULAB_CUDA_AWARE": "0"}, timeout=200)[0]
     assert len(rows) == len(SHAPES_2)
 
 
@@ -83,5 +83,5 @@ def test_engine_on_cupy_cuda_aware():
     if not aware:
         pytest.skip(f"this MPI is not CUDA-aware ({why})")
     rows = run_mpi(2, "tests.engine.cases:equivalence", shapes=SHAPES_2, dtype="float32", device="cupy",
-                   expect_path="cuda-aware", env={"GPULAB_CUDA_AWARE": ""}, timeout=300)[0]
+                   expect_path="cuda-aware", env={"GPULAB_CUDA_AWARE": ""}, timeout=200)[0]
     assert max(r["grad_err"] for r in rows) < 1e-5

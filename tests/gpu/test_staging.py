@@ -24,7 +24,7 @@ def job():
 @pytest.mark.parametrize("n", [2, 3, 4])
 @pytest.mark.parametrize("algorithm", sorted(ALGORITHMS))
 def test_staged_broadcast_is_bit_identical_to_mpi_bcast(algorithm, n, job):
-    per_rank = job(n, "tests.gpu.cases:check_all_algorithms", device="fake", env=STAGED, timeout=300)
+    per_rank = job(n, "tests.gpu.cases:check_all_algorithms", device="fake", env=STAGED, timeout=200)
     checked = [counts[algorithm] for counts in per_rank]
     assert min(checked) > 0, checked
 
@@ -33,7 +33,7 @@ def test_staged_broadcast_is_bit_identical_to_mpi_bcast(algorithm, n, job):
 def test_cuda_aware_path_hands_device_memory_to_mpi(algorithm, job):
     # the door into fake device memory opens only for a CUDA-aware MPI and a synchronized stream
     per_rank = job(3, "tests.gpu.cases:check_all_algorithms", device="fake", env=AWARE, expect_path="cuda-aware",
-                   staging=[{}], timeout=300)
+                   staging=[{}], timeout=200)
     checked = [counts[algorithm] for counts in per_rank]
     assert min(checked) > 0, checked
 
