@@ -91,8 +91,8 @@ def check_algorithm(world: MPI.Comm, algorithm: str) -> dict:
                     out = ALGORITHMS[algorithm](buf, root, comm, **variant)
                     assert out is buf, "the algorithm must return the buffer it was given"
                     if buf.tobytes() != expected.tobytes() and len(wrong) < 3:
-                        wrong.append(f"{where}: rank {world.rank} differs from MPI_Bcast at byte "
-                                     f"{np.flatnonzero(buf.view(np.uint8).ravel() != expected.view(np.uint8).ravel())[:1]}")
+                        first = np.flatnonzero(buf.view(np.uint8).ravel() != expected.view(np.uint8).ravel())[:1]
+                        wrong.append(f"{where}: rank {world.rank} differs from MPI_Bcast at byte {first}")
                     checked += 1
     return {"checked": checked, "wrong": wrong}
 
