@@ -187,8 +187,8 @@ def section(record: dict) -> str:
     after = ", ".join(f"{x:.1f}" for x in record["load_after"])
     lines = [HEAD.format(png=PNG.name),
              f"`{record['command']}` ({record['date']}, {record['minutes']:.1f} min), then "
-             f"`python benchmarks/emulated_engine.py report`. {record['cluster']}; {record['cpus']} cores shared "
-             f"with other jobs: `cat /proc/loadavg` {load} before, {after} after. GPT of {m['n_layer']} layers, "
+             f"`python benchmarks/emulated_engine.py report`. {record['cluster']}; {record['cpus']} cores; "
+             f"`cat /proc/loadavg` {load} before, {after} after. GPT of {m['n_layer']} layers, "
              f"width {m['n_embd']}, {m['n_head']} heads, vocabulary {m['vocab_size']}, {record['batch']} "
              f"sequences of {m['block_size']} tokens, float32; {record['rounds']} interleaved rounds of "
              f"{record['iters']} timed iterations, each time the median over rounds of a round's median "
