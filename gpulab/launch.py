@@ -34,8 +34,6 @@ _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "
 LAUNCHED = "GPULAB_LAUNCHED"
 
 
-
-
 def find_mpiexec() -> str:
     override = os.environ.get("GPULAB_MPIEXEC")
     if override:
@@ -124,7 +122,7 @@ def _write_before_abort(report: str, grace: float = 3) -> None:
 
     On ``MPI_Abort`` hydra kills the job without reading what is left in the
     ranks' output pipes: written line by line and followed at once by the abort,
-    a traceback arrived cut after its first line (about one failure in 10).
+    a traceback arrived cut after its first line (seen once in CI).
     """
     sys.stdout.flush()
     sys.stderr.flush()
