@@ -1,5 +1,6 @@
 """Shared fixtures: no test may leave MPI scratch files behind; clusters get a private IPYTHONDIR."""
 
+import os
 import warnings
 
 import psutil
@@ -7,6 +8,15 @@ import pytest
 
 from tests.cluster.procs import cluster_processes, stop_leftovers
 from tests.mpi_harness import remove_leaked_scratch, scratch_on_disk
+
+
+def pytest_collection_modifyitems(items):
+    """With pytest-xdist (``--dist loadgroup``): a module's tests stay on one worker (its module-scoped
+    fixtures, such as one batched MPI job for all its cases, are built once) and tests/slurm stays on one
+    worker (its session-scoped Slurm testbeds bind fixed ports)."""
+    for item in items:
+        module = item.nodeid.split("::")[0]
+        item.add_marker(pytest.mark.xdist_group("slurm" if module.startswith("tests/slurm/") else module))
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +40,10 @@ def no_mpi_scratch_left():
 
 
 def foreign_mpi_jobs() -> list[int]:
-    """Pids of MPI launchers on this machine that this test run did not start."""
-    ours = {proc.pid for proc in psutil.Process().children(recursive=True)}
+    """Pids of MPI launchers on this machine that this test run did not start (with pytest-xdist, the
+    run is the controller and all its workers: a leak from the other worker's jobs fails too)."""
+    run = psutil.Process().parent() if os.environ.get("PYTEST_XDIST_WORKER") else psutil.Process()
+    ours = {proc.pid for proc in run.children(recursive=True)}
     return [proc.pid for proc in psutil.process_iter(["name"])
             if proc.info["name"] in ("mpiexec", "mpiexec.hydra", "hydra_pmi_proxy") and proc.pid not in ours]
 

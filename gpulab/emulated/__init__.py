@@ -54,6 +54,22 @@ STATE_DIR = Path(tempfile.gettempdir()) / "gpulab-clusters"  # state files of `g
 MPI_ENV = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0"}
 
 
+SOCKET_PATH_MAX = 107  # bytes of a unix socket's path (sun_path holds 108 with the final NUL)
+
+
+def cluster_tmpdir() -> str:
+    """A fresh directory for a cluster's files, short enough for the ipc sockets made in it.
+
+    The controller of emulated engines binds unix sockets named ``DIR/ipc-PORT`` (and ``ipc:PORT``);
+    under a long TMPDIR (pytest's per-test directories, a batch job's scratch) the name passes the
+    limit and the controller exits with nothing but its status. Then the directory goes to /tmp.
+    """
+    base = tempfile.gettempdir()
+    if len(os.path.join(base, "gpulab-cluster-xxxxxxxx", "ipc:65535")) > SOCKET_PATH_MAX:
+        base = "/tmp"
+    return tempfile.mkdtemp(prefix="gpulab-cluster-", dir=base)
+
+
 class ClusterUnavailable(RuntimeError):
     """This machine cannot host an emulated cluster (the message says why and what would help)."""
 
@@ -163,7 +179,7 @@ class EmulatedCluster:
 
     def _start(self, detached: bool) -> "EmulatedCluster":
         check_tools()
-        tmpdir = tempfile.mkdtemp(prefix="gpulab-cluster-")
+        tmpdir = cluster_tmpdir()
         if self.name:
             STATE_DIR.mkdir(exist_ok=True)
             state_file = str(STATE_DIR / f"{self.name}.json")

@@ -12,13 +12,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from gpulab.emulated import ClusterUnavailable, EmulatedCluster, link_bytes_per_s, parse_link, rank_nodes
+from gpulab.emulated import (SOCKET_PATH_MAX, ClusterUnavailable, EmulatedCluster, cluster_tmpdir, link_bytes_per_s,
+                             parse_link, rank_nodes)
 from tests.emulated.util import leftovers, reap_orphans, require_cluster, root_netns_links
 from tests.mpi_harness import ROOT, run_mpi
 
@@ -49,6 +51,10 @@ def test_set_up_show_and_tear_down():
         shown = cluster.describe()
         assert os.environ["GPULAB_CLUSTER"] == cluster.state_file
         assert cluster.links_down() == []
+        for k in (1, 2, 3):  # jumbo frames at both ends of every link (gpulab.emulated.netns.MTU)
+            ends = [subprocess.run(command, capture_output=True, text=True, check=True).stdout for command in
+                    (cluster.on_node(k, ["ip", "link", "show", "eth0"]), cluster.on_switch(["ip", "link", "show", f"n{k}"]))]
+            assert all(" mtu 9000 " in end for end in ends), ends
     for k in (1, 2, 3):
         assert f"node {k}: 10.77.0.{k}/24 eth0 UP; tbf" in shown and "rate 1Gbit" in shown
     assert "GPULAB_CLUSTER" not in os.environ
@@ -86,6 +92,19 @@ def test_exception_inside_the_block_tears_down_and_a_second_cluster_starts():
         assert again.alive()
         state = dict(again.state)
     assert leftovers(state) == []
+
+
+def test_ipc_sockets_fit_a_unix_socket_path_under_a_long_tmpdir(tmp_path, monkeypatch):
+    long_tmp = tmp_path / ("d" * 60)  # pytest-xdist's per-test directories pushed the sockets past 107 bytes
+    long_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
+    moved = cluster_tmpdir()
+    os.rmdir(moved)
+    assert len(os.path.join(moved, "ipc:65535")) <= SOCKET_PATH_MAX and not moved.startswith(str(long_tmp)), moved
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a short TMPDIR is kept
+    kept = cluster_tmpdir()
+    os.rmdir(kept)
+    assert kept.startswith(str(tmp_path)), kept
 
 
 def test_missing_tools_give_a_clear_message(monkeypatch):
