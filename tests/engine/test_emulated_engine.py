@@ -54,6 +54,26 @@ def test_collective_cost_uses_the_stride_when_fitted():
     assert m.collective_s("all_reduce", 8, 1, 1000) == pytest.approx(2e-5 + 2e-6)
 
 
+def test_link_floor_raises_only_what_crosses_the_link_faster_than_its_rate():
+    """2 nodes x 2 ranks at 100 bytes/s: per byte of the vector, the busiest node takes in 1 (all-reduce/4),
+    1/2 (all-gather/4, reduce-scatter/4), 2 x 1 (two all-reduce/2@2 groups share each node's link)."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from emulated_engine import link_floor
+
+    fast, slow = [1e-5, 1e-9], [1e-5, 1.0]
+    fitted = {"all_reduce/2": fast, "all_reduce/4": fast, "all_gather/4": fast, "reduce_scatter/4": fast,
+              "all_reduce/2@2": fast, "all_gather/2@2": slow}
+    floored = link_floor(machine(fitted), rate=100.0).collectives
+    assert floored["all_reduce/2"] == fast  # inside a node: no link
+    assert floored["all_reduce/4"] == [1e-5, pytest.approx(1 / 100)]
+    assert floored["all_gather/4"] == floored["reduce_scatter/4"] == [1e-5, pytest.approx(0.5 / 100)]
+    assert floored["all_reduce/2@2"] == [1e-5, pytest.approx(2 / 100)]
+    assert floored["all_gather/2@2"] == slow  # already slower than the link: kept
+    assert link_floor(machine(fitted), rate=None).collectives == fitted
+
+
 def test_recorded_experiment_has_every_grid_both_ways():
     records = sorted((ROOT / "docs" / "results").glob("emulated_engine_*.json"))
     assert records, "no record of experiment (e): python benchmarks/emulated_engine.py run"
