@@ -63,26 +63,25 @@ def link_floor(machine, rate: float | None):
     """
     from dataclasses import replace
 
-    from gpulab.engine.perf.probes import strided_group
+    from gpulab.engine.perf.probes import OPS, collective_key, group_layouts, strided_group
 
     if rate is None:
         return machine
-    p, collectives = machine.ranks, dict(machine.collectives)
-    for key, (alpha, beta) in machine.collectives.items():
-        op, layout = key.split("/")
-        g, s = (int(x) for x in layout.split("@")) if "@" in layout else (int(layout), 1)
-        groups: dict = {}
-        for rank in range(p):
+    taken_in = {"all_gather": lambda g, m: (g - m) / g, "reduce_scatter": lambda g, m: m / g,
+                "all_reduce": lambda g, m: 1.0}
+    collectives = dict(machine.collectives)
+    for g, s in group_layouts(machine.ranks, strided=True):
+        groups: dict = {}  # group -> the node of each member
+        for rank in range(machine.ranks):
             groups.setdefault(strided_group(rank, g, s), []).append(rank // RANKS_PER_NODE)
-        taken_in: dict = {}
-        for nodes in groups.values():
-            for node in set(nodes) if len(set(nodes)) > 1 else ():
-                m = nodes.count(node)
-                taken_in[node] = taken_in.get(node, 0.0) + {"all_gather": (g - m) / g, "reduce_scatter": m / g,
-                                                            "all_reduce": 1.0}[op]
-        floor = max(taken_in.values(), default=0.0) / rate
-        if beta < floor:
-            collectives[key] = [alpha, floor]
+        spanning = [nodes for nodes in groups.values() if len(set(nodes)) > 1]
+        for op in OPS:
+            key = collective_key(op, g, s)
+            load = [sum(taken_in[op](g, nodes.count(node)) for nodes in spanning if node in nodes)
+                    for node in range(machine.ranks // RANKS_PER_NODE)]
+            floor = max(load, default=0.0) / rate
+            if key in collectives and collectives[key][1] < floor:
+                collectives[key] = [collectives[key][0], floor]
     return replace(machine, collectives=collectives)
 
 
@@ -126,13 +125,13 @@ def job(args) -> None:
     if comm.rank != 0:
         return
     machine = FittedMachine.mean(fits)
-    floored = link_floor(machine, link_bytes_per_s(args.link))
+    one_node, floored = contiguous_only(machine), link_floor(machine, link_bytes_per_s(args.link))
     rows = []
     for (shape, setting), runs in rounds.items():
         row = dict(sorted(runs, key=lambda x: x["iter_s"])[len(runs) // 2])  # the median round's details
         row.update(setting=setting, iter_s=statistics.median(x["iter_s"] for x in runs),
                    iter_s_rounds=[x["iter_s"] for x in runs])
-        for key, m in (("prediction", machine), ("prediction_one_node", contiguous_only(machine)),
+        for key, m in (("prediction", machine), ("prediction_one_node", one_node),
                        ("prediction_link_floor", floored)):
             pred = predict(cfg, shape, BATCH, m, overlap_for(setting), seq_len=cfg.block_size)
             row[key] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
@@ -221,11 +220,6 @@ def _ms(x: float) -> str:
     return f"{x * 1e3:.0f}"
 
 
-def floor_ms(row: dict) -> str:
-    """The link-floored prediction (records before it existed have none)."""
-    return _ms(row["prediction_link_floor"]["iter_s"]) if "prediction_link_floor" in row else "-"
-
-
 def section(record: dict) -> str:
     m = record["model"]
     load = ", ".join(f"{x:.1f}" for x in record["load_before"])
@@ -250,7 +244,7 @@ def section(record: dict) -> str:
                      f"{_ms(on['summary']['hidden_comm_s'])} | {off['iter_s'] / on['iter_s']:.2f} | "
                      f"{_ms(off['prediction']['iter_s'])} | {_ms(on['prediction']['iter_s'])} | "
                      f"{_ms(off['prediction_one_node']['iter_s'])} | {_ms(on['prediction_one_node']['iter_s'])} | "
-                     f"{floor_ms(off)} | {floor_ms(on)} |")
+                     f"{_ms(off['prediction_link_floor']['iter_s'])} | {_ms(on['prediction_link_floor']['iter_s'])} |")
     lines += ["", "The model against the measurement, per overlap setting and fit:\n",
               "| overlap | fit | Spearman | model's pick | its measured ms | measured best | pick / best "
               "| pick within 10% | median abs. error |", "|---|---|---|---|---|---|---|---|---|"]

@@ -57,10 +57,7 @@ def test_collective_cost_uses_the_stride_when_fitted():
 def test_link_floor_raises_only_what_crosses_the_link_faster_than_its_rate():
     """2 nodes x 2 ranks at 100 bytes/s: per byte of the vector, the busiest node takes in 1 (all-reduce/4),
     1/2 (all-gather/4, reduce-scatter/4), 2 x 1 (two all-reduce/2@2 groups share each node's link)."""
-    import sys
-
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from emulated_engine import link_floor
+    from benchmarks.emulated_engine import link_floor
 
     fast, slow = [1e-5, 1e-9], [1e-5, 1.0]
     fitted = {"all_reduce/2": fast, "all_reduce/4": fast, "all_gather/4": fast, "reduce_scatter/4": fast,
