@@ -7,6 +7,8 @@
     python benchmarks/emulated_bcast.py placement   # (c) 4 nodes x 2: flat binomial vs hierarchical
                                                     #     (binomial or chain between nodes), block vs round-robin
     python benchmarks/emulated_bcast.py auto        # (d) 4 nodes x 1: `auto` (fitted model) vs MPI_Bcast
+    python benchmarks/emulated_bcast.py tuned       # (d) the same, `auto` from a table that
+                                                    #     `gpulab tune bcast` measured on the cluster (~7 min)
 
 Each experiment brings up its own EmulatedCluster (root or user namespaces), fits the cost
 model there by ping-pong (two levels: inside a node, between nodes), measures with
@@ -30,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
+from mpi_job import cpu_ticks, stolen  # noqa: E402
 
 FIT_SIZES = [8, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20]
 BENCH = ["--iters", "5", "--warmup", "1", "--time-budget", "3"]
@@ -46,7 +49,10 @@ EXPERIMENTS = {
                                  extra=["--inter", "chain", "--chunk-bytes", "256K"])]),
     "auto": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size",
                  runs=[dict(sizes="1M,8M,32M", algorithms="auto,mpi", extra=[])]),
+    "tuned": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size", tune="1M,8M,32M",
+                  runs=[dict(sizes="1M,8M,32M", algorithms="auto,mpi", extra=[])]),
 }
+TUNE = ["--time-budget", "2", "--no-fit"]  # the table's decisions; the model is the one fitted above
 
 
 def fit_in_ranks(out: str) -> None:
@@ -85,7 +91,7 @@ def label(record: dict) -> str:
 
     options = record.get("options") or {}
     if "chose" in record:
-        return f"auto ({record['chose']['algorithm']})"
+        return f"auto ({record['chose']['algorithm']}, {record['chose']['source']})"
     if record["algorithm"] == "hierarchical":
         inter = options.get("inter", "binomial")
         chunk = (options.get("inter_options") or {}).get("chunk_bytes")
@@ -126,21 +132,27 @@ def measure(spec: dict, placement: str) -> dict:
         Path(tuning).write_text(json.dumps({"version": 1, "models": {str(ranks): machine}, "tables": {}}))
         env["GPULAB_TUNING_TABLE"] = tuning
         commands, records, metadata = [], [], None
+        if spec.get("tune"):  # the autotuner measures every algorithm here and writes auto's table
+            command = [sys.executable, "-m", "gpulab.cli", "tune", "bcast", "-n", str(ranks), "--sizes",
+                       spec["tune"], *TUNE, "--quiet"]
+            subprocess.run(command, check=True, env=env, cwd=ROOT)
+            commands.append(" ".join(["gpulab tune bcast"] + command[5:-1]))
         for i, run in enumerate(spec["runs"]):
             bench_out = os.path.join(tmp, f"bench{i}.json")
             command = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(ranks), "--sizes",
                        run["sizes"], "--algorithms", run["algorithms"], *BENCH, *run["extra"],
                        "--quiet", "--json", bench_out]
-            load_before = os.getloadavg()
+            load_before, ticks = os.getloadavg(), cpu_ticks()
             subprocess.run(command, check=True, env=env, cwd=ROOT)
             bench = json.loads(Path(bench_out).read_text())
             assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
             for r in bench["records"]:
-                r.update(load_before=load_before, load_after=os.getloadavg())
+                r.update(load_before=load_before, load_after=os.getloadavg(), cpu_steal=stolen(ticks))
             records += bench["records"]
             metadata = bench["metadata"]
             commands.append(" ".join(["gpulab bench bcast"] + command[5:-3]))
-            print(f"{commands[-1]}: load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}", flush=True)
+            print(f"{commands[-1]}: load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}, "
+                  f"{stolen(ticks):.0%} of the CPU time stolen by the hypervisor", flush=True)
         topology = cluster.topology(ranks)
     machine.get("notes", {}).pop("samples", None)
     predictions(machine, records, metadata["rank_nodes"])

@@ -1,6 +1,7 @@
 """Stride-aware collective fits (groups that cross nodes) and the record of experiment (e)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,16 @@ def test_link_floor_raises_only_what_crosses_the_link_faster_than_its_rate():
     assert link_floor(machine(fitted), rate=None).collectives == fitted
 
 
+def test_link_floor_raises_timed_points_too():
+    from benchmarks.emulated_engine import link_floor
+
+    m = replace(machine({"all_reduce/2": [0.0, 1e-9], "all_reduce/4": [0.0, 1e-9]}),
+                collective_points={"all_reduce/2": [[100, 1e-3]], "all_reduce/4": [[100, 1e-3], [1000, 20.0]]})
+    floored = link_floor(m, rate=100.0).collective_points
+    assert floored["all_reduce/2"] == [[100, 1e-3]]  # inside a node
+    assert floored["all_reduce/4"] == [[100, pytest.approx(1.0)], [1000, 20.0]]  # 100 bytes at 100 B/s; slower: kept
+
+
 def test_recorded_experiment_has_every_grid_both_ways():
     records = sorted((ROOT / "docs" / "results").glob("emulated_engine_*.json"))
     assert records, "no record of experiment (e): python benchmarks/emulated_engine.py run"
@@ -95,4 +106,6 @@ def test_strided_fit_times_groups_across_the_stride():
     costs = run_mpi(4, "tests.engine.test_emulated_engine:strided_costs", timeout=120)[0]
     assert set(costs) == {collective_key(op, g, s) for op in ("all_reduce", "all_gather", "reduce_scatter")
                           for g, s in ((2, 1), (2, 2), (4, 1))}
-    assert all(alpha >= 0 and beta > 0 for alpha, beta in costs.values())
+    for key, points in costs.items():  # 1 KiB, 16 KiB (max_bytes), each a positive time
+        assert [n for n, _ in points] == [1024, 16384], key
+        assert all(t > 0 for _, t in points), key

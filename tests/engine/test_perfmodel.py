@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -149,6 +150,23 @@ def test_fitted_machine_round_trip_and_nearest_group_size(tmp_path):
     assert back.overlap_efficiency_for("none") == 0.0 and back.overlap_efficiency_for("thread") == 0.5
 
 
+def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
+    """Two regimes no one line follows: 1 KiB..16 KiB at 1 ms, then 1 s per MB (a slow link past its burst)."""
+    points = {"all_gather/2": [[1024, 1e-3], [16384, 1e-3], [1 << 20, 1e-3 + 1.0 * ((1 << 20) - 16384) / 1e6]]}
+    m = FittedMachine(name="t", ranks=2, cores=2, collectives={"all_gather/2": [5e-4, 1e-9]}, matmul_rate=1e10,
+                      elementwise_rate=1e9, kernel_overhead=1e-6, share=1.0, machine_peak=1e10,
+                      overlap={"poll": 0.0}, memory_bytes=1e9, collective_points=points, sources={"measured": "t"})
+    at = lambda n: m.collective_s("all_gather", 2, 1, n)  # noqa: E731
+    assert at(0) == pytest.approx(5e-4) and at(512) == pytest.approx(7.5e-4)  # toward the line's alpha
+    assert at(8192) == pytest.approx(1e-3)
+    assert at(16384 + 500_000) == pytest.approx(1e-3 + 0.5)  # on the measured segment
+    assert at((1 << 20) + 1_000_000) == pytest.approx(at(1 << 20) + 1.0)  # past it: the last slope
+    line = replace(m, collective_points={})
+    assert line.collective_s("all_gather", 2, 1, 1e6) == pytest.approx(5e-4 + 1e-3)
+    slower = replace(m, collective_points={"all_gather/2": [[n, 3 * t] for n, t in points["all_gather/2"]]})
+    assert FittedMachine.mean([m, slower]).collective_s("all_gather", 2, 1, 8192) == pytest.approx(2e-3)
+
+
 def test_fit_runs_on_two_ranks(tmp_path):
     out = tmp_path / "m2.json"
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -156,6 +174,7 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     m = load(out)
     assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
+    assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
     assert p["iter_s"] > 0 and p["fits"]

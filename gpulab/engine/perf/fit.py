@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gpulab.engine.perf.machines import Level
-from gpulab.engine.perf.probes import (collective_costs, collective_key, compute_rates, overlap_efficiency,
-                                       share_slowdown)
+from gpulab.engine.perf.probes import (collective_costs, collective_key, compute_rates, fit_line,
+                                       overlap_efficiency, share_slowdown)
 from gpulab.engine.perf.timing import alone, peak_matmul
 
 
@@ -30,7 +30,7 @@ class FittedMachine:
     name: str
     ranks: int  # the job size the fit ran at (its ranks share this machine's cores)
     cores: int
-    collectives: dict  # "op/g" -> [alpha_s, beta_s_per_byte]
+    collectives: dict  # "op/g" -> [alpha_s, beta_s_per_byte], the line through collective_points
     matmul_rate: float  # FLOP/s of one rank alone
     elementwise_rate: float  # values/s of one rank alone
     kernel_overhead: float  # s per array operation
@@ -43,6 +43,8 @@ class FittedMachine:
     usable_memory: float = 0.9
     host_progress: bool = True
     sources: dict = field(default_factory=dict)
+    # "op/g" -> [[bytes, s], ...] as timed; fits saved before they were kept have none (the line is used)
+    collective_points: dict = field(default_factory=dict)
 
     @property
     def ranks_per_node(self) -> int:
@@ -82,7 +84,16 @@ class FittedMachine:
             sizes = sorted(int(k.split("/")[1]) for k in self.collectives if k.startswith(op + "/") and "@" not in k)
             key = f"{op}/{min(sizes, key=lambda s: abs(np.log2(s / size)))}"
         alpha, beta = self.collectives[key]
-        return alpha + beta * nbytes
+        if key not in self.collective_points:
+            return alpha + beta * nbytes
+        # Between timed sizes: straight lines; past the largest, its last segment's slope. One line through
+        # every size (fitted on relative error) cannot follow both regimes of a slow link: messages below
+        # its burst and the sockets' buffers pass faster than the link's rate, and the line then comes out
+        # twice as fast as the link for the large ones (docs/emulated_engine.md).
+        x, t = (np.array(v, float) for v in zip(*self.collective_points[key]))
+        if nbytes <= x[-1] or len(x) < 2:
+            return float(np.interp(nbytes, np.r_[0.0, x], np.r_[alpha, t]))
+        return float(t[-1] + (nbytes - x[-1]) * max(t[-1] - t[-2], 0.0) / (x[-1] - x[-2]))
 
     def compute_s(self, work: dict) -> float:
         return self.share * (work["matmul_flops"] / self.matmul_rate
@@ -99,8 +110,10 @@ class FittedMachine:
         avg = {k: sum(getattr(f, k) for f in fits) / n
                for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak")}
         coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
+        points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
+                  for k, v in first.collective_points.items()}
         overlap = {k: sum(f.overlap[k] for f in fits) / n for k in first.overlap}
-        return cls(**{**asdict(first), **avg, "collectives": coll, "overlap": overlap,
+        return cls(**{**asdict(first), **avg, "collectives": coll, "collective_points": points, "overlap": overlap,
                       "sources": {**first.sources, "measured": " | ".join(f.sources["measured"] for f in fits),
                                   "averaged": f"mean of {n} fits"}})
 
@@ -124,7 +137,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
 
     compute = comm.bcast(alone(comm, compute_rates), root=0)
     compute["share"] = share_slowdown(comm, reps)
-    collectives = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
+    points = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
@@ -136,12 +149,14 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     load = os.getloadavg()[0]
     return FittedMachine(
         name=name or f"this machine, {comm.size} ranks", ranks=comm.size, cores=cores,
-        collectives=collectives, machine_peak=peak, overlap=overlap,
+        collectives={k: list(fit_line(*zip(*v))) for k, v in points.items()}, collective_points=points,
+        machine_peak=peak, overlap=overlap,
         memory_bytes=total_memory / comm.size, **compute,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
                              f"load average {load:.1f} at the end",
                  "compute": "matmul/elementwise/tiny-op timings on rank 0 alone, times the measured share",
                  "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
-                                f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else ""),
+                                f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
+                                + "; interpolated between the timed sizes",
                  "overlap": "1 MiB all-reduce behind 20 matmuls of 256^3, per progress mode",
                  "memory_bytes": "physical memory / ranks"})

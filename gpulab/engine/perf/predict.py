@@ -15,8 +15,8 @@ How (each term printed by ``gpulab model``):
    AxoNN trains large models) the forward runs twice.
 2. Communication: every collective of the iteration (``terms.comm_rows``),
    each costed by the machine as a ring with a latency per step and the
-   bandwidth of the link its group spans (same node or not), or a fitted
-   alpha + beta n on this computer. With ``recompute`` forward's collectives
+   bandwidth of the link its group spans (same node or not), or on this
+   computer its timings, interpolated between the sizes timed. With ``recompute`` forward's collectives
    run twice too.
 3. Overlap: a collective that ``overlap`` makes non-blocking hides behind the
    computation it runs alongside, up to ``overlap_efficiency`` of that

@@ -12,8 +12,8 @@
   p/g groups that all run the collective together, each call right after a
   short compute kernel, as in training: its cost is the time it adds to the
   kernel (on shared cores that includes waiting for the peers to be
-  scheduled, which back-to-back collectives never see). t = alpha + beta n
-  is fitted per (op, g) over 1 KiB .. 4 MiB (least squares, relative error).
+  scheduled, which back-to-back collectives never see), timed per (op, g)
+  at 1 KiB .. 4 MiB. The model interpolates these points (``fit``);
   With ``strided`` also per stride s > 1 (members s ranks apart, key
   "op/g@s"): on a cluster of nodes these groups cross the links while the
   contiguous ones stay inside a node, and the engine's groups have strides
@@ -36,7 +36,7 @@ from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.perf.timing import alone
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
-SIZES = [1 << k for k in (10, 14, 18, 20, 22)]  # 1 KiB .. 4 MiB
+SIZES = [1 << k for k in (10, 14, 16, 18, 20, 22)]  # 1 KiB .. 4 MiB
 
 
 def fit_line(x, t) -> tuple[float, float]:
@@ -125,6 +125,7 @@ def collective_key(op: str, size: int, stride: int) -> str:
 
 
 def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1]) -> dict:
+    """"op/g[@s]" -> [[bytes, seconds], ...] for every size up to ``max_bytes``, on every rank."""
     p, out = comm.size, {}
     work = work_kernel(comm.rank)
     for g, s in group_layouts(p, strided):
@@ -142,8 +143,8 @@ def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SI
                 for _ in range(reps):  # alternated; the least disturbed of each
                     with_call.append(per_step(comm, lambda: (work(), call())))
                     without.append(per_step(comm, work))
-                points.append((n * 4, max(min(with_call) - min(without), 1e-6)))
-            out[collective_key(op, g, s)] = list(fit_line(*zip(*points)))
+                points.append([n * 4, max(min(with_call) - min(without), 1e-6)])
+            out[collective_key(op, g, s)] = points
         group.Free()
     return out
 
