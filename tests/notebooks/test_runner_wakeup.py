@@ -12,7 +12,6 @@ import asyncio
 import time
 
 import nbformat
-import pytest
 import zmq
 import zmq.asyncio
 from jupyter_client.channels import AsyncZMQSocketChannel
