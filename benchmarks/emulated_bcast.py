@@ -146,13 +146,14 @@ def measure(spec: dict, placement: str) -> dict:
             subprocess.run(command, check=True, env=env, cwd=ROOT)
             bench = json.loads(Path(bench_out).read_text())
             assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
+            steal = stolen(ticks)
             for r in bench["records"]:
-                r.update(load_before=load_before, load_after=os.getloadavg(), cpu_steal=stolen(ticks))
+                r.update(load_before=load_before, load_after=os.getloadavg(), cpu_steal=steal)
             records += bench["records"]
             metadata = bench["metadata"]
             commands.append(" ".join(["gpulab bench bcast"] + command[5:-3]))
             print(f"{commands[-1]}: load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}, "
-                  f"{stolen(ticks):.0%} of the CPU time stolen by the hypervisor", flush=True)
+                  f"{steal:.0%} of the CPU time stolen by the hypervisor", flush=True)
         topology = cluster.topology(ranks)
     machine.get("notes", {}).pop("samples", None)
     predictions(machine, records, metadata["rank_nodes"])

@@ -16,8 +16,8 @@ How (each term printed by ``gpulab model``):
 2. Communication: every collective of the iteration (``terms.comm_rows``),
    each costed by the machine as a ring with a latency per step and the
    bandwidth of the link its group spans (same node or not), or on this
-   computer its timings, interpolated between the sizes timed. With ``recompute`` forward's collectives
-   run twice too.
+   computer its timings, interpolated between the sizes timed. With
+   ``recompute`` forward's collectives run twice too.
 3. Overlap: a collective that ``overlap`` makes non-blocking hides behind the
    computation it runs alongside, up to ``overlap_efficiency`` of that
    computation: dX all-reduce behind the layer's dW matmul (``oar``, AxoNN's
