@@ -110,11 +110,12 @@ def pipeline_shape(algorithm: str, p: int, serial: bool) -> tuple[int, int]:
     return _tree_depth(sends.__getitem__, p, serial), max(map(len, sends)) if serial else 1
 
 
-def _halves(op) -> list[tuple[str, int, int]]:
-    """The messages a blocking op takes part in: ("out"|"in", peer, bytes)."""
-    if op.kind == SENDRECV:
-        return [("out", op.peer, op.hi - op.lo), ("in", op.src, op.rhi - op.rlo)]
-    return [("out" if op.kind == SEND else "in", op.peer, op.hi - op.lo)]
+def _messages_of(ops) -> tuple[list, list]:
+    """Per op of one rank's schedule: the message it sends (peer, bytes) or None, and the one it receives."""
+    sends = [(op.peer, op.hi - op.lo) if op.kind in (SEND, SENDRECV) else None for op in ops]
+    receives = [(op.src, op.rhi - op.rlo) if op.kind == SENDRECV else None if op.kind == SEND
+                else (op.peer, op.hi - op.lo) for op in ops]
+    return sends, receives
 
 
 @functools.lru_cache(maxsize=4096)
@@ -126,37 +127,42 @@ def blocking_path(algorithm: str, nbytes: int, p: int, cost: Callable[[float], f
     blocking Send, Recv or Sendrecv), and a rank moves on when every message of
     its op has arrived. The path is the chain of messages behind the last rank
     to finish; which chain that is can depend on alpha and beta, hence ``cost``.
+    Each message is handled once (a rank that moves on wakes only itself and
+    the rank sending to it), so a replay costs O(messages), not O(p) per step.
     """
     ops = [BLOCKING[algorithm](p, 0, me, nbytes) for me in range(p)]
+    sends, receives = zip(*map(_messages_of, ops))
     pos, clock = [0] * p, [(0.0, None)] * p  # per rank: (seconds, its path as (size, previous) links)
-    arrivals: dict = {}  # (rank, position) -> arrivals of that op's messages so far
-    matched: set = set()  # (direction, rank, its position, other rank): halves of messages started
-    while True:
-        moved = False
-        for me in range(p):
-            if pos[me] >= len(ops[me]):
-                continue
-            for direction, peer, size in _halves(ops[me][pos[me]]):
-                if direction != "out" or pos[peer] >= len(ops[peer]):
-                    continue
-                sent, received = ("out", me, pos[me], peer), ("in", peer, pos[peer], me)
-                if ("in", me, size) not in _halves(ops[peer][pos[peer]]) or sent in matched or received in matched:
-                    continue
-                matched.update((sent, received))
-                start = max(clock[me], clock[peer], key=lambda c: c[0])
-                arrival = (start[0] + cost(size), (size, start[1]))
-                arrivals.setdefault((me, pos[me]), []).append(arrival)
-                arrivals.setdefault((peer, pos[peer]), []).append(arrival)
-                moved = True
-        for me in range(p):  # ranks whose every message has arrived move on
-            if pos[me] < len(ops[me]) and len(arrivals.get((me, pos[me]), ())) == len(_halves(ops[me][pos[me]])):
-                clock[me] = max(arrivals[(me, pos[me])], key=lambda c: c[0])
-                pos[me] += 1
-                moved = True
-        if all(pos[me] == len(ops[me]) for me in range(p)):
-            break
-        if not moved:
-            raise RuntimeError(f"{algorithm} on {p} ranks: the schedules wait for each other (deadlock)")
+    arrived: list[list] = [[] for _ in range(p)]  # arrivals of each rank's current op so far
+    sending, receiving = [False] * p, [False] * p  # its current op's send / receive has started
+    ready = list(range(p))  # ranks whose current op may now start a message
+    seconds: dict[int, float] = {}  # cost per message size (a ring's blocks are nearly all one size)
+    while ready:
+        me = ready.pop()
+        i = pos[me]
+        if i == len(ops[me]) or sending[me] or sends[me][i] is None:
+            continue
+        peer, size = sends[me][i]
+        j = pos[peer]
+        if j == len(ops[peer]) or receiving[peer] or receives[peer][j] != (me, size):
+            continue
+        sending[me] = receiving[peer] = True
+        start = clock[peer] if clock[peer][0] > clock[me][0] else clock[me]
+        if size not in seconds:
+            seconds[size] = cost(size)
+        arrival = (start[0] + seconds[size], (size, start[1]))
+        for rank, k in ((me, i), (peer, j)):
+            arrived[rank].append(arrival)
+            if len(arrived[rank]) == (sends[rank][k] is not None) + (receives[rank][k] is not None):
+                clock[rank] = max(arrived[rank], key=lambda c: c[0])  # its op is done: on to the next
+                pos[rank] += 1
+                arrived[rank], sending[rank], receiving[rank] = [], False, False
+                if pos[rank] < len(ops[rank]):  # it may send now, and whoever sends to it may be waiting
+                    ready.append(rank)
+                    if receives[rank][pos[rank]] is not None:
+                        ready.append(receives[rank][pos[rank]][0])
+    if any(pos[me] < len(ops[me]) for me in range(p)):
+        raise RuntimeError(f"{algorithm} on {p} ranks: the schedules wait for each other (deadlock)")
     node = max(clock, key=lambda c: c[0])[1]
     work = [op.hi - op.lo for rank_ops in ops for op in rank_ops if op.kind in (SEND, SENDRECV)]
     path = []

@@ -28,6 +28,7 @@ against the bytes a real run sends.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -65,7 +66,13 @@ def _kind(row: dict, overlap) -> str | None:
 def comm_rows(config, shape, batch_size: int, seq_len: int | None = None, overlap=None,
               grad_norm: bool = True) -> list[dict]:
     """One iteration's collectives on one rank, blocks folded (``count``), with overlap ``kind``."""
-    T = seq_len or config.block_size
+    rows = _comm_rows(config, tuple(shape), batch_size, seq_len or config.block_size, overlap, grad_norm)
+    return [dict(r) for r in rows]
+
+
+# a search (gpulab model, compare) predicts the same (model, grid, batch) many times over
+@functools.lru_cache(maxsize=4096)
+def _comm_rows(config, shape, batch_size: int, T: int, overlap, grad_norm: bool) -> tuple[dict, ...]:
     one = GPTConfig(**{**config.to_dict(), "n_layer": 1})
     rows = []
     for row in collective_calls(one, shape, batch_size, T, grad_norm=grad_norm):
@@ -80,11 +87,16 @@ def comm_rows(config, shape, batch_size: int, seq_len: int | None = None, overla
     for r in rows:
         r["kind"] = _kind(r, overlap)
         r["stride"] = stride(r["group"], shape)
-    return rows
+    return tuple(rows)
 
 
 def local_params(config, shape) -> dict[str, int]:
     """Values one rank stores: weight shards (summed over data) and copied pieces (over depth x data)."""
+    return dict(_local_params(config, tuple(shape)))
+
+
+@functools.lru_cache(maxsize=4096)
+def _local_params(config, shape) -> dict[str, int]:
     one = GPTConfig(**{**config.to_dict(), "n_layer": 1})
     out = {"weight": 0, "copied": 0}
     for name, spec in param_specs(one).items():
