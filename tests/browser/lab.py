@@ -1,8 +1,8 @@
 """A throwaway JupyterLab server and a headless Chromium for end-to-end tests.
 
 The server listens on 127.0.0.1 with a random token, serves a *copy* of
-notebooks/ (so the browser's autosave never writes outputs into the repo)
-and keeps its settings, workspaces, runtime files and IPython profile in a
+notebooks/ (so the browser's autosave never writes outputs into the repo;
+``parameters`` go into the copies after their "parameters" cell) and keeps its settings, workspaces, runtime files and IPython profile in a
 temporary directory. Chromium is Debian's (test tools that download their own
 browser cannot work offline); ``ensure_chromium`` installs it when missing.
 """
@@ -20,7 +20,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import psutil
+
+from tests.notebooks.nbrun import inject_parameters
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -58,12 +61,15 @@ def _free_port() -> int:
 
 
 class Lab:
-    """``with Lab(tmp_path, notebooks_dir) as lab: lab.url("02_x.ipynb")``"""
+    """``with Lab(tmp_path, notebooks_dir, {"02_x": {"ITERS": 5}}) as lab: lab.url("02_x.ipynb")``"""
 
-    def __init__(self, workdir: Path, notebooks: Path):
+    def __init__(self, workdir: Path, notebooks: Path, parameters: dict[str, dict] | None = None):
         self.workdir, self.port, self.token = workdir, _free_port(), secrets.token_hex(16)
         self.root = workdir / "notebooks"
         shutil.copytree(notebooks, self.root, ignore=shutil.ignore_patterns("*.py", "__pycache__", ".ipynb_checkpoints"))
+        for name, values in (parameters or {}).items():
+            path = self.root / f"{name}.ipynb"
+            nbformat.write(inject_parameters(nbformat.read(path, as_version=4), values), path)
         settings = workdir / "settings"
         for name, values in SETTINGS.items():
             path = settings / (name.replace("/", os.sep, 1).replace(".jupyterlab-settings", "") + ".jupyterlab-settings")

@@ -1,6 +1,7 @@
 """What a learner sees: the explorer notebooks in JupyterLab in a real (headless) Chromium.
 
-For notebook 02 (broadcast) and 05 (mesh): run every cell above the one
+For notebook 02 (broadcast) and 05 (mesh), with the parameters the executed
+notebooks get (tests/notebooks/parameters.py): run every cell above the one
 that stops the engines, check the widgets rendered, change the controls
 (message size and algorithm; grid shape and an overlap switch), press Run,
 wait for the new measurement (table and plot, or timeline), then run the
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser.lab import CHROMIUM_ARGS, Lab, ensure_chromium
+from tests.notebooks.parameters import PARAMETERS
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 RUN_TIMEOUT_MS = int(os.environ.get("GPULAB_BROWSER_TIMEOUT_MS", 240_000))  # the notebook's own cells: engines start (~10 s) and a first sweep
@@ -122,7 +124,7 @@ EXPLORERS = {  # notebook -> (a selector for its explorer widget, the interactio
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
     """One JupyterLab server for both notebooks (its start is a good part of each test's time)."""
-    with Lab(tmp_path_factory.mktemp("lab"), NOTEBOOKS) as lab:
+    with Lab(tmp_path_factory.mktemp("lab"), NOTEBOOKS, {name: PARAMETERS[name] for name in EXPLORERS}) as lab:
         yield lab
 
 
