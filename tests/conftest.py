@@ -10,13 +10,26 @@ from tests.cluster.procs import cluster_processes, stop_leftovers
 from tests.mpi_harness import remove_leaked_scratch, scratch_on_disk
 
 
+# the folders whose tests take longest, run first: with pytest-xdist the last groups to start
+# should be short ones, so that both workers finish together
+LONGEST_FIRST = ("tests/slurm/", "tests/browser/", "tests/notebooks/", "tests/engine/", "tests/emulated/",
+                 "tests/cluster/")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering (one start per Slurm testbed), kept by a stable sort
 def pytest_collection_modifyitems(items):
-    """With pytest-xdist (``--dist loadgroup``): a module's tests stay on one worker (its module-scoped
-    fixtures, such as one batched MPI job for all its cases, are built once) and tests/slurm stays on one
-    worker (its session-scoped Slurm testbeds bind fixed ports)."""
+    """Groups for pytest-xdist (``--dist loadgroup``): a module whose tests share a module-scoped fixture
+    (one batched MPI job for all its cases, one JupyterLab) stays on one worker, tests/slurm stays on one
+    worker (its session-scoped Slurm testbeds bind fixed ports); any other test goes wherever a worker is free."""
     for item in items:
         module = item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group("slurm" if module.startswith("tests/slurm/") else module))
+        shared = any(d.scope != "function" for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs
+                     if d.baseid.split("/")[0] == "tests")  # ours, not pytest's or plugins' session fixtures
+        if module.startswith("tests/slurm/") or shared:
+            item.add_marker(pytest.mark.xdist_group("slurm" if module.startswith("tests/slurm/") else module))
+    rank = lambda item: next((i for i, folder in enumerate(LONGEST_FIRST) if item.nodeid.startswith(folder)),  # noqa: E731
+                             len(LONGEST_FIRST))
+    items.sort(key=rank)
 
 
 @pytest.fixture(autouse=True)

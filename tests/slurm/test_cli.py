@@ -1,6 +1,10 @@
 """``gpulab train`` and ``gpulab bench`` under srun and sbatch, exactly as docs/cluster.md writes them
 (the shell blocks after ``<!-- tested: srun -->`` and ``<!-- tested: sbatch -->``), on the test Slurm's two
-nodes with GPULAB_DEVICE=fake (the blocks default to cupy on a real GPU node)."""
+nodes with GPULAB_DEVICE=fake (the blocks default to cupy on a real GPU node).
+
+On the emulated testbed only: the commands do not change with the testbed, and that one is the
+closer to a real cluster (each node its own network namespace and address, joined by a
+rate-limited link)."""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
@@ -39,6 +45,7 @@ def check_bench(text: str) -> None:
     assert re.search(r"^\s+1M\s+[\d.]+\s+[\d.]+\s+[\d.]+", text, re.M), text[-2000:]
 
 
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
 def test_srun_as_documented(slurm_env, tmp_path):
     block = documented("srun")
     sruns = [line for line in block.splitlines() if line.startswith("srun ")]
@@ -53,6 +60,7 @@ def test_srun_as_documented(slurm_env, tmp_path):
     print(f"\nsrun train + bench: {time.monotonic() - t0:.1f} s")
 
 
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
 def test_sbatch_as_documented(slurm_env, tmp_path):
     script = tmp_path / "gpulab-job.sh"
     script.write_text(documented("sbatch"))
