@@ -65,14 +65,32 @@ def kill_trees(pids) -> None:
 
 def _trees(pids) -> list[psutil.Process]:
     """These processes and all their descendants, those still there."""
+    return _family(_processes(pids))
+
+
+def _processes(pids) -> list[psutil.Process]:
     procs = []
     for pid in pids:
         try:
-            proc = psutil.Process(pid)
-            procs += [proc, *proc.children(recursive=True)]
+            procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
             pass
     return procs
+
+
+def _family(procs) -> list[psutil.Process]:
+    """These processes and all their descendants, from one pass over the process table
+    (``children(recursive=True)`` reads all of /proc for every process it is asked about)."""
+    children: dict[int, list[psutil.Process]] = {}
+    for proc in psutil.process_iter(["ppid"]):
+        children.setdefault(proc.info["ppid"], []).append(proc)
+    found, todo = {}, list(procs)
+    while todo:
+        proc = todo.pop()
+        if proc.pid not in found:
+            found[proc.pid] = proc
+            todo += children.get(proc.pid, [])
+    return list(found.values())
 
 
 def start_reaper(cluster) -> subprocess.Popen:
@@ -91,12 +109,10 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> N
     all (and scancel the job) and remove the files."""
     known, scratch = {}, set()
     while True:
-        for proc in list(known.values()) + [psutil.Process(p) for p in pids if psutil.pid_exists(p)]:
-            try:  # learn the engines while mpiexec lives: once it dies they are orphans we cannot find
-                for child in [proc, *proc.children(recursive=True)]:
-                    known.setdefault(child.pid, child)
-            except psutil.NoSuchProcess:
-                pass
+        # learn the engines while mpiexec lives: once it dies they are orphans we cannot find
+        # (the Process objects already known, not their pids, which a new process may reuse)
+        for proc in _family([*known.values(), *_processes(pid for pid in pids if pid not in known)]):
+            known.setdefault(proc.pid, proc)
         known = {pid: p for pid, p in known.items() if alive(p)}
         # learnt while they live: engines that end without MPI_Finalize (a cell's watchdog exits one,
         # hydra then kills the others) leave their files, and the dead hold nothing

@@ -1,6 +1,6 @@
 """Every notebook in notebooks/ runs top to bottom for real, strictly, with shrunken parameters.
 
-    pytest tests/notebooks              # all of them (about 2 minutes on 2 cores)
+    pytest tests/notebooks              # all of them (about 5 minutes on 2 cores)
     pytest tests/notebooks -k 00_start  # one
 
 Each notebook starts its own MPI engines and asserts on its results (for
