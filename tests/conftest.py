@@ -23,10 +23,11 @@ def pytest_collection_modifyitems(items):
     worker (its session-scoped Slurm testbeds bind fixed ports); any other test goes wherever a worker is free."""
     for item in items:
         module = item.nodeid.split("::")[0]
+        slurm = module.startswith("tests/slurm/")
         shared = any(d.scope != "function" for defs in item._fixtureinfo.name2fixturedefs.values() for d in defs
                      if d.baseid.split("/")[0] == "tests")  # ours, not pytest's or plugins' session fixtures
-        if module.startswith("tests/slurm/") or shared:
-            item.add_marker(pytest.mark.xdist_group("slurm" if module.startswith("tests/slurm/") else module))
+        if slurm or shared:
+            item.add_marker(pytest.mark.xdist_group("slurm" if slurm else module))
     rank = lambda item: next((i for i, folder in enumerate(LONGEST_FIRST) if item.nodeid.startswith(folder)),  # noqa: E731
                              len(LONGEST_FIRST))
     items.sort(key=rank)

@@ -2,8 +2,9 @@
 
 The server listens on 127.0.0.1 with a random token, serves a *copy* of
 notebooks/ (so the browser's autosave never writes outputs into the repo;
-``parameters`` go into the copies after their "parameters" cell) and keeps its settings, workspaces, runtime files and IPython profile in a
-temporary directory. Chromium is Debian's (test tools that download their own
+``parameters`` go into the copies after their "parameters" cell) and keeps
+its settings, workspaces, runtime files and IPython profile in a temporary
+directory. Chromium is Debian's (test tools that download their own
 browser cannot work offline); ``ensure_chromium`` installs it when missing.
 """
 
