@@ -39,6 +39,17 @@ def test_straight_line_does_not_invent_a_switch():
     assert link.switch is None
 
 
+def test_a_rate_limiters_burst_does_not_bend_the_slope():
+    # tbf at 200 Mbit/s with a 32 KB burst, as measured on the emulated cluster: the first 32 KB of a
+    # message pass at full speed, so 64 KiB takes about half its link time and the line's intercept
+    # is negative. The slope must still be the link's rate (a refit through the origin gave 0.72x).
+    rate, burst, latency = 25e6, 32 * 1024, 30e-6
+    n = np.array([65536, 1 << 20, 4 << 20], float)
+    link, _ = fit_link(n, latency + (n - burst) / rate, switch=None)
+    assert link.small.alpha == 0.0
+    assert link.small.beta == pytest.approx(1 / rate, rel=1e-6)
+
+
 def test_fit_machine_levels_and_overhead():
     samples = []
     for peer, level in ((1, "intra"), (2, "inter")):
