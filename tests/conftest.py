@@ -12,8 +12,8 @@ from tests.mpi_harness import remove_leaked_scratch, scratch_on_disk
 # The suite oversubscribes its cores (two pytest-xdist workers, MPI jobs of 2-12 ranks, engines beside
 # notebook kernels), and an MPICH rank waiting for a message spins: three waiting ranks of a 4-rank job on
 # 2 cores left the working one half a core. With heavy yield a waiting rank sleeps (nanosleep) between
-# polls: the working rank gets a whole core, a wake-up costs about 90 us (Open MPI yields by itself when
-# oversubscribed). The whole suite on 2 cores with -n 2: 848 s without it, 733 s with it.
+# polls: the working rank gets a whole core, a wake-up costs about 90 us (Open MPI's mpirun likewise turns
+# on mpi_yield_when_idle when it oversubscribes). The suite on 2 cores with -n 2: 848 s without, 713 s with.
 # Subprocesses inherit it; tests/bcast/conftest.py turns it off again.
 os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
 
