@@ -123,7 +123,7 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> N
         if not psutil.pid_exists(owner):
             if cancel:
                 subprocess.run(cancel, check=False)
-            kill_trees(list(known))
+            kill_all(_family(known.values()))  # the Process objects: a pid alone may be a new process's by now
             remove_files(scratch)
             return
         time.sleep(poll)
