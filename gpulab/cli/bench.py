@@ -150,15 +150,15 @@ def format_table(records: list[dict]) -> str:
     cells = {(r["nbytes"], r["algorithm"]): r for r in records}
     width = max(10, *(len(a) + 1 for a in algorithms))
     lines = ["size".rjust(8) + "".join(a.rjust(width) for a in algorithms) + "  best (x vs mpi)"]
-    for size in sorted({r["nbytes"] for r in records}):
-        row = [cells.get((size, a)) for a in algorithms]
+    for nbytes in sorted({r["nbytes"] for r in records}):
+        row = [cells.get((nbytes, a)) for a in algorithms]
         text = "".join((f"{r['avg_us']:.1f}" + ("" if r["valid"] else "!")).rjust(width) if r else
                        "-".rjust(width) for r in row)
         present = [r for r in row if r]
         best = min(present, key=lambda r: r["avg_us"])
-        mpi = cells.get((size, "mpi"))
+        mpi = cells.get((nbytes, "mpi"))
         ratio = f" ({mpi['avg_us'] / best['avg_us']:.2f}x)" if mpi else ""
-        lines.append(format_size(size).rjust(8) + text + f"  {best['algorithm']}{ratio}")
+        lines.append(format_size(nbytes).rjust(8) + text + f"  {best['algorithm']}{ratio}")
     p = records[0]["p"] if records else "?"
     chose = [f"{format_size(r['nbytes'])}: {r['chose']['algorithm']}"
              + "".join(f" {k}={v}" for k, v in sorted(r["chose"]["options"].items()))
