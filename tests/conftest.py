@@ -18,10 +18,10 @@ from tests.mpi_harness import remove_leaked_scratch, scratch_on_disk
 os.environ.setdefault("MPIR_CVAR_ENABLE_HEAVY_YIELD", "1")
 
 
-# the folders whose tests take longest, run first (pytest-xdist sends work out in this order,
-# --no-loadscope-reorder): the last to start should be short ones, so that both workers finish together
-LONGEST_FIRST = ("tests/slurm/", "tests/browser/", "tests/notebooks/", "tests/engine/", "tests/bcast/",
-                 "tests/emulated/", "tests/gpu/", "tests/cluster/")
+# the folders whose tests take longest, run first: with pytest-xdist the last groups to start
+# should be short ones, so that both workers finish together
+LONGEST_FIRST = ("tests/slurm/", "tests/browser/", "tests/notebooks/", "tests/engine/", "tests/emulated/",
+                 "tests/cluster/")
 
 
 def pytest_itemcollected(item):
@@ -42,7 +42,7 @@ def pytest_itemcollected(item):
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering (one start per Slurm testbed), kept by a stable sort
 def pytest_collection_modifyitems(items):
-    """The longest folders first (LONGEST_FIRST): tests/slurm, one group of mostly waiting, starts at once."""
+    """The longest folders first (LONGEST_FIRST); xdist sends its groups out largest first anyway."""
     rank = lambda item: next((i for i, folder in enumerate(LONGEST_FIRST) if item.nodeid.startswith(folder)),  # noqa: E731
                              len(LONGEST_FIRST))
     items.sort(key=rank)
