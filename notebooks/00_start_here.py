@@ -46,7 +46,7 @@ ITERS = 20           # timed iterations per measurement (OSU uses 100-1000)
 
 # %% [markdown]
 # ## Start the engines
-# This takes about 10 s. Each engine learns its node-local rank and, if the
+# This takes about 5 s. Each engine learns its node-local rank and, if the
 # machine has GPUs, picks its own before anything initialises CUDA.
 
 # %%

@@ -45,3 +45,10 @@ def stop_leftovers(ipython_dir, grace: float = 10) -> list[str]:
         stop_cluster(cluster_file)
     kill_all(cluster_processes(ipython_dir), timeout=10)
     return left
+
+
+def heartbeat_check_ms() -> int:
+    """(Run on an engine.) How often it checks the controller's pings: the period the controller told it, + 500 ms."""
+    from ipyparallel.engine.app import IPEngine
+
+    return IPEngine.instance().hb_check_period

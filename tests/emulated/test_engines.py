@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from gpulab.cluster import start_engines
-from tests.cluster.procs import stop_leftovers
+from gpulab.cluster.engines import HEARTBEAT_MS
+from tests.cluster.procs import heartbeat_check_ms, stop_leftovers
 from tests.emulated.util import leftovers, require_cluster
 
 pytestmark = pytest.mark.timeout(240)
@@ -38,6 +39,7 @@ def test_engines_on_emulated_nodes(ipython_dir):
 
         controller = psutil.Process(engines.cluster.controller.pid)
         assert [c for c in controller.net_connections("inet") if c.status == psutil.CONN_LISTEN] == []
+        assert engines.run(heartbeat_check_ms) == [HEARTBEAT_MS + 500] * 4  # its pings as fast as a local one's
         engines.view.execute("import numpy as np; from mpi4py import MPI; "
                              "x = MPI.COMM_WORLD.bcast(np.arange(5) if MPI.COMM_WORLD.rank == 0 else None)")
         assert [list(x) for x in engines.view["x"]] == [[0, 1, 2, 3, 4]] * 4

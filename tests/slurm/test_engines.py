@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from gpulab.cluster import EngineDied, start_engines
-from tests.cluster.procs import cluster_processes
+from gpulab.cluster.engines import HEARTBEAT_MS
+from tests.cluster.procs import cluster_processes, heartbeat_check_ms
 
 SLURM = dict(launcher="slurm", controller_ip="127.0.0.1", gpus_per_node=2, ranks_per_node=2, time="00:10:00")
 
@@ -82,6 +83,7 @@ def check_engines_on_two_nodes(slurm, ipython_dir, options: dict) -> None:
         assert [w["node"] for w in where] == ["n1", "n1", "n2", "n2"]
         assert {w["job"] for w in where} == {engines.job_id}
         assert [w["hierarchical_node"] for w in where] == [0, 0, 1, 1]  # hierarchical sees Slurm's nodes
+        assert engines.run(heartbeat_check_ms) == [HEARTBEAT_MS + 500] * 4  # the controller's fast pings
         networks = {w["node"]: w["network"] for w in where}
         here = os.readlink("/proc/self/ns/net")
         if slurm.emulated:  # each node its own network namespace, neither this machine's
