@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from gpulab.bcast import ALGORITHMS
+from gpulab.bcast import ALGORITHMS, report
 from gpulab.bcast.model import (Hockney, Link, Machine, PIPELINED, best_chunk, breakdown, choose, mpich_choice,
                                 predict, stretch, textbook)
 from gpulab.bcast.profiles import PROFILES, profile, table
@@ -163,3 +163,16 @@ def test_replayed_scatter_allgather_path_equals_the_closed_form_used_at_scale():
                 closed = S._plan(algorithm, float(n), p, True, True, None, 4)
                 seconds = [sum(k * cost(s) for k, s in plan.path) for plan in (replayed, closed)]
                 assert seconds[0] == pytest.approx(seconds[1], rel=1e-3), (algorithm, p, n)
+
+
+@pytest.mark.parametrize("name", sorted(PROFILES))
+def test_crossovers_are_where_the_fastest_changes_and_a_finer_scan_finds_no_more(name):
+    machine, flat = profile(name), ["linear", "binomial", "knomial", "chain", "split_binary_tree",
+                                    "scatter_allgather_ring"]
+    found = report.crossovers(machine, 16, flat)
+    assert found, "every profile's favourite changes between 1 KiB and 64 MiB"
+    for c in found:  # bisected to 1%: just below, the algorithm before; at the size, the new one
+        assert report.fastest_algorithm(machine, 16, flat, int(c["nbytes"] / 1.01) - 1) == c["from"]
+        assert report.fastest_algorithm(machine, 16, flat, c["nbytes"]) == c["to"]
+    finer = report.crossovers(machine, 16, flat, points=129)  # eight sizes per octave
+    assert [(c["from"], c["to"]) for c in finer] == [(c["from"], c["to"]) for c in found]
