@@ -25,7 +25,7 @@ from traitlets.config import Config
 from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, stuck_at, watched
 from gpulab.launch import pin_gpu
 from gpulab.cluster.processes import (alive, kill_trees, remove_files, start_reaper, stop_stale_clusters,
-                                      tree_scratch_files)
+                                      tree_scratch_files, wake_reaper)
 from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_config
 from gpulab.launch import find_mpiexec
 
@@ -259,11 +259,8 @@ class Engines:
                 self.cluster.stop_controller_sync()
             finally:
                 kill_trees(pids)
-                if self._reaper is not None:
-                    try:  # it exits by itself once the cluster is gone
-                        self._reaper.wait(timeout=5)
-                    except subprocess.TimeoutExpired:
-                        self._reaper.kill()
+                if self._reaper is not None:  # it exits by itself once the cluster is gone
+                    wake_reaper(self._reaper)
         remove_files(self._scratch)
         self.cluster = self.client = self.view = self._reaper = None
         self._job_checked = 0

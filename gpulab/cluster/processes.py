@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -94,20 +95,36 @@ def _family(procs) -> list[psutil.Process]:
 
 
 def start_reaper(cluster) -> subprocess.Popen:
-    """Start a reaper for this cluster's controller and engine launcher (mpiexec or a Slurm job)."""
+    """Start a reaper for this cluster's controller and engine launcher (mpiexec or a Slurm job).
+    Closing its stdin (``wake_reaper``) makes it look at once; so does the end of our process."""
     pids = [cluster.controller.pid]
     es = cluster.engine_set
     pids += [es.pid] if getattr(es, "pid", -1) > 0 else []
     cancel = ["scancel", es.job_id] if getattr(es, "job_id", "") else []
     args = json.dumps({"owner": os.getpid(), "pids": pids, "cancel": cancel})
     code = "import json, sys; from gpulab.cluster.processes import reap; reap(**json.loads(sys.argv[1]))"
-    return subprocess.Popen([sys.executable, "-c", code, args], start_new_session=True, stdin=subprocess.DEVNULL)
+    return subprocess.Popen([sys.executable, "-c", code, args], start_new_session=True, stdin=subprocess.PIPE)
 
 
-def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> None:
+def wake_reaper(reaper: subprocess.Popen, timeout: float = 5) -> None:
+    """After the cluster was stopped: the reaper looks now, finds nothing left and exits (else it is killed)."""
+    reaper.stdin.close()
+    try:
+        reaper.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
+
+
+def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 2.0) -> None:
     """Remember every descendant of pids and the MPI scratch files they hold; when owner exits, kill them
-    all (and scancel the job) and remove the files."""
+    all (and scancel the job) and remove the files.
+
+    Looks every ``poll`` s (a look reads the process table and the processes' maps: about 30 ms of CPU),
+    and at once when its stdin closes: the owner has stopped the cluster, or has died."""
     known, scratch = {}, set()
+    owner = next(iter(_processes([owner])), None)  # the Process: a new process may get its pid later
+    waiting = [sys.stdin]  # until the owner closes it (nobody writes to it)
     while True:
         # learn the engines while mpiexec lives: once it dies they are orphans we cannot find
         # (the Process objects already known, not their pids, which a new process may reuse)
@@ -120,13 +137,16 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 0.5) -> N
         if not known:  # stopped normally (MPICH removed its files then), or died by itself
             remove_files(scratch)
             return
-        if not psutil.pid_exists(owner):
+        if owner is None or not alive(owner):  # a killed kernel is a zombie until its parent waits for it
             if cancel:
                 subprocess.run(cancel, check=False)
             kill_all(_family(known.values()))  # the Process objects: a pid alone may be a new process's by now
             remove_files(scratch)
             return
-        time.sleep(poll)
+        if waiting and select.select(waiting, [], [], poll)[0]:
+            waiting = []  # closed: look once more at once, then every poll s
+        elif not waiting:
+            time.sleep(poll)
 
 
 def stop_cluster(cluster_file) -> None:
