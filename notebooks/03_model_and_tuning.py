@@ -179,9 +179,10 @@ print(f"model's best chunk: {best} B; fastest measured: {fastest['chunk_bytes']}
 Table(scan, ["chunk_bytes", "avg_us", "pred_us", "valid"])
 
 # %%
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure  # not pyplot: the inline backend would show its figures a second time
 
-fig, ax = plt.subplots(figsize=(6, 3.5), layout="constrained")
+fig = Figure(figsize=(6, 3.5), layout="constrained")
+ax = fig.subplots()
 ax.plot([r["chunk_bytes"] for r in scan], [r["avg_us"] for r in scan], "o-", label="measured")
 ax.plot([r["chunk_bytes"] for r in scan], [r["pred_us"] for r in scan], "s--", label="model")
 ax.axvline(best, color="grey", ls=":", label="best_chunk()")
@@ -269,7 +270,8 @@ from gpulab.workloads import layer_bytes
 
 VGG = sum(layer_bytes("vgg16"))
 GPUS = [8, 16, 64, 256, 1024, 4096]
-fig, axes = plt.subplots(1, len(PROFILES), figsize=(5 * len(PROFILES), 3.6), layout="constrained")
+fig = Figure(figsize=(5 * len(PROFILES), 3.6), layout="constrained")
+axes = fig.subplots(1, len(PROFILES))
 for ax, name in zip(axes, PROFILES):
     m = profile(name)
     hier = {"inter": "chain", "intra": "chain", "inter_options": {"chunk_bytes": 1 << 20},
@@ -306,7 +308,8 @@ recorded = Path(RECORDS, "emulated_training_4x1.json")
 if recorded.exists():
     run = json.loads(recorded.read_text())
     names = [f"auto ({r['chose']['algorithm']})" if r["chose"] else "MPI_Bcast" for r in run["runs"]]
-    fig, ax = plt.subplots(figsize=(5, 3.6), layout="constrained")
+    fig = Figure(figsize=(5, 3.6), layout="constrained")
+    ax = fig.subplots()
     bottom = [0.0] * len(names)
     for phase in ("compute_s", "reduce_s", "bcast_s"):
         values = [r["summary"][phase]["median"] for r in run["runs"]]

@@ -152,7 +152,7 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 import json
 from pathlib import Path
 
-import matplotlib.pyplot as plt
+from matplotlib.figure import Figure  # not pyplot: the inline backend would show its figures a second time
 
 records = sorted(Path("../docs/results").glob("emulated_engine_*.json"), key=lambda p: p.stat().st_mtime)
 if records:
@@ -161,7 +161,8 @@ if records:
     for r in record["rows"]:
         grids.setdefault(tuple(r["shape"]), {})[r["setting"]] = r
     names = [",".join(map(str, g)) for g in grids]
-    fig, ax = plt.subplots(figsize=(10, 3.6), layout="constrained")
+    fig = Figure(figsize=(10, 3.6), layout="constrained")
+    ax = fig.subplots()
     for i, (setting, color) in enumerate((("off", "#4c72b0"), ("on", "#dd8452"))):
         xs = [x + (i - 0.5) * 0.4 for x in range(len(grids))]
         ax.bar(xs, [d[setting]["iter_s"] * 1e3 for d in grids.values()], 0.4, color=color,

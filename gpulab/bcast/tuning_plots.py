@@ -1,16 +1,29 @@
 """Plots of the cost model and the tuner: fit, predicted vs measured, crossovers, heat map, scale.
 
 Each function takes plain records (what ``gpulab tune`` writes) and returns a
-matplotlib figure; notebook 03 and ``gpulab tune ... --plot`` both use them.
+matplotlib ``Figure`` made without pyplot (a pyplot figure in a notebook would be
+shown a second time by the inline backend, drawn again, and kept open);
+notebook 03 and ``gpulab tune ... --plot`` both use them.
 """
 
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from gpulab.bcast.model import PIPELINED, best_chunk, Machine, predict
 from gpulab.bcast.report import compare_rows
 from gpulab.bcast.sizes import format_size
+
+
+def _on(ax, figsize):
+    """(figure, axes) to draw on: ax and its figure, or a new figure's one axes."""
+    if ax is not None:
+        return ax.figure, ax
+    fig = Figure(figsize=figsize, layout="constrained")
+    return fig, fig.subplots()
 
 
 def _size_axis(ax, sizes):
@@ -25,10 +38,8 @@ def _size_axis(ax, sizes):
 
 def fit_plot(machine_dict: dict, ax=None):
     """Ping-pong one-way times (dots) and the fitted alpha-beta lines per level and regime."""
-    import matplotlib.pyplot as plt
-
     machine = Machine.from_dict(machine_dict)
-    fig, ax = (plt.subplots(figsize=(6, 4), layout="constrained") if ax is None else (ax.figure, ax))
+    fig, ax = _on(ax, figsize=(6, 4))
     samples = machine.notes.get("samples", [])
     for via, marker in (("mpi", "o"), ("python", "x")):
         for level in ("intra", "inter"):
@@ -53,14 +64,13 @@ def fit_plot(machine_dict: dict, ax=None):
 
 def accuracy_plot(rows: list[dict], label: str = "fit same p", algorithms=None, p_values=None):
     """One panel per algorithm: measured (dots) and predicted (lines) time against size, per p."""
-    import matplotlib.pyplot as plt
-
     algorithms = algorithms or list(dict.fromkeys(r["algorithm"] for r in rows))
     p_values = p_values or sorted({r["p"] for r in rows})
     cols = 5
-    fig, axes = plt.subplots(-(-len(algorithms) // cols), cols, figsize=(3.2 * cols, 2.8 * -(-len(algorithms) // cols)),
-                             layout="constrained", squeeze=False)
-    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    nrows = -(-len(algorithms) // cols)
+    fig = Figure(figsize=(3.2 * cols, 2.8 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, cols, squeeze=False)
+    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
     for ax, algorithm in zip(axes.flat, algorithms):
         for i, p in enumerate(p_values):
             pts = sorted((r for r in rows if r["algorithm"] == algorithm and r["p"] == p), key=lambda r: r["nbytes"])
@@ -83,9 +93,8 @@ def accuracy_plot(rows: list[dict], label: str = "fit same p", algorithms=None, 
 
 def compare_plot(per_p: dict):
     """auto/MPI and best-fixed/MPI time ratios against size, one panel per process count."""
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, len(per_p), figsize=(3.6 * len(per_p), 3.2), layout="constrained", squeeze=False)
+    fig = Figure(figsize=(3.6 * len(per_p), 3.2), layout="constrained")
+    axes = fig.subplots(1, len(per_p), squeeze=False)
     for ax, (p, rows) in zip(axes[0], sorted(per_p.items())):
         table = compare_rows(rows)
         sizes = [r["nbytes"] for r in table]
@@ -104,9 +113,7 @@ def compare_plot(per_p: dict):
 
 def heatmap(tables: dict, ax=None):
     """The tuning table as size x process count -> algorithm (one colour per algorithm)."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = (plt.subplots(figsize=(8, 3), layout="constrained") if ax is None else (ax.figure, ax))
+    fig, ax = _on(ax, figsize=(8, 3))
     ps = sorted(int(p) for p in tables)
     sizes = sorted({s for t in tables.values() for r in t["ranges"] for s in r["measured_at"]})
     pick = {(int(p), s): r["algorithm"] for p, t in tables.items() for r in t["ranges"] for s in r["measured_at"]}
@@ -114,13 +121,13 @@ def heatmap(tables: dict, ax=None):
     grid = np.full((len(ps), len(sizes)), np.nan)
     for (p, s), name in pick.items():
         grid[ps.index(p), sizes.index(s)] = names.index(name)
-    cmap = plt.get_cmap("tab10", max(len(names), 1))
+    cmap = matplotlib.colormaps["tab10"].resampled(max(len(names), 1))
     ax.imshow(grid, aspect="auto", cmap=cmap, vmin=-0.5, vmax=len(names) - 0.5, origin="lower")
     ax.set_yticks(range(len(ps)), [str(p) for p in ps])
     ax.set_xticks(range(len(sizes)), [format_size(s) for s in sizes], rotation=60, fontsize=7)
     ax.set_ylabel("processes")
     ax.set_xlabel("message size")
-    handles = [plt.Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(len(names))]
+    handles = [Rectangle((0, 0), 1, 1, color=cmap(i)) for i in range(len(names))]
     ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
     ax.set_title("algorithm='auto': tuned choice")
     return fig
@@ -128,9 +135,7 @@ def heatmap(tables: dict, ax=None):
 
 def scale_plot(machine, nbytes: int, p_values, algorithms, ax=None, **options_by_algorithm):
     """Predicted broadcast time against process count on a machine profile."""
-    import matplotlib.pyplot as plt
-
-    fig, ax = (plt.subplots(figsize=(6, 4), layout="constrained") if ax is None else (ax.figure, ax))
+    fig, ax = _on(ax, figsize=(6, 4))
     for algorithm in algorithms:
         times = []
         for p in p_values:
@@ -150,10 +155,9 @@ def scale_plot(machine, nbytes: int, p_values, algorithms, ax=None, **options_by
 
 def workload_plot(rows: list[dict]):
     """Layer-wise vs fused start-up broadcast per algorithm, one panel per network."""
-    import matplotlib.pyplot as plt
-
     networks = list(dict.fromkeys(r["network"] for r in rows))
-    fig, axes = plt.subplots(1, len(networks), figsize=(5 * len(networks), 3.5), layout="constrained", squeeze=False)
+    fig = Figure(figsize=(5 * len(networks), 3.5), layout="constrained")
+    axes = fig.subplots(1, len(networks), squeeze=False)
     for ax, net in zip(axes[0], networks):
         part = [r for r in rows if r["network"] == net]
         names = list(dict.fromkeys(r["algorithm"] for r in part))

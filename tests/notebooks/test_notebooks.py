@@ -29,5 +29,9 @@ def test_notebook_runs(name, ipython_dir):
     nb = execute(NOTEBOOKS / f"{name}.ipynb", PARAMETERS[name], ipython_dir=ipython_dir, cell_timeout=CELL_TIMEOUT)
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    # every plot is shown once, as the PNG of as_image(): a figure shown by the inline backend as well (a
+    # pyplot figure: "<Figure size 640x480 with 1 Axes>") appears twice and is drawn twice
+    shown_twice = [o["data"]["text/plain"] for o in outputs if o.get("data", {}).get("text/plain", "").startswith("<Figure")]
+    assert not shown_twice, shown_twice
     if name == "01_broadcast_algorithms":  # four pattern panels and the sweep plot
         assert sum("image/png" in o.get("data", {}) for o in outputs) == 5
