@@ -4,8 +4,8 @@ Two of them, one after the other: ``loopback`` (both slurmd's on 127.0.0.1) and
 ``emulated`` (each slurmd in a node of an emulated cluster, slurmctld and
 Slurm's commands in its login node; see gpulab.cluster.slurm_testbed). Tests
 run on both unless they ask for one (``@pytest.mark.parametrize("slurm",
-["loopback"], indirect=True)``); pytest orders the tests so that each testbed
-starts once.
+["loopback"], indirect=True)``); all of one testbed's tests run before the
+other's, so that each testbed starts once.
 
 Debian's slurm-wlm and munge are installed when missing (root and apt-get);
 where that is impossible (or, for the emulated testbed, where no network
@@ -32,14 +32,30 @@ GPUS_PER_NODE = 2  # fake GPUs: Slurm sets CUDA_VISIBLE_DEVICES in jobs, pin_gpu
 EMULATED_LINK = "1gbit"
 
 
+TESTBEDS = ("loopback", "emulated")
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering, which left the two testbeds interleaved
 def pytest_collection_modifyitems(items):
+    """Marks these tests ``slurm`` and runs all of one testbed's tests, then all of the other's, so that
+    each testbed starts once (and the time-limit job of test_engines.py, which waits out a 1-minute
+    limit, runs once: interleaved, both were started twice)."""
     here = os.path.dirname(__file__)
-    for item in items:
-        if str(item.fspath).startswith(here):
-            item.add_marker(pytest.mark.slurm)
+    places = [i for i, item in enumerate(items) if str(item.fspath).startswith(here)]
+    for i in places:
+        items[i].add_marker(pytest.mark.slurm)
+    ordered = sorted((items[i] for i in places), key=testbed_rank)
+    for i, item in zip(places, ordered):
+        items[i] = item
 
 
-@pytest.fixture(scope="session", params=["loopback", "emulated"])
+def testbed_rank(item) -> int:
+    """0 for a test that uses no testbed, then 1, 2 in the order of TESTBEDS."""
+    testbed = getattr(item, "callspec", None) and item.callspec.params.get("slurm")
+    return TESTBEDS.index(testbed) + 1 if testbed else 0
+
+
+@pytest.fixture(scope="session", params=TESTBEDS)
 def slurm(request):
     """The running SlurmTestbed (``slurm.env()``, ``slurm.jobs()``, ``slurm.run("sinfo")``)."""
     try:
