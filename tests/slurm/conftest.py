@@ -44,12 +44,12 @@ def pytest_collection_modifyitems(items):
     places = [i for i, item in enumerate(items) if str(item.fspath).startswith(here)]
     for i in places:
         items[i].add_marker(pytest.mark.slurm)
-    ordered = sorted((items[i] for i in places), key=testbed_rank)
+    ordered = sorted((items[i] for i in places), key=order_of_testbed)
     for i, item in zip(places, ordered):
         items[i] = item
 
 
-def testbed_rank(item) -> int:
+def order_of_testbed(item) -> int:
     """0 for a test that uses no testbed, then 1, 2 in the order of TESTBEDS."""
     testbed = getattr(item, "callspec", None) and item.callspec.params.get("slurm")
     return TESTBEDS.index(testbed) + 1 if testbed else 0

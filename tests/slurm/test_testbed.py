@@ -19,7 +19,7 @@ import pytest
 
 from gpulab.emulated.netns import pids_inside
 from tests.emulated.util import leftovers, reap_orphans
-from tests.slurm.conftest import testbed_rank
+from tests.slurm.conftest import order_of_testbed
 from tests.mpi_harness import ROOT
 
 STARTER = r"""
@@ -78,5 +78,5 @@ def test_a_killed_creator_leaves_no_daemon_job_or_namespace(slurm, subreaper):
 def test_all_of_one_testbeds_tests_run_before_the_others(request):
     # conftest.py orders them so: interleaved, each testbed was started several times, and with the
     # loopback one the time-limit job of test_engines.py, which waits out a 1-minute limit (83 s lost)
-    ranks = [testbed_rank(item) for item in request.session.items if item.nodeid.startswith("tests/slurm/")]
+    ranks = [order_of_testbed(item) for item in request.session.items if item.nodeid.startswith("tests/slurm/")]
     assert ranks == sorted(ranks), [item.nodeid for item in request.session.items]
