@@ -160,8 +160,8 @@ def mpi_scratch_held(pids) -> set[str]:
     return {path for pid in pids for path in _scratch_of(pid)}
 
 
-# a rank maps about a thousand regions: matching the few scratch paths in the whole text costs a
-# tenth of splitting every line (the notebooks' reapers read their engines' maps twice a second)
+# an engine maps about 500 regions: matching the few scratch paths in the whole text is cheaper than
+# splitting every line (a notebook's reaper reads its cluster's maps every 2 s)
 _SCRATCH_IN_MAPS = re.compile("(?:" + "|".join(map(re.escape, MPI_SCRATCH)) + r")[^\n]*")
 
 
