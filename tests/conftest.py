@@ -40,7 +40,7 @@ def pytest_itemcollected(item):
         item.add_marker(pytest.mark.xdist_group("slurm" if slurm else module))
 
 
-@pytest.hookimpl(trylast=True)  # after pytest's own reordering (one start per Slurm testbed), kept by a stable sort
+@pytest.hookimpl(trylast=True)  # after the testbed order of tests/slurm/conftest.py, kept by a stable sort
 def pytest_collection_modifyitems(items):
     """The longest folders first (LONGEST_FIRST); xdist sends its groups out largest first anyway."""
     rank = lambda item: next((i for i, folder in enumerate(LONGEST_FIRST) if item.nodeid.startswith(folder)),  # noqa: E731

@@ -35,15 +35,17 @@ EMULATED_LINK = "1gbit"
 TESTBEDS = ("loopback", "emulated")
 
 
+def pytest_itemcollected(item):
+    item.add_marker(pytest.mark.slurm)  # here, before -m "not slurm" selects (pytest_collection_modifyitems)
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering, which left the two testbeds interleaved
 def pytest_collection_modifyitems(items):
-    """Marks these tests ``slurm`` and runs all of one testbed's tests, then all of the other's, so that
-    each testbed starts once (and the time-limit job of test_engines.py, which waits out a 1-minute
-    limit, runs once: interleaved, both were started twice)."""
+    """All of one testbed's tests, then all of the other's, so that each testbed starts once (and the
+    time-limit job of test_engines.py, which waits out a 1-minute limit, runs once: interleaved, both
+    were started twice)."""
     here = os.path.dirname(__file__)
     places = [i for i, item in enumerate(items) if str(item.fspath).startswith(here)]
-    for i in places:
-        items[i].add_marker(pytest.mark.slurm)
     ordered = sorted((items[i] for i in places), key=order_of_testbed)
     for i, item in zip(places, ordered):
         items[i] = item

@@ -80,3 +80,9 @@ def test_all_of_one_testbeds_tests_run_before_the_others(request):
     # loopback one the time-limit job of test_engines.py, which waits out a 1-minute limit (83 s lost)
     ranks = [order_of_testbed(item) for item in request.session.items if item.nodeid.startswith("tests/slurm/")]
     assert ranks == sorted(ranks), [item.nodeid for item in request.session.items]
+
+
+def test_not_slurm_deselects_them_all():
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-p", "no:cacheprovider",
+                           "-m", "not slurm", "tests/slurm"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "no tests collected" in done.stdout and " deselected" in done.stdout, done.stdout[-2000:]
