@@ -32,6 +32,9 @@ _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "
 # Set by ``relaunch`` in the job it starts: a launcher that sets none of the above must not make
 # a command re-launch itself again and again.
 LAUNCHED = "GPULAB_LAUNCHED"
+# One BLAS/OpenMP thread per rank of a job of several (as torchrun does): its ranks share the machine's
+# cores, and with OpenBLAS's default of a thread per core n ranks ran n x cores threads.
+THREAD_LIMITS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def find_mpiexec() -> str:
@@ -81,8 +84,8 @@ def relaunch(n: int, argv: list[str], env: dict | None = None) -> int:
     runs in its own process group; a terminal's Ctrl-C would otherwise reach it
     twice, and hydra takes a second Ctrl-C as "abort now".)
     """
-    proc = subprocess.Popen(mpiexec_command(n, ["-m", "gpulab.cli", *argv]),
-                            env={**os.environ, **(env or {}), LAUNCHED: "1"}, start_new_session=True)
+    proc = subprocess.Popen(mpiexec_command(n, ["-m", "gpulab.cli", *argv]), env=job_environment(n, env),
+                            start_new_session=True)
     forward = lambda signum, frame: proc.send_signal(signum)  # noqa: E731
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
@@ -93,6 +96,12 @@ def relaunch(n: int, argv: list[str], env: dict | None = None) -> int:
         if proc.poll() is None:  # this process is failing: do not leave the job behind
             proc.kill()
             proc.wait()
+
+
+def job_environment(n: int, env: dict | None = None) -> dict:
+    """The environment of a job of ``n`` ranks that ``relaunch`` starts: this process's with ``env``
+    added, and, for n > 1, ``THREAD_LIMITS`` where the user set no limit of their own."""
+    return {**(THREAD_LIMITS if n > 1 else {}), **os.environ, **(env or {}), LAUNCHED: "1"}
 
 
 def run_on_ranks(main, *args) -> int:

@@ -56,7 +56,7 @@ from gpulab.engine.perf.machines import machine as machine_named
 from gpulab.engine.perf.predict import gpt_config, predict
 from gpulab.engine.strategies import STRATEGIES
 from gpulab.widgets import Table, as_image
-from gpulab.widgets.mesh_explorer import MeshRunner
+from gpulab.widgets.mesh_runner import MeshRunner
 
 COLORS = {"compute": "#8c8c8c", "exposed communication": "#d62728", "bubble": "#1f77b4"}
 

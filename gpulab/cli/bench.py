@@ -18,7 +18,6 @@ import sys
 from gpulab.backend import DEVICES
 from gpulab.bcast import nccl
 from gpulab.bcast.algorithms import ALGORITHMS
-from gpulab.bcast.drawings import sweep_figure
 from gpulab.bcast.measure import sweep
 from gpulab.bcast.model import PIPELINED
 from gpulab.bcast.sizes import format_size
@@ -177,7 +176,9 @@ def _write_outputs(args, records: list[dict], p: int) -> None:
             writer.writeheader()
             writer.writerows({**r, "options": json.dumps(r["options"])} for r in records)
     if args.plot_path:
-        import matplotlib
+        import matplotlib  # here, not at the top: every rank of every gpulab command imports this module
+
+        from gpulab.bcast.drawings import sweep_figure
 
         matplotlib.use("Agg")
         fig = sweep_figure(records)

@@ -128,8 +128,7 @@ def _launch_each(args) -> int:
             out = os.path.join(tmp, "result.json")
             if not args.quiet:
                 print(f"gpulab tune {args.what}: {p} ranks", file=sys.stderr, flush=True)
-            code = relaunch(p, [*sys.argv[1:], "--inner-out", out],
-                            env={"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
+            code = relaunch(p, [*sys.argv[1:], "--inner-out", out])
             if code != 0 or not os.path.exists(out):
                 print(f"gpulab tune {args.what}: the job on {p} ranks failed (exit {code})", file=sys.stderr)
                 return code or 1

@@ -27,10 +27,9 @@ from gpulab.launch import pin_gpu
 from gpulab.cluster.processes import (alive, kill_trees, remove_files, start_reaper, stop_stale_clusters,
                                       tree_scratch_files, wake_reaper)
 from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_config
-from gpulab.launch import find_mpiexec
+from gpulab.launch import THREAD_LIMITS, find_mpiexec
 
 PROFILE = "gpulab"  # IPython profile holding gpulab's cluster files and engine logs
-THREAD_LIMITS = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # The controller accepts an engine only when its heart answers a ping, and it pings every 3 s by
 # default: 4 engines took 10.3 s to start, 5.3 s at 500 ms. The controller still declares an engine
 # dead after 30 s without an answer, as by default (an idle cluster's controller: 0.04 CPU-s in 10 s).

@@ -3,16 +3,36 @@
 The measuring happens on the engines (``EngineRunner``); these modules only
 collect rows and draw them, so they are tested without Jupyter or MPI by
 handing them a fake runner.
+
+The names below are imported on first use: the engines import
+``gpulab.widgets.runner`` and ``gpulab.widgets.mesh_runner`` (what they run
+comes from there), and importing every widget with them cost each engine about
+a second of CPU for ipywidgets and matplotlib.
 """
 
-from gpulab.bcast.drawings import pattern_figure, sweep_figure
-from gpulab.widgets.cluster_panel import ClusterPanel, notebook_engines
-from gpulab.widgets.explorer import BcastExplorer, crossover
-from gpulab.widgets.pattern import PatternView, patterns_figure, show_patterns
-from gpulab.widgets.plots import as_image, size_label
-from gpulab.widgets.runner import EngineRunner
-from gpulab.widgets.source import show_code, source_of
-from gpulab.widgets.tables import Table
+from importlib import import_module
 
-__all__ = ["BcastExplorer", "ClusterPanel", "EngineRunner", "notebook_engines", "Table", "as_image", "crossover", "PatternView", "pattern_figure", "patterns_figure",
-           "show_code", "show_patterns", "size_label", "source_of", "sweep_figure"]
+_HOMES = {
+    "pattern_figure": "gpulab.bcast.drawings", "sweep_figure": "gpulab.bcast.drawings",
+    "ClusterPanel": "gpulab.widgets.cluster_panel", "notebook_engines": "gpulab.widgets.cluster_panel",
+    "BcastExplorer": "gpulab.widgets.explorer", "crossover": "gpulab.widgets.explorer",
+    "PatternView": "gpulab.widgets.pattern", "patterns_figure": "gpulab.widgets.pattern",
+    "show_patterns": "gpulab.widgets.pattern",
+    "as_image": "gpulab.widgets.plots", "size_label": "gpulab.widgets.plots",
+    "EngineRunner": "gpulab.widgets.runner",
+    "show_code": "gpulab.widgets.source", "source_of": "gpulab.widgets.source",
+    "Table": "gpulab.widgets.tables",
+}
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(_HOMES[name]), name)
+    globals()[name] = value  # once found, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

@@ -1,6 +1,7 @@
 """The mesh explorer: factor the ranks into (row, col, depth, data), switch overlap on and off, run.
 
-    from gpulab.widgets.mesh_explorer import MeshExplorer, MeshRunner
+    from gpulab.widgets.mesh_explorer import MeshExplorer
+    from gpulab.widgets.mesh_runner import MeshRunner
     runner = MeshRunner(engines)                  # engines = gpulab.cluster.start_engines(4)
     explorer = MeshExplorer(runner, machine=runner.fit_machine())
     explorer                                      # the controls in a notebook
@@ -22,74 +23,19 @@ tested with a fake runner.
 from __future__ import annotations
 
 import html
-from functools import cached_property
 
 import ipywidgets as W
 from IPython.display import display
 
 from gpulab.backend import DEVICES
-from gpulab.engine import GPTConfig
 from gpulab.engine.parallel.mesh import GridShape
 from gpulab.engine.parallel.overlap import PROGRESS, SWITCHES, Overlap
 from gpulab.engine.parallel.timeline_plot import breakdown, gantt
-from gpulab.engine.perf.fit import FittedMachine, fit
 from gpulab.engine.perf.predict import predict
-from gpulab.engine.perf.timing import bench_config, measure
+from gpulab.engine.perf.timing import bench_config
 from gpulab.engine.strategies import describe
-from gpulab.launch import first_ranks
 from gpulab.widgets.plots import as_image
-from gpulab.widgets.runner import engine_devices
 from gpulab.widgets.tables import Table
-
-
-def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device, options):
-    from mpi4py import MPI
-
-    comm = first_ranks(MPI.COMM_WORLD, world)
-    if comm is None:
-        return None
-    try:
-        return measure(comm, GPTConfig.from_dict(config), tuple(shape), batch_size, Overlap.from_dict(overlap),
-                       iters=iters, warmup=warmup, keep_events=True, device=device, **options)
-    finally:
-        comm.Free()
-
-
-def _fit_on_engine(reps):
-    from mpi4py import MPI
-
-    machine = fit(MPI.COMM_WORLD, reps=reps)
-    return None if machine is None else machine.__dict__
-
-
-class MeshRunner:
-    """Runs the measurements on a ``gpulab.cluster.Engines``, each bounded by ``timeout``."""
-
-    def __init__(self, engines, *, iters: int = 3, warmup: int = 1, timeout: float = 120):
-        self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
-
-    @property
-    def p(self) -> int:
-        return self.engines.n
-
-    @cached_property
-    def devices(self) -> list:
-        """Where the engines can keep the model: "host", "cupy" (every engine has a GPU), "fake"."""
-        return engine_devices(self.engines, self.timeout)
-
-    def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap, device: str = "host",
-                **options) -> dict:
-        """``timing.measure`` on the first ``world`` engines; ``options``: its pipe, micro_batches, schedule."""
-        what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()}, {device}) {options or ''}"
-        rows = self.engines.run(_measure_on_engine, world, config.to_dict(), list(shape), batch_size,
-                                overlap.to_dict(), self.iters, self.warmup, device, options, timeout=self.timeout,
-                                what=what)
-        return rows[0]
-
-    def fit_machine(self, reps: int = 3):
-        """This computer fitted on all the engines (``gpulab.engine.perf.fit``)."""
-        raw = self.engines.run(_fit_on_engine, reps, timeout=self.timeout, what="perf.fit.fit()")[0]
-        return FittedMachine(**raw)
 
 
 def valid_factors(n: int, limit: int | None = None) -> list[int]:

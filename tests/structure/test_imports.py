@@ -25,6 +25,16 @@ def test_importing_any_module_leaves_mpi_unloaded():
     assert out.stdout.strip() == "False"
 
 
+def test_what_ranks_and_engines_import_draws_nothing():
+    """Every rank of a ``gpulab`` command builds the whole parser, and every engine imports the module of
+    what it runs: with matplotlib and ipywidgets, which they never use, each paid 0.5-1 s of CPU more."""
+    code = ("import sys, gpulab.widgets.runner, gpulab.widgets.mesh_runner, gpulab.cluster.engine_side\n"
+            "from gpulab.cli import build_parser\nbuild_parser()\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'ipywidgets'}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def _module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)

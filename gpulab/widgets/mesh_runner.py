@@ -1,0 +1,71 @@
+"""What the mesh explorer runs on the engines: a few training iterations on a grid, and the machine fit.
+
+    from gpulab.widgets.mesh_runner import MeshRunner
+    runner = MeshRunner(engines)                  # engines = gpulab.cluster.start_engines(4)
+    runner.measure(4, config, (2, 1, 2, 1), 16, Overlap())
+
+The engines import this module to run its ``_on_engine`` functions, so it
+imports no widgets or plotting (each engine would pay about a second of CPU
+for ipywidgets and matplotlib, which it never uses).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+from gpulab.engine import GPTConfig
+from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.fit import FittedMachine, fit
+from gpulab.engine.perf.timing import measure
+from gpulab.launch import first_ranks
+from gpulab.widgets.runner import engine_devices
+
+
+def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device, options):
+    from mpi4py import MPI
+
+    comm = first_ranks(MPI.COMM_WORLD, world)
+    if comm is None:
+        return None
+    try:
+        return measure(comm, GPTConfig.from_dict(config), tuple(shape), batch_size, Overlap.from_dict(overlap),
+                       iters=iters, warmup=warmup, keep_events=True, device=device, **options)
+    finally:
+        comm.Free()
+
+
+def _fit_on_engine(reps):
+    from mpi4py import MPI
+
+    machine = fit(MPI.COMM_WORLD, reps=reps)
+    return None if machine is None else machine.__dict__
+
+
+class MeshRunner:
+    """Runs the measurements on a ``gpulab.cluster.Engines``, each bounded by ``timeout``."""
+
+    def __init__(self, engines, *, iters: int = 3, warmup: int = 1, timeout: float = 120):
+        self.engines, self.iters, self.warmup, self.timeout = engines, iters, warmup, timeout
+
+    @property
+    def p(self) -> int:
+        return self.engines.n
+
+    @cached_property
+    def devices(self) -> list:
+        """Where the engines can keep the model: "host", "cupy" (every engine has a GPU), "fake"."""
+        return engine_devices(self.engines, self.timeout)
+
+    def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap, device: str = "host",
+                **options) -> dict:
+        """``timing.measure`` on the first ``world`` engines; ``options``: its pipe, micro_batches, schedule."""
+        what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()}, {device}) {options or ''}"
+        rows = self.engines.run(_measure_on_engine, world, config.to_dict(), list(shape), batch_size,
+                                overlap.to_dict(), self.iters, self.warmup, device, options, timeout=self.timeout,
+                                what=what)
+        return rows[0]
+
+    def fit_machine(self, reps: int = 3):
+        """This computer fitted on all the engines (``gpulab.engine.perf.fit``)."""
+        raw = self.engines.run(_fit_on_engine, reps, timeout=self.timeout, what="perf.fit.fit()")[0]
+        return FittedMachine(**raw)
