@@ -5,8 +5,10 @@ notebooks get (tests/notebooks/parameters.py): run every cell above the one
 that stops the engines, check the widgets rendered, change the controls
 (message size and algorithm; grid shape and an overlap switch), press Run,
 wait for the new measurement (table and plot, or timeline), then run the
-stopping cell and check that no engine process is left and that the console
-shows no errors from the kit. Screenshots go to GPULAB_SCREENSHOTS (default: the
+stopping cell (the last) and check that no engine process is left, that the
+console shows no errors from the kit, and that the saved notebook passes the
+executed notebooks' check (every cell ran, no error; ``what_went_wrong``):
+this is where these two notebooks are executed in the suite. Screenshots go to GPULAB_SCREENSHOTS (default: the
 test's tmp dir).
 """
 
@@ -17,9 +19,11 @@ import re
 import time
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from tests.browser.lab import CHROMIUM_ARGS, Lab, ensure_chromium
+from tests.notebooks.nbrun import what_went_wrong
 from tests.notebooks.parameters import PARAMETERS
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
@@ -177,6 +181,18 @@ def test_explorer_runs_in_the_browser(notebook, lab, browser, tmp_path):
             while lab.descendants() and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert not lab.descendants(), f"engines left running: {lab.descendants()}"
+
+            # what it saved: every cell ran, no error, no figure shown twice (tests/notebooks runs the
+            # other notebooks with the same check, and these only where this test cannot run)
+            expect(page.locator(".jp-InputPrompt:has-text('[*]')")).to_have_count(0, timeout=60_000)
+            saved = lab.root / f"{notebook}.ipynb"
+            before = saved.stat().st_mtime_ns
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 30
+            while saved.stat().st_mtime_ns == before and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert saved.stat().st_mtime_ns != before, "JupyterLab did not save the notebook within 30 s"
+            assert not what_went_wrong(nbformat.read(saved, as_version=4))
         except Exception:
             page.screenshot(path=str(shots / f"{notebook}_failure.png"), full_page=True)
             raise

@@ -33,7 +33,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 __all__ = ["NOTEBOOKS", "CellExecutionError", "CellTimeoutError", "ReplyNotOk", "StrictClient", "execute",
-           "inject_parameters", "wake_pending_poll"]
+           "inject_parameters", "wake_pending_poll", "what_went_wrong"]
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
@@ -109,3 +109,22 @@ def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: 
     if bad or missing:
         raise ReplyNotOk(f"{path.name}: cells with non-ok replies {bad}, cells without a reply {missing}")
     return nb
+
+
+def what_went_wrong(nb) -> list[str]:
+    """What a notebook that was run top to bottom (here, or in JupyterLab and saved) must not show: a code
+    cell that did not run, an error, a figure that the inline backend showed as well (a pyplot figure,
+    "<Figure size 640x480 with 1 Axes>": drawn a second time and shown twice beside the PNG of as_image())."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or not cell.source.strip():
+            continue
+        if cell.execution_count is None:
+            found.append(f"cell {i} did not run")
+        for output in cell.outputs:
+            if output.output_type == "error":
+                found.append(f"cell {i}: {output.ename}: {output.evalue}")
+            shown = output.get("data", {}).get("text/plain", "")
+            if shown.startswith("<Figure"):
+                found.append(f"cell {i} shows a figure twice: {shown}")
+    return found
