@@ -70,17 +70,7 @@ def run(args) -> int:
         for name in names:
             EmulatedCluster.attach(name).stop()
             print(f"{name}: down")
-        _remove_empty_state_dir()
         return 0
     except ClusterUnavailable as e:
         print(f"gpulab cluster: {e}", file=sys.stderr)
         return 1
-
-
-def _remove_empty_state_dir() -> None:
-    from gpulab.emulated import STATE_DIR
-
-    try:
-        STATE_DIR.rmdir()
-    except OSError:  # absent, or another cluster is still up
-        pass

@@ -216,12 +216,22 @@ class EmulatedCluster:
             self.keeper = None
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise ClusterUnavailable(_explain(self.mode, reply.get("error", "")))
-        self.state = {**reply, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
-                      "placement": self.placement, "link": self.link, "mode": self.mode, "tmpdir": tmpdir,
-                      "name": self.name, "started": time.time()}
-        self.state["launcher"] = self._write_launcher(tmpdir)
-        self.state_file = state_file
-        Path(state_file).write_text(json.dumps(self.state, indent=1))
+        partial = f"{state_file}.{os.getpid()}.tmp"
+        try:
+            self.state = {**reply, "nodes": self.nodes, "ranks_per_node": self.ranks_per_node,
+                          "placement": self.placement, "link": self.link, "mode": self.mode, "tmpdir": tmpdir,
+                          "name": self.name, "started": time.time()}
+            self.state["launcher"] = self._write_launcher(tmpdir)
+            self.state_file = state_file
+            # whole or not at all: 'gpulab cluster show' may read it at any moment (its directory stays:
+            # 'down' removed it when empty, and a cluster whose 'up' had just made it then lost its file)
+            Path(partial).write_text(json.dumps(self.state, indent=1))
+            os.replace(partial, state_file)
+        except BaseException:  # the keeper is up: end it (and the namespaces with it) rather than leave it
+            Path(partial).unlink(missing_ok=True)
+            self.state = self.state or {"tmpdir": tmpdir}
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:

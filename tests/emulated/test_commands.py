@@ -149,6 +149,44 @@ def test_a_killed_keeper_leaves_nothing_and_the_name_can_be_reused():
     assert leftovers(new_state) == []
 
 
+def test_a_cluster_coming_up_while_another_goes_down_is_registered(monkeypatch):
+    # 'down' removed the state directory once it was empty, and an 'up' that had made the directory but
+    # not yet written its state file into it then failed (FileNotFoundError; seen with three test workers)
+    going, coming = f"going{os.getpid()}", f"coming{os.getpid()}"
+    assert gpulab("cluster", "up", "--name", going, "--nodes", "2", "--link", "unlimited").returncode == 0
+    write_launcher = EmulatedCluster._write_launcher
+
+    def going_down_meanwhile(self, tmpdir):
+        down = gpulab("cluster", "down", going)
+        assert down.returncode == 0, down.stderr
+        return write_launcher(self, tmpdir)
+
+    monkeypatch.setattr(EmulatedCluster, "_write_launcher", going_down_meanwhile)
+    EmulatedCluster(nodes=2, link="unlimited", name=coming, export=False).start(detached=True)
+    cluster = EmulatedCluster.attach(coming)
+    try:
+        assert cluster.alive()
+    finally:
+        cluster.stop()
+    assert leftovers(cluster.state) == []
+
+
+def test_a_start_that_fails_once_the_keeper_is_up_leaves_nothing(monkeypatch):
+    # the failure above left the keeper, its namespaces and its directory behind
+    state = {}
+
+    def failing(self, tmpdir):
+        state.update(self.state)
+        raise OSError("no space left on device (planted)")
+
+    monkeypatch.setattr(EmulatedCluster, "_write_launcher", failing)
+    name = f"failing{os.getpid()}"
+    with pytest.raises(OSError, match="planted"):
+        EmulatedCluster(nodes=2, link="unlimited", name=name, export=False).start(detached=True)
+    assert leftovers(state) == []
+    assert "no emulated cluster" in gpulab("cluster", "show", name).stderr
+
+
 def test_where_no_cluster_can_be_made_commands_say_why_and_run_on_one_machine(monkeypatch, capsys):
     import argparse
 
