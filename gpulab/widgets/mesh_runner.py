@@ -5,7 +5,7 @@
     runner.measure(4, config, (2, 1, 2, 1), 16, Overlap())
 
 The engines import this module to run its ``_on_engine`` functions, so it
-imports no widgets or plotting (each engine would pay about a second of CPU
+imports no widgets or plotting (each engine would pay about 0.6 CPU-s more
 for ipywidgets and matplotlib, which it never uses).
 """
 
