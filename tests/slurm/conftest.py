@@ -25,9 +25,13 @@ import pytest
 
 from gpulab.cluster.slurm_testbed import Node, SlurmTestbed, SlurmUnavailable, ensure_slurm
 from gpulab.emulated import ClusterUnavailable
+from tests.slurm.time_limit import TimeLimitJob
 
 NODES = ("n1", "n2")
-CPUS_PER_NODE = 4  # declared, whatever the machine has: 2 engines per node and room for a notebook job
+# declared, whatever the machine has: 2 engines per node, the JupyterLab job's 2 (docs/cluster.md's
+# req_nprocs) and 1 for the time-limit job running alongside (time_limit.py; with 4 the hub test's
+# engines waited for that job to end)
+CPUS_PER_NODE = 5
 GPUS_PER_NODE = 2  # fake GPUs: Slurm sets CUDA_VISIBLE_DEVICES in jobs, pin_gpu picks one per engine
 EMULATED_LINK = "1gbit"
 
@@ -41,19 +45,24 @@ def pytest_itemcollected(item):
 
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering, which left the two testbeds interleaved
 def pytest_collection_modifyitems(items):
-    """All of one testbed's tests, then all of the other's, so that each testbed starts once (and the
-    time-limit job of test_engines.py, which waits out a 1-minute limit, runs once: interleaved, both
-    were started twice)."""
+    """All of one testbed's tests, then all of the other's, so that each testbed starts once (interleaved,
+    both were started twice)."""
     here = os.path.dirname(__file__)
     places = [i for i, item in enumerate(items) if str(item.fspath).startswith(here)]
-    ordered = sorted((items[i] for i in places), key=order_of_testbed)
+    # the test that reads the time-limit job's outcome last, the job running meanwhile (time_limit.py)
+    ordered = sorted((items[i] for i in places), key=lambda item: (order_of_testbed(item),
+                                                                   "time_limit_job" in item.fixturenames))
     for i, item in zip(places, ordered):
         items[i] = item
 
 
+def testbed_of(item) -> str | None:
+    return getattr(item, "callspec", None) and item.callspec.params.get("slurm")
+
+
 def order_of_testbed(item) -> int:
     """0 for a test that uses no testbed, then 1, 2 in the order of TESTBEDS."""
-    testbed = getattr(item, "callspec", None) and item.callspec.params.get("slurm")
+    testbed = testbed_of(item)
     return TESTBEDS.index(testbed) + 1 if testbed else 0
 
 
@@ -103,3 +112,33 @@ def slurm_env(slurm, monkeypatch):
     if left:
         slurm.cancel_all()
     assert not left, f"the test left Slurm jobs behind: {left}"
+
+
+@pytest.fixture(scope="session")
+def time_limit_jobs():
+    """The background time-limit job of each testbed that has one (tests/slurm/time_limit.py)."""
+    jobs = {}
+    yield jobs
+    left = [proc for job in jobs.values() for proc in job.finish()]  # the test that reads one finishes it
+    assert not left, f"the time-limit job left processes: {left}"
+
+
+@pytest.fixture(autouse=True)
+def time_limit_job_in_the_background(request, time_limit_jobs, tmp_path_factory):
+    """Starts the time-limit job with the first test of its testbed, when a test of this run reads it."""
+    testbed = testbed_of(request.node)
+    if testbed and testbed not in time_limit_jobs and any(
+            "time_limit_job" in item.fixturenames and testbed_of(item) == testbed for item in request.session.items):
+        job = time_limit_jobs[testbed] = TimeLimitJob(request.getfixturevalue("slurm"),
+                                                      tmp_path_factory.mktemp("ipython-timelimit"))
+        job.start()
+    yield
+
+
+@pytest.fixture
+def time_limit_job(request, time_limit_jobs, time_limit_job_in_the_background):
+    """The testbed's time-limit job, running since its first test; afterwards stopped, leaving nothing."""
+    job = time_limit_jobs[request.node.callspec.params["slurm"]]
+    yield job
+    left = job.finish()
+    assert not left, f"the time-limit job left processes: {left}"

@@ -5,7 +5,7 @@ step through them, a clean stop, and a job killed by Slurm reported within a bou
 The engines run on both testbeds (conftest.py); on the emulated one each node is a network namespace
 and the controller listens on unix sockets (ipc://), which the engines reach through the file system.
 How Slurm reports a cancelled or timed-out job does not depend on where its nodes are: those two tests
-use the loopback testbed only.
+run on the emulated testbed only, alongside the time-limit job's 60-90 s wait (tests/slurm/time_limit.py).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import pytest
 from gpulab.cluster import EngineDied, start_engines
 from gpulab.cluster.engines import HEARTBEAT_MS
 from tests.cluster.procs import cluster_processes, heartbeat_check_ms
-
-SLURM = dict(launcher="slurm", controller_ip="127.0.0.1", gpus_per_node=2, ranks_per_node=2, time="00:10:00")
+from tests.slurm.time_limit import SLURM, controller_on_ipc, sleeper
 
 
 def where_am_i():
@@ -47,30 +46,18 @@ def engine_step():
     return None if row is None else {"iter_s": row["iter_s"], "world": row["world"], "shape": row["shape"]}
 
 
-def sleeper():
-    import time
-
-    time.sleep(300)
-
-
 def job_state(slurm, job_id):
     return slurm.run("squeue", "-h", "-j", job_id, "-o", "%T", check=False).stdout.strip()
 
 
 @pytest.mark.parametrize("slurm", ["loopback"], indirect=True)
-def test_engines_as_a_slurm_job_on_two_nodes(timing_out, slurm_env, ipython_dir):
+def test_engines_as_a_slurm_job_on_two_nodes(slurm_env, ipython_dir):
     check_engines_on_two_nodes(slurm_env, ipython_dir, SLURM)
 
 
 @pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
 def test_engines_as_a_slurm_job_on_two_emulated_nodes(slurm_env, ipython_dir):
-    cluster = slurm_env.emulated
-    # the controller's sockets: unix sockets under the cluster's directory, for the engines and this client
-    profile = ipython_dir / "profile_gpulab"
-    profile.mkdir()
-    (profile / "ipcontroller_config.py").write_text('c.IPController.transport = "ipc"\n')
-    cluster.keep_linking_ipc_sockets()  # ipyparallel's two names for each socket (see link_ipc_sockets)
-    check_engines_on_two_nodes(slurm_env, ipython_dir, {**SLURM, "controller_ip": cluster.ipc_prefix()})
+    check_engines_on_two_nodes(slurm_env, ipython_dir, controller_on_ipc(slurm_env, ipython_dir))
 
 
 def check_engines_on_two_nodes(slurm, ipython_dir, options: dict) -> None:
@@ -113,60 +100,10 @@ def check_engines_on_two_nodes(slurm, ipython_dir, options: dict) -> None:
           f"4D step {step[0]['iter_s'] * 1e3:.0f} ms")
 
 
-class TimingOut(threading.Thread):
-    """Engines whose job passes its 1-minute time limit while a task runs on them, in the background.
-
-    Slurm checks time limits every 30 s or so, so this takes 60-90 s; it runs alongside the other
-    tests of this module (1 CPU per node, idle engines) and the last test collects the outcome.
-    """
-
-    def __init__(self, ipython_dir):
-        super().__init__(daemon=True)
-        self.ipython_dir, self.error, self.engines, self.reported_s = ipython_dir, None, None, None
-        self.started = threading.Event()
-
-    def run(self):
-        try:
-            try:
-                self.engines = start_engines(2, **{**SLURM, "ranks_per_node": 1, "time": "00:01:00",
-                                                   "gpus_per_node": 0})  # the GPUs are for the other tests
-            finally:
-                self.started.set()
-            t0 = time.monotonic()
-            try:
-                self.engines.run(sleeper, timeout=250, what="a long task")
-            except EngineDied as died:
-                self.error, self.reported_s = died, time.monotonic() - t0
-        except BaseException as err:  # noqa: BLE001 - reported by the test
-            self.error = err
-
-
-@pytest.fixture(scope="module")
-def timing_out(slurm, tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    ipython_dir = tmp_path_factory.mktemp("ipython-timelimit")
-    mp.setenv("SLURM_CONF", str(slurm.conf))  # module-wide; tests' own settings are restored to it
-    mp.setenv("IPYTHONDIR", str(ipython_dir))
-    mp.setenv("IPP_NONINTERACTIVE", "1")
-    thread = TimingOut(ipython_dir)
-    thread.start()
-    # its processes (controller, reaper) take os.environ as it is when they start: wait for them
-    assert thread.started.wait(120), "the engines of the time-limit test did not start within 120 s"
-    mp.delenv("IPYTHONDIR")
-    try:
-        yield thread
-    finally:
-        thread.join(200)
-        if thread.engines is not None:
-            thread.engines.stop()
-        mp.undo()
-        assert not cluster_processes(ipython_dir), "the timed-out cluster left processes"
-
-
-@pytest.mark.parametrize("slurm", ["loopback"], indirect=True)
-def test_a_job_cancelled_from_outside_is_reported_not_a_hang(timing_out, slurm_env, ipython_dir):
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)  # while the time-limit job waits
+def test_a_job_cancelled_from_outside_is_reported_not_a_hang(slurm_env, ipython_dir):
     slurm = slurm_env
-    with start_engines(2, **{**SLURM, "ranks_per_node": 1}) as engines:
+    with start_engines(2, **{**controller_on_ipc(slurm, ipython_dir), "ranks_per_node": 1}) as engines:
         job_id = engines.job_id
         killer = threading.Timer(2, lambda: slurm.run("scancel", job_id))
         killer.start()
@@ -187,11 +124,13 @@ def test_a_job_cancelled_from_outside_is_reported_not_a_hang(timing_out, slurm_e
     assert job_state(slurm, job_id) == ""
 
 
-@pytest.mark.parametrize("slurm", ["loopback"], indirect=True)
-def test_a_job_past_its_time_limit_is_reported_not_a_hang(timing_out, slurm_env):
-    timing_out.join(200)  # started with the module, running alongside the other tests
-    assert not timing_out.is_alive(), "no report 200 s after the job's 1-minute time limit"
-    assert isinstance(timing_out.error, EngineDied), repr(timing_out.error)
-    job_id = timing_out.engines.job_id
-    assert f"the Slurm job {job_id} of the engines ended (TIMEOUT)" in str(timing_out.error), str(timing_out.error)
-    print(f"\ntime limit: reported {timing_out.reported_s:.1f} s after the task started")
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
+def test_a_job_past_its_time_limit_is_reported_not_a_hang(time_limit_job, slurm_env):
+    # started with the testbed's first test (tests/slurm/time_limit.py), this test runs last
+    time_limit_job.join(200)
+    assert not time_limit_job.is_alive(), "no report 200 s after the job's 1-minute time limit"
+    assert isinstance(time_limit_job.error, EngineDied), repr(time_limit_job.error)
+    job_id = time_limit_job.engines.job_id
+    assert f"the Slurm job {job_id} of the engines ended (TIMEOUT)" in str(time_limit_job.error), \
+        str(time_limit_job.error)
+    print(f"\ntime limit: reported {time_limit_job.reported_s:.1f} s after the task started")
