@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import html
 import statistics
+import time
 
 import ipywidgets as W
 from IPython.display import display
@@ -35,6 +36,9 @@ SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 DEFAULT_ALGORITHMS = ("binomial", "chain", "scatter_allgather_ring")
 ROUNDS = 3  # rounds per point by default: the least that has a median and a spread
+# A redraw renders the figure to PNG, about half a CPU-second: during a run, at most one a second (a
+# run of small sizes once redrew after every curve of every round and spent most of its time drawing)
+REDRAW_EVERY_S = 1.0
 
 
 class BcastExplorer(W.VBox):
@@ -42,6 +46,7 @@ class BcastExplorer(W.VBox):
 
     def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=DEFAULT_ALGORITHMS, rounds: int = ROUNDS):
         self.runner, self.results, self._runs = runner, [], 0
+        self._drawn = (0.0, None)  # when the figure was last drawn, and after which measurement
         names = [a for a in runner.algorithms if a != "mpi"]
         size_options = [(size_label(s), s) for s in SIZES]
         self.sizes = W.SelectionRangeSlider(options=size_options, index=(SIZES.index(sizes[0]), SIZES.index(sizes[1])),
@@ -122,8 +127,11 @@ class BcastExplorer(W.VBox):
                                                            device=self.device.value))
                     self.results = earlier + [median_row(rows, self._runs) for rows in measured if rows]
                     self.progress.value += 1
-                    if i + 1 == len(plan) or plan[i + 1][0] != algorithm:
-                        self.redraw()  # one curve at a time: progress you can see
+                    curve_done = i + 1 == len(plan) or plan[i + 1][0] != algorithm
+                    if curve_done and time.monotonic() - self._drawn[0] >= REDRAW_EVERY_S:
+                        self.redraw()  # curve by curve: progress you can see
+            if self._drawn[1] != (self._runs, self.progress.value):
+                self.redraw()
             self.status.value = f"run #{self._runs}: {len(plan)} points x {rounds} rounds done"
         except Exception as err:
             self.status.value = f"<span style='color:#b00'>run #{self._runs} failed: {html.escape(str(err))}</span>"
@@ -146,6 +154,7 @@ class BcastExplorer(W.VBox):
         with self.plot:
             self.plot.clear_output(wait=True)
             display(as_image(self.figure))
+        self._drawn = (time.monotonic(), (self._runs, self.progress.value))
 
 
 def median_row(rounds: list[dict], run: int) -> dict:

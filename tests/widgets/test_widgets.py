@@ -53,6 +53,35 @@ def test_pressing_run_measures_the_plan_and_draws_one_line_per_series():
     assert "<td>#1 mpi</td>" in explorer.table.value
 
 
+def test_a_run_redraws_curve_by_curve_at_most_once_a_second_and_always_at_its_end(monkeypatch):
+    from gpulab.widgets import explorer as module
+
+    clock = {"now": 100.0}
+    monkeypatch.setattr(module.time, "monotonic", lambda: clock["now"])
+
+    class SlowRunner(FakeRunner):  # each measurement takes 0.3 s of the fake clock
+        def measure(self, *args, **kwargs):
+            clock["now"] += 0.3
+            return super().measure(*args, **kwargs)
+
+    explorer = BcastExplorer(SlowRunner(), sizes=(1 << 10, 1 << 11), algorithms=("binomial", "chain"))
+    drawn, redraw = [], explorer.redraw
+
+    def counted_redraw():
+        drawn.append(explorer.progress.value)
+        redraw()
+    monkeypatch.setattr(explorer, "redraw", counted_redraw)
+    explorer.run()
+    # 3 curves of 2 sizes x 3 rounds, 0.6 s a curve: the first curve drawn, then every other one
+    # (a second apart), and the end of the run, whatever the clock says
+    assert drawn == [2, 6, 10, 14, 18]
+    assert explorer._drawn[1] == (1, 18) and len(explorer.figure.axes[0].lines) == 3
+    drawn.clear()
+    clock["now"] += 0.1  # a second run, at once: its first curve waits for the clock too
+    explorer.run()
+    assert drawn == [4, 8, 12, 16, 18]
+
+
 class NoisyRunner(FakeRunner):
     """Each call's time is the next of a list: rounds of one point differ, as on a shared machine."""
 
