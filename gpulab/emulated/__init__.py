@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 from gpulab.emulated.netns import node_address, tool
 
 PLACEMENTS = ("block", "round-robin")
@@ -252,13 +254,15 @@ class EmulatedCluster:
             for stream in (self.keeper.stdout, self.keeper.stderr):
                 stream.close()
             self.keeper = None
-        elif self.state is not None:  # attached (gpulab cluster down): signal it, wait for the state file to go
+        elif self.state is not None:  # attached (gpulab cluster down): signal it, wait for it to exit
             try:
                 os.kill(self.state["pid"], 15)
             except ProcessLookupError:
                 pass
+            # the keeper lets go of the namespaces first, then removes its files and exits: until then
+            # it is a process in the switch's namespace (a test checking right after 'down' found it)
             deadline = time.monotonic() + 30
-            while self.alive() and time.monotonic() < deadline:
+            while (self.alive() or _running(self.state["pid"])) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self.state_file and os.path.exists(self.state_file):
                 os.unlink(self.state_file)
@@ -597,6 +601,14 @@ esac
 def _rate_of(qdisc: str) -> str:
     match = re.search(r"rate (\S+)", qdisc)
     return f"rate {match.group(1)}" if match else ""
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and has not exited (a zombie only waits for its parent)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _run(argv: list[str]) -> str:

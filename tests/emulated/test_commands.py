@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import psutil
 import pytest
 
 from gpulab.emulated import EmulatedCluster, link_bytes_per_s
@@ -169,6 +170,25 @@ def test_a_cluster_coming_up_while_another_goes_down_is_registered(monkeypatch):
     finally:
         cluster.stop()
     assert leftovers(cluster.state) == []
+
+
+def test_down_waits_for_the_keeper_to_exit_not_only_to_let_go_of_the_namespaces(monkeypatch, tmp_path):
+    # the keeper closes the namespaces, then removes its files and exits: the test above once found it
+    # still running, in the switch's namespace, right after stop(). A stand-in keeper takes 1 s to exit.
+    keeper = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                               "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1), sys.exit(0)))\n"
+                               "print('ready', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert keeper.stdout.readline() == "ready\n"
+    cluster = EmulatedCluster(nodes=2, export=False)
+    cluster.state, cluster.state_file = {"pid": keeper.pid, "tmpdir": str(tmp_path / "gone")}, None
+    monkeypatch.setattr(EmulatedCluster, "alive", lambda self: False)  # the namespaces are already let go
+    try:
+        cluster.stop()
+        assert keeper.poll() is not None or psutil.Process(keeper.pid).status() == psutil.STATUS_ZOMBIE
+    finally:
+        keeper.kill()
+        keeper.wait()
+        keeper.stdout.close()
 
 
 def test_a_start_that_fails_once_the_keeper_is_up_leaves_nothing(monkeypatch):
