@@ -42,8 +42,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
-
 from gpulab.emulated.netns import node_address, tool
 
 PLACEMENTS = ("block", "round-robin")
@@ -604,10 +602,12 @@ def _rate_of(qdisc: str) -> str:
 
 
 def _running(pid: int) -> bool:
-    """Whether the process exists and has not exited (a zombie only waits for its parent)."""
+    """Whether the process exists and has not exited (a zombie only waits for its parent). Read from
+    /proc, not psutil: the GPU check imports this package with numpy and mpi4py only."""
     try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
+    except OSError:
         return False
 
 
