@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import os
 from pathlib import Path
+from typing import Callable
 
 import nbformat
 from nbclient import NotebookClient
@@ -84,16 +85,19 @@ def inject_parameters(nb, parameters: dict):
     return nb
 
 
-def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: float = 180):
+def execute(path, parameters: dict | None = None, *, ipython_dir, cell_timeout: float | Callable = 180):
     """Run the notebook top to bottom in a fresh python3 kernel; return the executed notebook.
 
+    ``cell_timeout``: seconds for every cell, or a function of the cell giving its seconds.
     Raises nbclient's CellExecutionError / CellTimeoutError, or ReplyNotOk.
     """
     path = Path(path)
     nb = inject_parameters(nbformat.read(path, as_version=4), parameters or {})
     replies = []
+    per_cell = callable(cell_timeout)
     client = StrictClient(
-        nb, timeout=cell_timeout, kernel_name="python3", allow_errors=False,
+        nb, timeout=None if per_cell else cell_timeout, timeout_func=cell_timeout if per_cell else None,
+        kernel_name="python3", allow_errors=False,
         resources={"metadata": {"path": str(path.parent)}},
         on_cell_executed=lambda cell, cell_index, execute_reply: replies.append((cell_index, execute_reply)))
     tmp = Path(ipython_dir).parent / "tmp"  # what the notebook makes with tempfile stays in the test's directory
