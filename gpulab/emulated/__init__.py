@@ -42,7 +42,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpulab.emulated.netns import node_address, tool
+from gpulab.emulated.netns import node_address, running, tool
 
 PLACEMENTS = ("block", "round-robin")
 TRANSPORT = "TCP between nodes (UCX_TLS=tcp,self), shared memory inside a node"
@@ -260,7 +260,7 @@ class EmulatedCluster:
             # the keeper lets go of the namespaces first, then removes its files and exits: until then
             # it is a process in the switch's namespace (a test checking right after 'down' found it)
             deadline = time.monotonic() + 30
-            while (self.alive() or _running(self.state["pid"])) and time.monotonic() < deadline:
+            while (self.alive() or running(self.state["pid"])) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self.state_file and os.path.exists(self.state_file):
                 os.unlink(self.state_file)
@@ -599,16 +599,6 @@ esac
 def _rate_of(qdisc: str) -> str:
     match = re.search(r"rate (\S+)", qdisc)
     return f"rate {match.group(1)}" if match else ""
-
-
-def _running(pid: int) -> bool:
-    """Whether the process exists and has not exited (a zombie only waits for its parent). Read from
-    /proc, not psutil: the GPU check imports this package with numpy and mpi4py only."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def _run(argv: list[str]) -> str:

@@ -145,13 +145,25 @@ def pids_inside(inodes: set[int], exclude: int | None = None) -> list[int]:
     return found
 
 
-def parent(pid: int) -> int | None:
-    """The parent of a process (None once it is gone)."""
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name: state, parent, ... (None once it is gone)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
+            return f.read().rsplit(")", 1)[1].split()
     except OSError:
         return None
+
+
+def parent(pid: int) -> int | None:
+    """The parent of a process (None once it is gone)."""
+    fields = _stat(pid)
+    return int(fields[1]) if fields else None
+
+
+def running(pid: int) -> bool:
+    """Whether the process exists and has not exited (a zombie only waits for its parent to reap it)."""
+    fields = _stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
 
 
 def mpi_scratch_held(pids) -> set[str]:

@@ -8,6 +8,8 @@ import subprocess
 
 import pytest
 
+from gpulab.emulated.netns import running
+
 
 @functools.lru_cache(maxsize=None)
 def _why_no_cluster() -> str | None:
@@ -30,20 +32,12 @@ def require_cluster() -> None:
     pytest.skip(reason)
 
 
-def _state(pid: str) -> str:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
-
-
 def leftovers(cluster_state: dict) -> list[str]:
     """What still holds a cluster's namespaces: live processes inside them, open descriptors, mounts, files."""
     inodes = set(cluster_state["inodes"]) | {cluster_state["switch_inode"]}
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
-        if _state(pid) in ("Z", "X", "gone"):
+        if not running(int(pid)):
             continue
         try:
             if os.stat(f"/proc/{pid}/ns/net").st_ino in inodes:
