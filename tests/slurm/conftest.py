@@ -138,7 +138,7 @@ def time_limit_job_in_the_background(request, time_limit_jobs, tmp_path_factory)
 @pytest.fixture
 def time_limit_job(request, time_limit_jobs, time_limit_job_in_the_background):
     """The testbed's time-limit job, running since its first test; afterwards stopped, leaving nothing."""
-    job = time_limit_jobs[request.node.callspec.params["slurm"]]
+    job = time_limit_jobs[testbed_of(request.node)]
     yield job
     left = job.finish()
     assert not left, f"the time-limit job left processes: {left}"

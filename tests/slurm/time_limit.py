@@ -40,7 +40,8 @@ def controller_on_ipc(slurm, ipython_dir: Path) -> dict:
 
 
 class TimeLimitJob(threading.Thread):
-    """``start()`` returns once the engines are up; ``outcome()`` waits for the report of their job's end."""
+    """``start()`` returns once the engines are up; ``error`` then holds the report of their job's end,
+    ``finish()`` waits for it and stops them."""
 
     def __init__(self, slurm, ipython_dir: Path):
         super().__init__(daemon=True, name="slurm-time-limit-job")

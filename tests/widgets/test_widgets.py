@@ -54,10 +54,12 @@ def test_pressing_run_measures_the_plan_and_draws_one_line_per_series():
 
 
 def test_a_run_redraws_curve_by_curve_at_most_once_a_second_and_always_at_its_end(monkeypatch):
+    from types import SimpleNamespace
+
     from gpulab.widgets import explorer as module
 
     clock = {"now": 100.0}
-    monkeypatch.setattr(module.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(module, "time", SimpleNamespace(monotonic=lambda: clock["now"]))  # the explorer's clock only
 
     class SlowRunner(FakeRunner):  # each measurement takes 0.3 s of the fake clock
         def measure(self, *args, **kwargs):
