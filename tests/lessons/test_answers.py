@@ -1,0 +1,108 @@
+"""Every numbered question of every notebook has an answer, and ``check`` judges numbers right."""
+
+import math
+import re
+
+import pytest
+
+from gpulab.lessons import Answer, Lesson
+from gpulab.lessons.answers import judge
+from tests.notebooks.nbrun import NOTEBOOKS
+
+NOTEBOOK_STEMS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+
+
+def numbered_questions(stem: str) -> list[int]:
+    """The numbers of the list under the notebook's "## Questions..." heading (up to the next heading)."""
+    lines = (NOTEBOOKS / f"{stem}.py").read_text().splitlines()
+    start = next((i for i, line in enumerate(lines) if re.match(r"# ## Questions", line)), None)
+    if start is None:
+        return []
+    numbers = []
+    for line in lines[start + 1:]:
+        if re.match(r"# #+ ", line) or line.startswith("# %%"):
+            break
+        if m := re.match(r"# (\d+)\. ", line):
+            numbers.append(int(m.group(1)))
+    return numbers
+
+
+@pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
+def test_every_numbered_question_has_an_answer(stem):
+    questions = numbered_questions(stem)
+    assert questions, f"{stem} has no '## Questions' list"
+    lesson = Lesson(stem)
+    missing = sorted(set(questions) - set(lesson.answers_by_question))
+    extra = sorted(set(lesson.answers_by_question) - set(questions))
+    assert not missing, f"{stem}: questions {missing} have no answer in gpulab.lessons.nb{stem[:2]}"
+    assert not extra, f"{stem}: gpulab.lessons.nb{stem[:2]} answers questions {extra} the notebook does not ask"
+
+
+@pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
+def test_numeric_answers_are_computed_and_checkable(stem):
+    """Each numeric answer is computed by the kit (from made-up context where it needs the notebook's
+    measurements) and judges its own value right and a value twice as large wrong."""
+    lesson = Lesson(stem)
+    for q, answer in lesson.answers_by_question.items():
+        assert answer.text.strip(), f"{stem} Q{q}: empty answer"
+        if answer.value is None:
+            continue
+        context = {key: CONTEXT_EXAMPLES.get(key, 4) for key in answer.needs}
+        expected = lesson.expected(q, context)
+        assert math.isfinite(expected), f"{stem} Q{q}: the kit computed {expected}"
+        assert lesson.check(q, expected, context).verdict == "right"
+        if expected != 0:
+            assert lesson.check(q, 2 * expected + 1, context).verdict == "wrong"
+        markdown = lesson.markdown(context)
+        assert f"Answer {q}" in markdown and "<details>" in markdown
+
+
+# made-up stand-ins for what a notebook measured, for answers that read it
+CONTEXT_EXAMPLES = {"p": 4}
+
+
+def test_check_says_right_close_wrong_and_why():
+    answer = Answer(text="t", value=lambda ctx: 100.0, unit="us", hint="Did you count the root?")
+    assert judge(answer, 1, 103).verdict == "right"
+    close = judge(answer, 1, 120)
+    assert close.verdict == "close" and "20% too high" in close.message and "100 us" in close.message
+    wrong = judge(answer, 1, 40)
+    assert wrong.verdict == "wrong" and "too low" in wrong.message and "Did you count the root?" in wrong.message
+    assert judge(answer, 1, float("nan")).verdict == "wrong"
+
+
+def test_an_answer_from_the_notebooks_run_names_what_it_needs():
+    with pytest.raises(ValueError, match="needs the notebook's p"):
+        Lesson("00").check(1, 3)
+    assert Lesson("00").check(1, 3, {"p": 4}).verdict == "right"
+
+
+def test_a_teacher_hides_every_answer_with_one_switch(monkeypatch):
+    monkeypatch.setenv("GPULAB_HIDE_ANSWERS", "1")
+    lesson = Lesson("00")
+    text = lesson.markdown({"p": 4})
+    assert "hidden" in text and "<details>" not in text
+    verdict = lesson.check(1, 3, {"p": 4})
+    assert verdict.verdict == "right" and verdict.expected is None and "computes" not in verdict.message
+    with pytest.raises(PermissionError):
+        lesson.expected(1, {"p": 4})
+
+
+def test_bad_names_and_questions_are_refused_clearly():
+    with pytest.raises(ValueError, match="by its number"):
+        Lesson("broadcast")
+    with pytest.raises(ValueError, match="no answers for notebook 99"):
+        Lesson("99")
+    with pytest.raises(ValueError, match="has questions"):
+        Lesson("00").check(42, 1.0)
+
+
+def test_the_machine_sentence_states_cores_and_the_share_of_each_rank(monkeypatch):
+    from gpulab.lessons import this_machine
+
+    monkeypatch.setattr(this_machine, "cores", lambda: 2)
+    monkeypatch.setattr(this_machine, "load", lambda: 1.5)
+    text = this_machine.describe(ranks=4)
+    assert "2 cores" in text and "load 1.5" in text and "0.5 core each" in text and "take turns" in text
+    monkeypatch.setattr(this_machine, "load", lambda: None)
+    assert this_machine.describe() == "This machine gives the notebook 2 cores."
