@@ -56,7 +56,8 @@ def run(args) -> None:
     from gpulab.engine import GPTConfig
     from gpulab.engine.parallel.overlap import Overlap
     from gpulab.engine.perf.predict import predict
-    from gpulab.engine.perf.fit import FittedMachine, load
+    from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.machines.resolver import resolve
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     p = args.world
@@ -69,7 +70,7 @@ def run(args) -> None:
         path = RESULTS / f"engine_machine_p{p}.fit{len(fits)}.json"
         subprocess.run(mpiexec_command(p, ["-m", "gpulab.cli", "model", "fit", "--out", str(path)]),
                        check=True, env=env, stdout=subprocess.DEVNULL)
-        fits.append(load(path))
+        fits.append(resolve(path, kind="engine"))
         path.unlink()
 
     fit_once()

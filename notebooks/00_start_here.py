@@ -56,7 +56,8 @@ engines = start_engines(N_ENGINES)
 engines
 
 # %%
-from gpulab.widgets import EngineRunner, Table
+from gpulab.cluster.bcast_runner import EngineRunner
+from gpulab.widgets import Table
 
 Table(engines.placement, ["rank", "host", "pid", "local_rank", "local_size", "gpu"])
 

@@ -32,7 +32,8 @@ ITERS = 20                     # timed iterations per measurement
 
 # %%
 from gpulab.cluster import start_engines
-from gpulab.widgets import EngineRunner, Table, as_image, show_code, show_patterns, sweep_figure
+from gpulab.cluster.bcast_runner import EngineRunner
+from gpulab.widgets import Table, as_image, show_code, show_patterns, sweep_figure
 
 engines = start_engines(N_ENGINES)
 runner = EngineRunner(engines, iters=ITERS, warmup=3)

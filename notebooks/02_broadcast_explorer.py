@@ -45,7 +45,8 @@ LINK = "1gbit"                      # each node's link: 100mbit, 200mbit, 1gbit,
 PLACEMENT = "block"                 # or "round-robin"
 
 # %%
-from gpulab.widgets import BcastExplorer, EngineRunner, PatternView, crossover, notebook_engines, size_label
+from gpulab.cluster.bcast_runner import EngineRunner
+from gpulab.widgets import BcastExplorer, PatternView, crossover, notebook_engines, size_label
 
 engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 runner = EngineRunner(engines, iters=ITERS, warmup=2, time_budget=0.2)

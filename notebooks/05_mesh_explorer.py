@@ -49,11 +49,11 @@ PLACEMENT = "block"    # ranks to nodes: block or round-robin
 # %%
 from IPython.display import display
 
+from gpulab.cluster.mesh_runner import MeshRunner
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.predict import predict
 from gpulab.widgets import Table, as_image, notebook_engines
 from gpulab.widgets.mesh_explorer import MeshExplorer
-from gpulab.widgets.mesh_runner import MeshRunner
 
 engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 runner = MeshRunner(engines, iters=ITERS, warmup=1)

@@ -46,6 +46,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from gpulab.cluster import start_engines
+from gpulab.cluster.mesh_runner import MeshRunner
 from gpulab.engine import GPTConfig
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.pipeline import bubble_fraction
@@ -56,7 +57,6 @@ from gpulab.engine.perf.machines import machine as machine_named
 from gpulab.engine.perf.predict import gpt_config, predict
 from gpulab.engine.strategies import STRATEGIES
 from gpulab.widgets import Table, as_image
-from gpulab.widgets.mesh_runner import MeshRunner
 
 COLORS = {"compute": "#8c8c8c", "exposed communication": "#d62728", "bubble": "#1f77b4"}
 

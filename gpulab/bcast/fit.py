@@ -28,6 +28,7 @@ from gpulab.bcast.algorithms import run_algorithm
 from gpulab.bcast.group import Group
 from gpulab.bcast.hierarchical import node_of_rank
 from gpulab.bcast.model import Hockney, Link, Machine
+from gpulab.machines.linefit import relative_line
 
 SIZES = [8, 64, 512, 1024, 2048, 4096, 6144, 8191, 8192, 12288, 16384, 32768, 65536, 131072, 262144,
          524288, 1 << 20, 2 << 20, 4 << 20, 16 << 20, 64 << 20]  # up to the largest broadcast predicted
@@ -111,9 +112,8 @@ def call_overhead(repeats: int = 5, calls: int = 2000) -> float:
 
 
 def _lsq(n: np.ndarray, t: np.ndarray) -> Hockney:
-    """The line minimising sum(((alpha + beta n) - t) / t)^2, with alpha and beta clamped to >= 0."""
-    a = np.column_stack([1 / t, n / t])
-    (alpha, beta), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    """The relative-error line through the points, with alpha and beta clamped to >= 0."""
+    alpha, beta = relative_line(n, t)
     if alpha < 0 <= beta:  # the small points came faster than the line: keep its slope, clamp alpha
         # A rate limiter's burst (tbf lets its first 32 KB pass at full speed) or socket buffers do
         # this: t = (n - burst) / rate. The slope is the link's rate; a refit through the origin

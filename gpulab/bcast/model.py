@@ -85,6 +85,11 @@ class Machine:
         """Flat algorithms over p ranks: the slow link as soon as they span nodes."""
         return self.intra if self.ranks_per_node is None or p <= self.ranks_per_node else self.inter
 
+    def assumptions(self) -> list[str]:
+        """Every number's source for a profile; how a fitted machine was measured."""
+        fitted = [f"fit: ping-pong on {self.fitted_p} ranks"] if self.fitted_p else []
+        return fitted + [f"{k}: {v}" for k, v in self.notes.get("sources", {}).items()]
+
     def to_dict(self) -> dict:
         return asdict(self)
 
@@ -300,7 +305,10 @@ def textbook(machine: Machine) -> Machine:
 
 
 def load_machine(path=None, p: int | None = None) -> Machine:
-    """The fitted model stored in the tuning file (see ``gpulab.bcast.tuning``), for ``p`` ranks if given."""
+    """The fitted model stored in the tuning file (see ``gpulab.bcast.tuning``), for ``p`` ranks if given.
+
+    ``gpulab.machines.resolver.resolve(kind="bcast")`` also takes profile names and $GPULAB_MACHINE.
+    """
     data = load(table_path(path))
     models = (data or {}).get("models", {})
     if not models:

@@ -20,21 +20,15 @@ from gpulab import machines
 from gpulab.bcast.model import Link, Machine
 
 
-def _link(level: dict) -> Link:
-    return Link.plain(level["alpha_us"] * 1e-6, 1 / (level["bandwidth_GBps"] * 1e9))
+def _link(level: machines.LinkLevel) -> Link:
+    return Link.plain(level.alpha, 1 / level.bandwidth)
 
 
 def profile(name: str) -> Machine:
-    """The ``Machine`` of a named profile; its ``notes`` carry every number's source."""
-    raw = machines.links()
-    if name not in raw:
-        raise KeyError(f"unknown machine profile {name!r}; known: {sorted(raw)}")
-    spec = raw[name]
-    return Machine(name, _link(spec["intra"]), _link(spec["inter"]), spec["ranks_per_node"],
-                   notes={"description": spec["description"], "sources": {
-                       "ranks_per_node": spec["ranks_per_node_source"],
-                       **{f"{level}.{key[:-7]}": spec[level][key] for level in ("intra", "inter")
-                          for key in spec[level] if key.endswith("_source")}}})
+    """The ``Machine`` of a named profile (or an alias of one); its ``notes`` carry every number's source."""
+    spec = machines.link_profile(name)
+    return Machine(spec.name, _link(spec.intra), _link(spec.inter), spec.ranks_per_node,
+                   notes={"description": spec.description, "sources": dict(spec.sources)})
 
 
 PROFILES = tuple(machines.links())

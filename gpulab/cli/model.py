@@ -6,8 +6,9 @@
     gpulab model machines                                                   # profiles and their sources
     gpulab model fit -n 4 --out results/engine_machine_p4.json              # fit this computer (mpiexec)
 
-``--machine`` takes a profile name (perlmutter, frontier, h100) or a fitted
-machine's JSON file. At scale the defaults are AxoNN's way of training:
+``--machine`` takes a profile name (perlmutter, frontier, dgx-h100; h100 is
+an alias of dgx-h100) or a fitted machine's JSON file; without it, the
+profile or file $GPULAB_MACHINE names, else perlmutter (docs/machines.md). At scale the defaults are AxoNN's way of training:
 bf16, activation recomputation, flash attention, overlap of everything but
 the weight cache (``--overlap``, ``--no-recompute``, ``--no-flash`` change
 them). Every assumption and every machine number's source is printed below
@@ -24,12 +25,15 @@ from pathlib import Path
 from gpulab.cli import model_compare
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.fit import fit as fit_machine
-from gpulab.engine.perf.fit import load
 from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import model_config, predict, rank
 from gpulab.launch import inside_mpi_job, relaunch
+from gpulab.machines.resolver import ENV, resolve
 
 DEFAULT_OVERLAP = "oar,ors,oag,buckets"
+DEFAULT_MACHINE = "perlmutter"
+MACHINE_HELP = (f"{', '.join(MACHINES)} (h100 = dgx-h100) or a fitted JSON "
+                f"(default: ${ENV}, else {DEFAULT_MACHINE})")
 
 
 def add_parser(subparsers) -> None:
@@ -45,7 +49,7 @@ def add_parser(subparsers) -> None:
         else:
             p.add_argument("--mesh", required=True, help="row,col,depth,data")
         p.add_argument("--model", default="gpt-20b", help="gpt-5b ... gpt-640b, or a GPTConfig JSON file")
-        p.add_argument("--machine", default="perlmutter", help="perlmutter, frontier, h100, or a fitted JSON")
+        p.add_argument("--machine", default=None, help=MACHINE_HELP)
         p.add_argument("--batch-size", type=int, default=None, help="global batch in sequences "
                        "(default: 512 sequences, or the world size if larger)")
         p.add_argument("--seq-len", type=int, default=None, help="default: the model's block size")
@@ -65,10 +69,9 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=fit)
 
 
-def load_machine(name: str):
-    if name.endswith(".json") or os.path.exists(name):
-        return load(name)
-    return machine(name)
+def load_machine(name: str | None):
+    """The engine machine ``--machine`` names (``gpulab.machines.resolver``)."""
+    return resolve(name, kind="engine", default=DEFAULT_MACHINE)
 
 
 def assumptions(args, overlap) -> list[str]:

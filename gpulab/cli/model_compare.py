@@ -14,8 +14,9 @@ import json
 from gpulab.cli.checks import positive_int, usage_error
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.compare import ORDER, assumptions, compare
-from gpulab.engine.perf.machines import MACHINES, machine
+from gpulab.engine.perf.machines import MACHINES
 from gpulab.engine.perf.predict import model_config
+from gpulab.machines.resolver import resolve
 
 # 1024 sequences of 2048 tokens (2.1 M tokens): the kit's default batch at 1024 GPUs; the paper's own
 # global batch for the 80B run is not stated in the material this kit was built from (docs/axonn_vs_baselines.md)
@@ -27,7 +28,8 @@ def add_parser(sub) -> None:
     p = sub.add_parser("compare", help="AxoNN vs Megatron-LM, ZeRO-3, HSDP, DDP: best configuration of each")
     p.add_argument("--world", type=positive_int, required=True, help="number of GPUs")
     p.add_argument("--model", default="gpt-80b", help="gpt-5b ... gpt-640b, or a GPTConfig JSON file")
-    p.add_argument("--machine", default="perlmutter", help=f"one of {', '.join(MACHINES)}")
+    p.add_argument("--machine", default=None, help=f"one of {', '.join(MACHINES)} (h100 = dgx-h100) "
+                   "(default: $GPULAB_MACHINE, else perlmutter)")
     p.add_argument("--global-batch", type=positive_int, default=DEFAULT_GLOBAL_BATCH,
                    help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH})")
     p.add_argument("--seq-len", type=positive_int, default=None, help="default: the model's block size")
@@ -46,7 +48,7 @@ def main(args) -> int:
     if unknown or not strategies:
         usage_error(f"gpulab model compare: unknown strategies {unknown}; choose from {', '.join(ORDER)}")
     try:
-        m, config = machine(args.machine), model_config(args.model)
+        m, config = resolve(args.machine, kind="engine", default="perlmutter"), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     except (KeyError, ValueError, OSError) as err:
         usage_error(f"gpulab model compare: {str(err).strip(chr(39))}")

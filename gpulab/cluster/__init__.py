@@ -27,7 +27,10 @@ Modules: ``engines`` (start_engines, Engines, the errors), ``engine_side``
 lives in ``gpulab.launch`` because ``gpulab train`` and ``gpulab bench`` pin
 too, without ipyparallel), ``slurm`` (batch template), ``processes``
 (reaper, stale-cluster cleanup), ``slurm_testbed`` (a real throwaway Slurm on
-one machine, for tests and trying things: ``python -m gpulab.cluster.slurm_testbed up``).
+one machine, for tests and trying things: ``python -m gpulab.cluster.slurm_testbed up``),
+``bcast_runner`` and ``mesh_runner`` (what the notebooks' widgets have the engines run:
+``EngineRunner``, ``MeshRunner``; imported by their module, so that importing
+``gpulab.cluster`` does not import the broadcast and the engine).
 """
 
 from gpulab.launch import pin_gpu

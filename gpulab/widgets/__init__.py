@@ -1,13 +1,13 @@
 """Notebook widgets over live MPI engines: the broadcast explorer and the communication-pattern view.
 
-The measuring happens on the engines (``EngineRunner``); these modules only
-collect rows and draw them, so they are tested without Jupyter or MPI by
-handing them a fake runner.
+Widgets only draw. What the engines run to measure and trace lives beside the
+cluster code (``gpulab.cluster.bcast_runner.EngineRunner``,
+``gpulab.cluster.mesh_runner.MeshRunner``); the widgets collect its rows and
+draw them, so they are tested without Jupyter or MPI by handing them a fake
+runner.
 
-The names below are imported on first use: the engines import
-``gpulab.widgets.runner`` and ``gpulab.widgets.mesh_runner`` (what they run
-comes from there), and importing every widget with them cost each engine about
-0.6 CPU-s more for ipywidgets and matplotlib (1.0 s for gpulab.widgets.runner, 0.4 s now).
+The names below are imported on first use, so that importing one widget does
+not import ipywidgets and matplotlib for all of them.
 """
 
 from importlib import import_module
@@ -19,7 +19,6 @@ _HOMES = {
     "PatternView": "gpulab.widgets.pattern", "patterns_figure": "gpulab.widgets.pattern",
     "show_patterns": "gpulab.widgets.pattern",
     "as_image": "gpulab.widgets.plots", "size_label": "gpulab.widgets.plots",
-    "EngineRunner": "gpulab.widgets.runner",
     "show_code": "gpulab.widgets.source", "source_of": "gpulab.widgets.source",
     "Table": "gpulab.widgets.tables",
 }

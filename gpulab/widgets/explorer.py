@@ -1,6 +1,7 @@
 """The broadcast explorer: pick sizes, algorithms and their options, press Run, compare the curves.
 
-    from gpulab.widgets import BcastExplorer, EngineRunner
+    from gpulab.cluster.bcast_runner import EngineRunner
+    from gpulab.widgets import BcastExplorer
     explorer = BcastExplorer(EngineRunner(engines))
     explorer                      # shows the controls in a notebook
     explorer.run()                # what the Run button does; returns the new rows
@@ -42,7 +43,7 @@ REDRAW_EVERY_S = 1.0
 
 
 class BcastExplorer(W.VBox):
-    """Controls + progress + plot + table over a runner (see gpulab.widgets.runner)."""
+    """Controls + progress + plot + table over a runner (see gpulab.cluster.bcast_runner)."""
 
     def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=DEFAULT_ALGORITHMS, rounds: int = ROUNDS):
         self.runner, self.results, self._runs = runner, [], 0

@@ -1,7 +1,7 @@
 """The mesh explorer: factor the ranks into (row, col, depth, data), switch overlap on and off, run.
 
     from gpulab.widgets.mesh_explorer import MeshExplorer
-    from gpulab.widgets.mesh_runner import MeshRunner
+    from gpulab.cluster.mesh_runner import MeshRunner
     runner = MeshRunner(engines)                  # engines = gpulab.cluster.start_engines(4)
     explorer = MeshExplorer(runner, machine=runner.fit_machine())
     explorer                                      # the controls in a notebook

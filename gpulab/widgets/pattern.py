@@ -1,6 +1,7 @@
 """Communication-pattern view: who sends to whom in which step, traced on the live engines.
 
-    from gpulab.widgets import EngineRunner, PatternView
+    from gpulab.cluster.bcast_runner import EngineRunner
+    from gpulab.widgets import PatternView
     PatternView(EngineRunner(engines))                       # controls + drawing
     show_patterns(runner, ["binomial", "chain", "scatter_allgather_ring"], p=4)
 

@@ -93,7 +93,7 @@ def test_machine_profiles_cite_every_number():
     pm = machine("perlmutter")
     assert pm.ranks_per_node == 4 and pm.bandwidth(4, 1) == 225e9  # AxoNN's measured table
     assert pm.level(4, 1) is pm.intra and pm.level(2, 4) is pm.inter
-    h = machine("h100")
+    h = machine("dgx-h100")
     assert h.bandwidth(8, 1) == h.intra.bandwidth and h.bandwidth(2, 8) == h.inter.bandwidth
     steps, factor = ring("all_reduce", 8)
     assert (steps, factor) == (14, 1.75)

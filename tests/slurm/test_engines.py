@@ -81,7 +81,7 @@ def check_engines_on_two_nodes(slurm, ipython_dir, options: dict) -> None:
         assert [(p["local_rank"], p["local_size"], p["gpu"]) for p in engines.placement] == \
             [(0, 2, "0"), (1, 2, "1"), (0, 2, "0"), (1, 2, "1")]
 
-        from gpulab.widgets import EngineRunner
+        from gpulab.cluster.bcast_runner import EngineRunner
 
         runner = EngineRunner(engines, iters=5, warmup=1)
         rows = [runner.measure(name, 1 << 16) for name in ("hierarchical", "chain", "mpi")]

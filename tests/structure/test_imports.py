@@ -28,7 +28,7 @@ def test_importing_any_module_leaves_mpi_unloaded():
 def test_what_ranks_and_engines_import_draws_nothing():
     """Every rank of a ``gpulab`` command builds the whole parser, and every engine imports the module of
     what it runs: with matplotlib and ipywidgets, which they never use, each paid 0.5-1 s of CPU more."""
-    code = ("import sys, gpulab.widgets.runner, gpulab.widgets.mesh_runner, gpulab.cluster.engine_side\n"
+    code = ("import sys, gpulab.cluster.bcast_runner, gpulab.cluster.mesh_runner, gpulab.cluster.engine_side\n"
             "from gpulab.cli import build_parser\nbuild_parser()\n"
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'ipywidgets'}))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -121,10 +121,16 @@ class FittedMachine:
         with open(path, "w") as f:
             json.dump(asdict(self), f, indent=1)
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "FittedMachine":
+        """The machine ``save`` wrote (or an engine sent back as its fields)."""
+        return cls(**d)
+
 
 def load(path) -> FittedMachine:
+    """A fitted machine's file (``gpulab.machines.resolver.resolve`` also takes profile names)."""
     with open(path) as f:
-        return FittedMachine(**json.load(f))
+        return FittedMachine.from_dict(json.load(f))
 
 
 def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,

@@ -1,7 +1,7 @@
 """Machine profiles for the performance model: what one GPU computes, holds and sends, with sources.
 
     from gpulab.engine.perf.machines import MACHINES, machine
-    m = machine("perlmutter")                  # or "frontier", "h100"
+    m = machine("perlmutter")                  # or "frontier", "dgx-h100"
     m.collective_s("all_reduce", size=4, stride=1, nbytes=64 << 20)
     m.compute_s({"matmul_flops": 1e12, "elementwise": 1e9, "kernels": 500})
     m.sources                                  # every number's source, printed beside predictions
@@ -20,7 +20,8 @@ reduce-scatter half that. Its link is the node's if the group fits in one
 node (stride * size <= GPUs per node), else the network's. Concurrent groups
 are assumed not to share links (each GPU has its own NIC on these machines).
 The machine fitted on this computer by measurement is
-``gpulab.engine.perf.fit.FittedMachine``; both offer the same methods.
+``gpulab.engine.perf.fit.FittedMachine``; both offer what the model reads
+(``gpulab.machines.interface.ComputeMachine``).
 """
 
 from __future__ import annotations
@@ -98,20 +99,17 @@ class GPUMachine:
 
 def _links(name: str) -> tuple[int, Level, Level, dict]:
     """GPUs per node, the two link levels and their sources, from the link profile ``name``."""
-    spec = profiles.links()[name]
-    levels = [Level(spec[k]["alpha_us"] * 1e-6, spec[k]["bandwidth_GBps"] * 1e9) for k in ("intra", "inter")]
-    sources = {"ranks_per_node": spec["ranks_per_node_source"],
-               **{f"{k}.{q}": spec[k][f"{q}_source"] for k in ("intra", "inter") for q in ("alpha", "bandwidth")}}
-    return spec["ranks_per_node"], levels[0], levels[1], {f"links ({k})": f"link profile {name!r}: {v}"
-                                                          for k, v in sources.items()}
+    spec = profiles.link_profile(name)
+    intra, inter = (Level(level.alpha, level.bandwidth) for level in (spec.intra, spec.inter))
+    return spec.ranks_per_node, intra, inter, {f"links ({k})": f"link profile {spec.name!r}: {v}"
+                                               for k, v in spec.sources.items()}
 
 
 def machine(name: str) -> GPUMachine:
-    """A named GPU profile (see ``MACHINES``)."""
-    if name not in MACHINES:
-        raise KeyError(f"unknown machine {name!r}; known: {list(MACHINES)} (or a fitted machine JSON, "
-                       "gpulab.engine.perf.fit.load)")
-    spec, common = profiles.gpus()[name], profiles.gpu_assumptions()
+    """A named GPU profile (see ``MACHINES``; ``gpulab.machines.ALIASES`` are accepted too)."""
+    raw = profiles.gpus()
+    name = profiles.canonical(name, raw)
+    spec, common = raw[name], profiles.gpu_assumptions()
     rpn, intra, inter, sources = _links(spec["links"])
     for key in ("peak_flops", "memory_GB", "mem_bandwidth_GBps", "measured_GBps"):
         if key in spec:

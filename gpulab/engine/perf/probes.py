@@ -34,17 +34,16 @@ import numpy as np
 
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.perf.timing import alone
+from gpulab.machines.linefit import relative_line
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 SIZES = [1 << k for k in (10, 14, 16, 18, 20, 22)]  # 1 KiB .. 4 MiB
 
 
 def fit_line(x, t) -> tuple[float, float]:
-    """t = a + b x, least squares on relative error; a, b >= 0."""
-    x, t = np.asarray(x, float), np.asarray(t, float)
-    A = np.stack([np.ones_like(x), x], axis=1) / t[:, None]
-    (a, b), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
-    return max(float(a), 0.0), max(float(b), 1e-30)
+    """t = a + b x, least squares on relative error; a >= 0 and b > 0 (callers divide by it)."""
+    a, b = relative_line(x, t)
+    return max(a, 0.0), max(b, 1e-30)
 
 
 def median_time(fn, reps: int) -> float:

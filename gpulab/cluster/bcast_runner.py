@@ -1,4 +1,4 @@
-"""What the widgets call to measure and trace: the live MPI engines, or a fake in tests.
+"""What the broadcast widgets call to measure and trace on the live MPI engines (a fake in tests).
 
 A runner has ``p`` (number of ranks), ``algorithms`` (name -> option names),
 ``devices`` (the buffer kinds every engine can use: "host", "cupy" where each
@@ -11,7 +11,8 @@ root, options)`` -> all ranks' trace events.
 
 The ``_on_engine`` functions run on the engines (``Engines.run``); only they
 communicate, so the notebook kernel, which imports this module, never
-initialises MPI.
+initialises MPI. The engines import this module too, so it imports no
+widgets or plotting.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """EngineRunner on real local engines: the buffer kinds they offer, and a measurement on fake GPU buffers."""
 
 from gpulab.cluster import start_engines
-from gpulab.widgets import EngineRunner
+from gpulab.cluster.bcast_runner import EngineRunner
 from tests.cluster.procs import stop_leftovers
 
 

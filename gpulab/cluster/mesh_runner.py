@@ -1,24 +1,25 @@
 """What the mesh explorer runs on the engines: a few training iterations on a grid, and the machine fit.
 
-    from gpulab.widgets.mesh_runner import MeshRunner
+    from gpulab.cluster.mesh_runner import MeshRunner
     runner = MeshRunner(engines)                  # engines = gpulab.cluster.start_engines(4)
     runner.measure(4, config, (2, 1, 2, 1), 16, Overlap())
 
 The engines import this module to run its ``_on_engine`` functions, so it
 imports no widgets or plotting (each engine would pay about 0.6 CPU-s more
-for ipywidgets and matplotlib, which it never uses).
+for ipywidgets and matplotlib, which it never uses); the mesh explorer
+(``gpulab.widgets.mesh_explorer``) only draws what it returns.
 """
 
 from __future__ import annotations
 
 from functools import cached_property
 
+from gpulab.cluster.bcast_runner import engine_devices
 from gpulab.engine import GPTConfig
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.fit import FittedMachine, fit
 from gpulab.engine.perf.timing import measure
 from gpulab.launch import first_ranks
-from gpulab.widgets.runner import engine_devices
 
 
 def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device, options):
@@ -68,4 +69,4 @@ class MeshRunner:
     def fit_machine(self, reps: int = 3):
         """This computer fitted on all the engines (``gpulab.engine.perf.fit``)."""
         raw = self.engines.run(_fit_on_engine, reps, timeout=self.timeout, what="perf.fit.fit()")[0]
-        return FittedMachine(**raw)
+        return FittedMachine.from_dict(raw)

@@ -1,0 +1,64 @@
+"""One way from a machine's name or file to the machine a model reads: ``resolve(name_or_path, kind=...)``.
+
+    from gpulab.machines.resolver import resolve
+    resolve("perlmutter", kind="engine")        # a GPUMachine (gpulab.engine.perf.machines)
+    resolve("dgx-h100", kind="bcast")           # a Hockney Machine (gpulab.bcast.profiles)
+    resolve("results/engine_machine_p4.json", kind="engine")   # a FittedMachine
+    resolve(kind="bcast", p=4)                  # $GPULAB_MACHINE, else the fit in the tuning file
+
+With no name, the site's choice in the environment variable ``GPULAB_MACHINE``
+(a profile name or a file) is used, then the caller's ``default``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gpulab.bcast.model import Machine, load_machine
+from gpulab.bcast.profiles import profile
+from gpulab.engine.perf.fit import load as load_fitted
+from gpulab.engine.perf.machines import machine as gpu_machine
+
+ENV = "GPULAB_MACHINE"
+KINDS = ("bcast", "engine")
+
+
+def resolve(name_or_path: str | os.PathLike | None = None, *, kind: str, p: int | None = None,
+            default: str | None = None):
+    """The ``kind`` ("bcast" or "engine") machine that ``name_or_path`` names.
+
+    A name is a profile of ``gpulab.machines`` or an alias of one; a path
+    (ending in .json, or an existing file) is a fitted machine: for "engine"
+    ``gpulab model fit``'s file, for "bcast" a tuning file (its fit for ``p``
+    ranks, the nearest if none) or one dumped ``Machine``. Without a name:
+    $GPULAB_MACHINE, then ``default``, then (for "bcast") the fit in the
+    default tuning file. An unknown name raises a KeyError listing the known ones.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    if name_or_path is None and os.environ.get(ENV):
+        try:
+            return resolve(os.environ[ENV], kind=kind, p=p)
+        except (KeyError, OSError, ValueError) as err:
+            raise type(err)(f"{ENV}={os.environ[ENV]}: {err.args[0] if err.args else err}") from err
+    name = name_or_path if name_or_path is not None else default
+    if name is None:
+        if kind == "bcast":
+            return load_machine(p=p)
+        raise ValueError(f"no machine named: give a profile name or a fitted machine's file, or set {ENV}")
+    if _is_file(name):
+        return _from_file(Path(name), kind, p)
+    return profile(str(name)) if kind == "bcast" else gpu_machine(str(name))
+
+
+def _is_file(name) -> bool:
+    return str(name).endswith(".json") or os.path.exists(name)
+
+
+def _from_file(path: Path, kind: str, p: int | None):
+    if kind == "engine":
+        return load_fitted(path)
+    data = json.loads(path.read_text())
+    return load_machine(path, p) if "models" in data else Machine.from_dict(data)
