@@ -25,7 +25,8 @@ import time
 import traceback
 from pathlib import Path
 
-from gpulab.emulated.netns import mpi_scratch_held, remove_files
+from gpulab import jobsite
+from gpulab.procfs import mpi_scratch_held, remove_files
 
 # Environment variables that MPI launchers set in every rank they start.
 _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
@@ -55,16 +56,14 @@ def find_mpiexec() -> str:
 def mpiexec_command(n: int, python_args: list[str]) -> list[str]:
     """The argv that starts ``python *python_args`` on ``n`` ranks.
 
-    Inside ``with EmulatedCluster(...)`` (or with $GPULAB_CLUSTER set) the ranks go to the
-    emulated nodes instead (see gpulab.emulated).
+    Where a cluster is entered (``with EmulatedCluster(...)``) or named by $GPULAB_CLUSTER, the ranks
+    go to its nodes, launched as its state file says (see gpulab.jobsite).
     """
     if n < 1:
         raise ValueError(f"number of ranks must be >= 1, got {n}")
-    from gpulab.emulated import active_cluster  # standard library only; starts nothing
-
-    cluster = active_cluster()
+    cluster = jobsite.launch_state()
     if cluster is not None:
-        return cluster.mpiexec_command(n, python_args)
+        return jobsite.mpiexec_command(cluster, n, [sys.executable, *python_args])
     launcher = shlex.split(find_mpiexec())
     extra = shlex.split(os.environ.get("GPULAB_MPIEXEC_ARGS", ""))
     return [*launcher, "-n", str(n), *extra, sys.executable, *python_args]
@@ -155,7 +154,7 @@ def _unread_bytes(fd: int) -> int:
 
 
 def _remove_node_scratch() -> None:
-    """Remove this node's MPI scratch files (``netns.MPI_SCRATCH``) before aborting, which would leave them.
+    """Remove this node's MPI scratch files (``gpulab.procfs.MPI_SCRATCH``) before aborting, which would leave them.
 
     The ranks' shared memory is mapped by every rank of the node already (the
     mappings outlive the name); hydra's topology file is held open by this

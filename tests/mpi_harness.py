@@ -23,8 +23,8 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpulab.emulated.netns import MPI_SCRATCH
 from gpulab.launch import mpiexec_command
+from gpulab.procfs import MPI_SCRATCH
 
 ROOT = Path(__file__).resolve().parents[1]
 

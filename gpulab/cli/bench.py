@@ -24,10 +24,11 @@ from gpulab.bcast.sizes import format_size
 from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
                                radix, size, sizes, usage_error)
 from gpulab.cli.records import metadata
-from gpulab.emulated.topology import add_topology_args, record_topology, topology_context
+from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
 from gpulab.engine.parallel.overlap import PROGRESS, Overlap
 from gpulab.engine.perf.timing import bench_config, measure
+from gpulab.jobsite import record_topology
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
 
 

@@ -7,7 +7,7 @@ import os
 import platform
 import sys
 
-from gpulab.emulated.topology import topology_metadata
+from gpulab.jobsite import topology_metadata
 
 
 def metadata(ranks: int) -> dict:

@@ -15,7 +15,7 @@ import sys
 from gpulab.bcast import experiments, report
 from gpulab.bcast.sizes import format_size
 from gpulab.cli.records import metadata
-from gpulab.emulated.topology import record_topology
+from gpulab.jobsite import record_topology
 from gpulab.workloads.startup import broadcast_model
 from gpulab.workloads.startup import report as workload_report
 

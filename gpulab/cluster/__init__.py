@@ -22,7 +22,8 @@ EngineDied / EngineFailed naming the engines and the line each one is stuck
 at, and a ``%%px`` cell running past ``cell_timeout`` (default 300 s) ends the
 engines, the notebook showing the stuck line; ``engines.restart()`` recovers.
 
-Modules: ``engines`` (start_engines, Engines, the errors), ``engine_side``
+Modules: ``start`` (start_engines: where the engines run), ``engines`` (Engines, the errors),
+``ipc_sockets`` (engines reached over unix sockets, as on an emulated cluster), ``engine_side``
 (what runs on each engine: the hang watchdog; the GPU pinning, ``pin_gpu``,
 lives in ``gpulab.launch`` because ``gpulab train`` and ``gpulab bench`` pin
 too, without ipyparallel), ``slurm`` (batch template), ``processes``
@@ -34,10 +35,10 @@ one machine, for tests and trying things: ``python -m gpulab.cluster.slurm_testb
 """
 
 from gpulab.launch import pin_gpu
-from gpulab.cluster.engines import (EngineDied, EngineFailed, EngineProblem, Engines, EngineTimeout,
-                                    start_engines)
+from gpulab.cluster.engines import EngineDied, EngineFailed, EngineProblem, Engines, EngineTimeout
 from gpulab.cluster.processes import stop_stale_clusters
 from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_script
+from gpulab.cluster.start import start_engines
 
 __all__ = ["SLURM_TEMPLATE", "EngineDied", "EngineFailed", "EngineProblem", "EngineTimeout", "Engines",
            "pin_gpu", "slurm_script", "start_engines", "stop_stale_clusters"]

@@ -1,6 +1,6 @@
-"""``start_engines`` and the ``Engines`` handle: a controller, n MPI engines, a client, a bounded ``run``.
+"""The ``Engines`` handle: a controller, n MPI engines, a client, a bounded ``run`` (``start_engines`` makes one).
 
-    engines = start_engines(4)          # about 5 s on 2 cores
+    engines = start_engines(4)          # about 5 s on 2 cores (gpulab.cluster.start)
     engines.run(os.getpid)              # [pid of rank 0, ..., pid of rank 3]
     engines.stop()
 
@@ -9,9 +9,7 @@ Engine ids equal MPI ranks (ipengine --mpi asks the controller for its rank as i
 
 from __future__ import annotations
 
-import os
 import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -20,14 +18,10 @@ from pathlib import Path
 
 import ipyparallel as ipp
 from IPython import get_ipython
-from traitlets.config import Config
 
 from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, stuck_at, watched
+from gpulab.cluster.processes import alive, kill_trees, remove_files, start_reaper, tree_scratch_files, wake_reaper
 from gpulab.launch import pin_gpu
-from gpulab.cluster.processes import (alive, kill_trees, remove_files, start_reaper, stop_stale_clusters,
-                                      tree_scratch_files, wake_reaper)
-from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_config
-from gpulab.launch import THREAD_LIMITS, find_mpiexec
 
 PROFILE = "gpulab"  # IPython profile holding gpulab's cluster files and engine logs
 # The controller accepts an engine only when its heart answers a ping, and it pings every 3 s by
@@ -60,11 +54,12 @@ class Engines:
     """
 
     def __init__(self, n: int, make_cluster, launcher: str, cell_timeout: float | None = 300,
-                 start_timeout: float = 120, emulated=None):
+                 start_timeout: float = 120, emulated=None, ipc_sockets=None):
         self.n, self._make_cluster, self.launcher = n, make_cluster, launcher
         self.cell_timeout, self.start_timeout = cell_timeout, start_timeout
         self._job_checked = 0
         self.emulated = emulated  # gpulab.emulated.EmulatedCluster the engines run on, or None
+        self.ipc_sockets = ipc_sockets  # IpcSockets that the controller listens on (engines on emulated nodes)
         self.cluster = self.client = self.view = self._reaper = None
         self.placement: list[dict] = []
         self._scratch: set[str] = set()  # MPICH's scratch files of these engines (hydra's, shared memory)
@@ -74,8 +69,8 @@ class Engines:
         timeout = self.start_timeout
         self.cluster, self.placement = self._make_cluster(), []
         try:
-            if self.emulated is not None:  # ipc endpoints need a second name (see link_ipc_sockets)
-                self.emulated.keep_linking_ipc_sockets()
+            if self.ipc_sockets is not None:  # ipc endpoints need a second name (see link_ipc_sockets)
+                self.ipc_sockets.start()
             self.cluster.start_cluster_sync(n=self.n)
             self._reaper = start_reaper(self.cluster)  # stops all of this if our process dies
             self.client = self.cluster.connect_client_sync()
@@ -264,9 +259,13 @@ class Engines:
         self.cluster = self.client = self.view = self._reaper = None
         self._job_checked = 0
         self._scratch = set()
-        if self.emulated is not None and not keep_network:
-            self.emulated.stop()
-            self.emulated = None
+        if not keep_network:
+            if self.ipc_sockets is not None:
+                self.ipc_sockets.stop()
+                self.ipc_sockets = None
+            if self.emulated is not None:
+                self.emulated.stop()
+                self.emulated = None
 
     def __enter__(self):
         return self
@@ -292,112 +291,3 @@ def _errors(tasks) -> str:
 def _ename(err) -> str | None:
     """The exception's class name; ipyparallel delivers engine-side errors as RemoteError(ename=...)."""
     return None if err is None else getattr(err, "ename", type(err).__name__)
-
-
-def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = None, emulated=None,
-                   **slurm) -> tuple[str, Config, str, str]:
-    """(engine launcher name, ipyparallel config, controller ip, controller location) for start_engines."""
-    if emulated is not None:
-        # engines on the emulated nodes; the controller and the client stay in this namespace and
-        # all of them talk over unix sockets (ZeroMQ ipc://), which every namespace reaches
-        config = Config()
-        config.MPIEngineSetLauncher.mpi_cmd = emulated.mpiexec_prefix()
-        config.MPIEngineSetLauncher.mpi_args = emulated.mpiexec_args(n)
-        config.MPIEngineSetLauncher.environment = dict(THREAD_LIMITS)
-        config.Cluster.controller_args = ["--transport=ipc", *CONTROLLER_ARGS]
-        return "mpi", config, emulated.ipc_prefix(), ""
-    if launcher == "local":
-        config = Config()
-        # the same launcher as gpulab's MPI jobs: GPULAB_MPIEXEC may carry flags ("srun --mpi=pmix")
-        config.MPIEngineSetLauncher.mpi_cmd = shlex.split(find_mpiexec())
-        config.MPIEngineSetLauncher.mpi_args = shlex.split(os.environ.get("GPULAB_MPIEXEC_ARGS", ""))
-        config.MPIEngineSetLauncher.environment = dict(THREAD_LIMITS)  # n ranks share few cores
-        config.Cluster.controller_args = list(CONTROLLER_ARGS)
-        return "mpi", config, controller_ip or "127.0.0.1", ""
-    if launcher == "slurm":
-        # engines on compute nodes must reach the controller: by default listen on all interfaces
-        # (messages are signed with the cluster's key) and tell them this host's name
-        ip = controller_ip or "*"
-        config = slurm_config(n, **slurm)
-        config.Cluster.controller_args = list(CONTROLLER_ARGS)
-        return "slurm", config, ip, socket.getfqdn() if ip in ("*", "0.0.0.0") else ip
-    raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
-
-
-def _env(name: str, default=None, kind=str):
-    value = os.environ.get(name, "")
-    return kind(value) if value else default
-
-
-def start_engines(n: int = 4, *, launcher: str | None = None, controller_ip: str | None = None,
-                  profile: str = PROFILE, partition: str | None = None, account: str | None = None,
-                  gpus_per_node: int | None = None, ranks_per_node: int | None = None, time: str | None = None,
-                  mpi: str | None = None, slurm_template: str = SLURM_TEMPLATE,
-                  cell_timeout: float | None = 300, start_timeout: float = 120,
-                  nodes: int | None = None, link: str | None = "1gbit", placement: str = "block") -> Engines:
-    """Start a controller and n MPI engines; return the connected ``Engines`` handle.
-
-    launcher="local": ``mpiexec -n n`` on this machine (the mpiexec beside this
-    Python, or $GPULAB_MPIEXEC). launcher="slurm": one sbatch job from
-    slurm_template with partition, account, gpus_per_node, ranks_per_node, time
-    and mpi (srun's --mpi plugin, "pmi2" for the mpich wheel).
-    The controller listens on 127.0.0.1 unless controller_ip asks for more
-    ("*" = all interfaces, the default for Slurm, whose engines run elsewhere).
-    A %%px cell running longer than cell_timeout s ends the engines with its
-    stack shown in the notebook (None: no limit); ``Engines.run`` has its own timeout.
-    nodes=N (launcher="local"): the engines run on an emulated cluster of N nodes joined by
-    ``link`` ("1gbit", "10gbit", "unlimited"), ranks placed "block" or "round-robin" (see
-    gpulab.emulated); ``engines.emulated`` is that cluster, taken down by ``engines.stop()``.
-    start_timeout bounds the wait for the engines (a Slurm job that ends before
-    they connect fails at once).
-
-    Arguments left at None come from the environment, so that a site (or a
-    JupyterHub spawner) can point unchanged notebooks at Slurm:
-    GPULAB_LAUNCHER (default "local"), GPULAB_CONTROLLER_IP,
-    GPULAB_SLURM_PARTITION, GPULAB_SLURM_ACCOUNT, GPULAB_GPUS_PER_NODE
-    (default 4), GPULAB_RANKS_PER_NODE, GPULAB_SLURM_TIME (default 00:30:00),
-    GPULAB_SLURM_MPI (default pmi2).
-    """
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"start_engines needs a positive number of engines, got n={n!r}")
-    launcher = launcher or _env("GPULAB_LAUNCHER", "local")
-    controller_ip = controller_ip or _env("GPULAB_CONTROLLER_IP")
-    slurm = {} if launcher != "slurm" else dict(
-        partition=_env("GPULAB_SLURM_PARTITION", "") if partition is None else partition,
-        account=_env("GPULAB_SLURM_ACCOUNT", "") if account is None else account,
-        gpus_per_node=_env("GPULAB_GPUS_PER_NODE", 4, int) if gpus_per_node is None else gpus_per_node,
-        ranks_per_node=ranks_per_node or _env("GPULAB_RANKS_PER_NODE", None, int),
-        time=_env("GPULAB_SLURM_TIME", "00:30:00") if time is None else time,
-        mpi=_env("GPULAB_SLURM_MPI", "pmi2") if mpi is None else mpi, template=slurm_template)
-    emulated = None
-    if nodes:
-        if launcher != "local":
-            raise ValueError("nodes= emulates a cluster on this machine: it needs launcher='local'")
-        from gpulab.emulated import EmulatedCluster
-
-        emulated = EmulatedCluster(nodes=nodes, link=link, placement=placement, export=False).start()
-    try:
-        engines, config, ip, location = cluster_config(n, launcher, controller_ip, emulated=emulated, **slurm)
-        profile_dir = ipp.Cluster(profile=profile, load_profile=False).profile_dir
-        stop_stale_clusters(profile_dir)
-    except BaseException:
-        if emulated is not None:
-            emulated.stop()
-        raise
-
-    def make_cluster():
-        # the owner pid in the id lets a later start find clusters of killed kernels
-        cluster_id = f"gpulab-{os.getpid()}-{os.urandom(3).hex()}"
-        if engines == "slurm":  # the job script beside the engine logs, not in the notebook's directory
-            Path(profile_dir, "log").mkdir(parents=True, exist_ok=True)
-            config.SlurmEngineSetLauncher.batch_file_name = str(Path(profile_dir, "log", f"{cluster_id}.sbatch"))
-        return ipp.Cluster(engines=engines, n=n, profile_dir=profile_dir, cluster_id=cluster_id,
-                           controller_ip=ip, controller_location=location, config=config,
-                           log_level=40, load_profile=False)  # our errors say more than its logs
-
-    try:
-        return Engines(n, make_cluster, launcher, cell_timeout, start_timeout, emulated)
-    except BaseException:  # Engines stopped its own part; the network is ours to take down
-        if emulated is not None:
-            emulated.stop()
-        raise

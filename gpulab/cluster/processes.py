@@ -22,8 +22,7 @@ from pathlib import Path
 
 import psutil
 
-# the keeper of an emulated cluster reads and removes them too, with the standard library only
-from gpulab.emulated.netns import mpi_scratch_held, remove_files
+from gpulab.procfs import mpi_scratch_held, remove_files
 
 
 def alive(proc) -> bool:
@@ -36,7 +35,7 @@ def alive(proc) -> bool:
 
 
 def mpi_scratch_files(procs) -> set[str]:
-    """The MPI scratch files (``netns.MPI_SCRATCH``) that these processes hold open or mapped: hydra's
+    """The MPI scratch files (``gpulab.procfs.MPI_SCRATCH``) that these processes hold open or mapped: hydra's
     topology file is held open by mpiexec's proxy, the ranks' shared memory is mapped by them."""
     return mpi_scratch_held(proc.pid for proc in procs)
 

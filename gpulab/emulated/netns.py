@@ -20,18 +20,16 @@ namespaces, their veths and the bridge) and deletes its temporary directory.
 If the keeper itself is killed with SIGKILL the namespaces still vanish as
 soon as the last process inside them exits.
 
-Only the standard library: this runs before anything else is set up.
-``gpulab.cluster.processes`` finds and removes MPI scratch files through it too.
+Only the standard library and ``gpulab.procfs`` (which imports nothing else): this runs
+before anything else is set up.
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import fcntl
 import json
 import os
-import re
 import select
 import shutil
 import signal
@@ -40,7 +38,8 @@ import struct
 import subprocess
 import sys
 import time
-from pathlib import Path
+
+from gpulab.procfs import mpi_scratch_held, net_inode, pids_inside, remove_files
 
 CLONE_NEWNET = 0x40000000
 SUBNET = "10.77.0"
@@ -51,10 +50,6 @@ TBF_LATENCY = "50ms"
 # (veth, bridge, tbf, TCP: all softirq on the machine's own cores) took 58% of 2 cores and held a
 # 4-node chain at 1 Gbit/s to 1.6x the link's time; at 9000 it runs at the link's rate.
 MTU = "9000"
-# What MPICH keeps on disk while a job runs and removes at a clean exit, not after SIGKILL or MPI_Abort:
-# hydra's topology file (in /tmp whatever TMPDIR says) and the ranks' shared memory. Here, in the
-# keeper's standard-library-only module, so that the keeper can remove them too.
-MPI_SCRATCH = ("/tmp/hydra_hwloc_xmlfile_", "/dev/shm/mpich_shm_")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -127,73 +122,6 @@ def build(nodes: int, rate: str | None) -> list[int]:
             raise RuntimeError("the links did not come up within 10 s")
         time.sleep(0.02)
     return fds
-
-
-def _net_inode(pid: int | str) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:  # gone, a zombie, or not ours to look at
-        return None
-
-
-def pids_inside(inodes: set[int], exclude: int | None = None) -> list[int]:
-    """Live processes whose network namespace is one of ``inodes``."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != exclude and _net_inode(entry) in inodes:
-            found.append(int(entry))
-    return found
-
-
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name: state, parent, ... (None once it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def parent(pid: int) -> int | None:
-    """The parent of a process (None once it is gone)."""
-    fields = _stat(pid)
-    return int(fields[1]) if fields else None
-
-
-def running(pid: int) -> bool:
-    """Whether the process exists and has not exited (a zombie only waits for its parent to reap it)."""
-    fields = _stat(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
-
-
-def mpi_scratch_held(pids) -> set[str]:
-    """The MPI scratch files (``MPI_SCRATCH``) that these processes hold open or mapped: hydra's
-    topology file is held open by a node's proxy, the ranks' shared memory is mapped by them."""
-    return {path for pid in pids for path in _scratch_of(pid)}
-
-
-# an engine maps about 500 regions: matching the few scratch paths in the whole text is cheaper than
-# splitting every line (a notebook's reaper reads its cluster's maps every 2 s)
-_SCRATCH_IN_MAPS = re.compile("(?:" + "|".join(map(re.escape, MPI_SCRATCH)) + r")[^\n]*")
-
-
-def _scratch_of(pid: int) -> list[str]:
-    """The scratch paths a process holds, read from /proc (psutil's memory_maps parses smaps: far slower)."""
-    paths, mapped = [], []
-    try:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):  # closed meanwhile
-                paths.append(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        with open(f"/proc/{pid}/maps") as maps:
-            mapped = _SCRATCH_IN_MAPS.findall(maps.read())
-    except OSError:  # gone, or not ours to read
-        pass
-    return [path for path in paths if path.startswith(MPI_SCRATCH)] + mapped
-
-
-def remove_files(paths) -> None:
-    for path in paths:
-        Path(path).unlink(missing_ok=True)
 
 
 def kill_inside(inodes: set[int], exclude: int | None = None, timeout: float = 10.0) -> None:
@@ -278,7 +206,7 @@ def main(argv: list[str]) -> int:
     switch_inode = None
     try:
         _unshare_net()
-        switch_inode = _net_inode("self")
+        switch_inode = net_inode("self")
         fds = build(spec["nodes"], spec.get("rate"))
         state = {"ok": True, "pid": os.getpid(), "fds": fds,
                  "inodes": [os.fstat(fd).st_ino for fd in fds], "switch_inode": switch_inode}

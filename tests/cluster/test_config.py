@@ -5,7 +5,7 @@ import pytest
 from ipyparallel.cluster.launcher import SlurmEngineSetLauncher
 
 from gpulab.cluster import SLURM_TEMPLATE, slurm_script
-from gpulab.cluster.engines import cluster_config
+from gpulab.cluster.start import cluster_config
 
 
 def test_script_shows_partition_account_gpus_and_time():
@@ -60,20 +60,20 @@ def test_empty_directives_are_left_out_for_the_sites_defaults():
 
 
 def test_environment_points_start_engines_at_slurm(monkeypatch):
-    import gpulab.cluster.engines as engines_module
+    import gpulab.cluster.start as start_module
 
     seen = {}
-    monkeypatch.setattr(engines_module, "cluster_config", lambda n, launcher, ip, **slurm: seen.update(
+    monkeypatch.setattr(start_module, "cluster_config", lambda n, launcher, ip, **slurm: seen.update(
         launcher=launcher, ip=ip, **slurm) or (_ for _ in ()).throw(RuntimeError("stop here")))
     for name, value in {"GPULAB_LAUNCHER": "slurm", "GPULAB_CONTROLLER_IP": "10.1.2.3", "GPULAB_SLURM_PARTITION": "gpu",
                         "GPULAB_GPUS_PER_NODE": "8", "GPULAB_RANKS_PER_NODE": "2", "GPULAB_SLURM_MPI": "pmix"}.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(RuntimeError, match="stop here"):
-        engines_module.start_engines(4)
+        start_module.start_engines(4)
     assert (seen["launcher"], seen["ip"], seen["partition"], seen["gpus_per_node"], seen["ranks_per_node"],
             seen["mpi"], seen["account"]) == ("slurm", "10.1.2.3", "gpu", 8, 2, "pmix", "")
     with pytest.raises(RuntimeError, match="stop here"):
-        engines_module.start_engines(4, launcher="slurm", partition="other", mpi="pmi2")
+        start_module.start_engines(4, launcher="slurm", partition="other", mpi="pmi2")
     assert (seen["partition"], seen["mpi"]) == ("other", "pmi2")  # arguments win over the environment
 
 

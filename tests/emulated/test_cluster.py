@@ -12,15 +12,13 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
 
 import pytest
 
-from gpulab.emulated import (SOCKET_PATH_MAX, ClusterUnavailable, EmulatedCluster, cluster_tmpdir, link_bytes_per_s,
-                             parse_link, rank_nodes)
+from gpulab.emulated import ClusterUnavailable, EmulatedCluster, link_bytes_per_s, parse_link, rank_nodes
 from tests.emulated.util import leftovers, reap_orphans, require_cluster, root_netns_links
 from tests.mpi_harness import ROOT, run_mpi
 
@@ -94,21 +92,8 @@ def test_exception_inside_the_block_tears_down_and_a_second_cluster_starts():
     assert leftovers(state) == []
 
 
-def test_ipc_sockets_fit_a_unix_socket_path_under_a_long_tmpdir(tmp_path, monkeypatch):
-    long_tmp = tmp_path / ("d" * 60)  # pytest-xdist's per-test directories pushed the sockets past 107 bytes
-    long_tmp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(long_tmp))
-    moved = cluster_tmpdir()
-    os.rmdir(moved)
-    assert len(os.path.join(moved, "ipc:65535")) <= SOCKET_PATH_MAX and not moved.startswith(str(long_tmp)), moved
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # a short TMPDIR is kept
-    kept = cluster_tmpdir()
-    os.rmdir(kept)
-    assert kept.startswith(str(tmp_path)), kept
-
-
 def test_missing_tools_give_a_clear_message(monkeypatch):
-    monkeypatch.setattr("gpulab.emulated.tool", lambda name: None)
+    monkeypatch.setattr("gpulab.emulated.cluster.tool", lambda name: None)
     with pytest.raises(ClusterUnavailable, match="needs ip, tc, nsenter, unshare"):
         EmulatedCluster(nodes=2).start()
 

@@ -212,7 +212,7 @@ def test_where_no_cluster_can_be_made_commands_say_why_and_run_on_one_machine(mo
 
     from gpulab.emulated.topology import topology_context
 
-    monkeypatch.setattr("gpulab.emulated.tool", lambda name: None)
+    monkeypatch.setattr("gpulab.emulated.cluster.tool", lambda name: None)
     monkeypatch.delenv("PMI_RANK", raising=False)
     args = argparse.Namespace(nodes=2, link="1gbit", placement="block")
     with topology_context(args) as cluster:

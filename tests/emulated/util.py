@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from gpulab.emulated.netns import running
+from gpulab.procfs import running
 
 
 @functools.lru_cache(maxsize=None)

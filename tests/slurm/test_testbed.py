@@ -17,7 +17,7 @@ import time
 import psutil
 import pytest
 
-from gpulab.emulated.netns import pids_inside
+from gpulab.procfs import pids_inside
 from tests.emulated.util import leftovers, reap_orphans
 from tests.slurm.conftest import order_of_testbed
 from tests.mpi_harness import ROOT

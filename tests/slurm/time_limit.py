@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 
 from gpulab.cluster import EngineDied, start_engines
+from gpulab.cluster.ipc_sockets import IpcSockets
 from tests.cluster.procs import cluster_processes
 
 SLURM = dict(launcher="slurm", controller_ip="127.0.0.1", gpus_per_node=2, ranks_per_node=2, time="00:10:00")
@@ -28,15 +30,21 @@ def sleeper():
     time.sleep(300)
 
 
+_IPC_SOCKETS: dict[int, IpcSockets] = {}  # id of a testbed's emulated cluster -> its controllers' sockets
+
+
 def controller_on_ipc(slurm, ipython_dir: Path) -> dict:
     """start_engines options for the emulated testbed: a controller listening on unix sockets (ipc://),
-    which the engines in the nodes' network namespaces reach through the file system they share."""
-    cluster = slurm.emulated
+    which the engines in the nodes' network namespaces reach through the file system they share. The
+    sockets' directory is the testbed's, removed when its emulated cluster goes."""
     profile = ipython_dir / "profile_gpulab"
     profile.mkdir(parents=True, exist_ok=True)
     (profile / "ipcontroller_config.py").write_text('c.IPController.transport = "ipc"\n')
-    cluster.keep_linking_ipc_sockets()  # ipyparallel's two names for each socket (see link_ipc_sockets)
-    return {**SLURM, "controller_ip": cluster.ipc_prefix()}
+    key = id(slurm.emulated)
+    if key not in _IPC_SOCKETS:
+        _IPC_SOCKETS[key] = IpcSockets().start()  # ipyparallel's two names for each socket (see link_ipc_sockets)
+        weakref.finalize(slurm.emulated, lambda: _IPC_SOCKETS.pop(key).stop())
+    return {**SLURM, "controller_ip": _IPC_SOCKETS[key].prefix}
 
 
 class TimeLimitJob(threading.Thread):

@@ -101,3 +101,39 @@ def test_no_public_name_of_the_broadcast_is_shadowed_by_a_module():
     import gpulab.bcast
 
     assert not [name for name in gpulab.bcast.__all__ if (PACKAGE / "bcast" / f"{name}.py").exists()]
+
+
+def _within(module: str, packages) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+# The floor: what every MPI rank and the emulated cluster's keeper import, beneath everything else.
+FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.backend", "gpulab.fakedevice")
+# What may start emulated clusters, and so import gpulab.emulated: the commands (--nodes, `gpulab cluster`),
+# the notebook widgets (the cluster panel) and the engines (start_engines(nodes=...), the Slurm testbed's
+# nodes). Everything else learns where a job runs from gpulab.jobsite, which the cluster's state file feeds.
+STARTS_EMULATED_CLUSTERS = ("gpulab.emulated", "gpulab.cli", "gpulab.widgets", "gpulab.cluster")
+
+
+def test_only_what_starts_emulated_clusters_imports_them():
+    graph = _imports()
+    wrong = {m: sorted(t for t in targets if _within(t, ["gpulab.emulated"]))
+             for m, targets in graph.items() if not _within(m, STARTS_EMULATED_CLUSTERS)}
+    assert not {m: t for m, t in wrong.items() if t}
+
+
+def test_the_floor_imports_nothing_above_it():
+    graph = _imports()
+    floor = [m for m in graph if m in FLOOR or _within(m, FLOOR[1:])]
+    assert "gpulab.jobsite" in floor and "gpulab.procfs" in floor
+    above = {m: sorted(t for t in graph[m] if not (t in FLOOR or _within(t, FLOOR[1:]))) for m in floor}
+    assert not {m: t for m, t in above.items() if t}
+
+
+def test_launching_loads_only_the_floor():
+    """``gpulab.launch`` runs in every rank and on every launch: it reads where a job runs (gpulab.jobsite)
+    without loading the emulated cluster, the engines or numpy."""
+    code = ("import sys, gpulab.launch\n"
+            "print(sorted(m for m in sys.modules if m.startswith('gpulab') or m == 'numpy'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['gpulab', 'gpulab.jobsite', 'gpulab.launch', 'gpulab.procfs']"

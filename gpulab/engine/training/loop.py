@@ -39,7 +39,7 @@ from gpulab.engine.perf.flops import model_flops
 from gpulab.engine.perf.timing import alone, peak_matmul
 from gpulab.engine.training import checkpoint
 from gpulab.engine.training.optim import AdamW, LossScaler, train_step
-from gpulab.emulated.topology import record_topology, topology_metadata
+from gpulab.jobsite import record_topology, topology_metadata
 from gpulab.launch import pin_gpu
 
 WARMUP_STEPS = 3  # steps left out of the timeline summary (caches, thread pools, first allocations)
