@@ -50,6 +50,8 @@ class LiveVariant:
 
 @dataclass(frozen=True)
 class Strategy:
+    """One named strategy: which grid shapes it is, how they read, and how the searches treat it."""
+
     name: str
     description: str
     is_shape: Callable[[tuple], bool]  # which grid shapes (R, C, D, P) this strategy is
