@@ -6,9 +6,9 @@
 
 One MPI job per world size: fit the performance model to this machine
 (``gpulab.engine.perf.fit``), let it pick each strategy's fastest grid
-(``gpulab.engine.perf.live.best_plans``: AxoNN, Megatron-LM TP x DP and TP x PP
+(``gpulab.engine.perf.live_plans.best_plans``: AxoNN, Megatron-LM TP x DP and TP x PP
 x DP, ZeRO-3, HSDP, DDP), then train a few iterations of each
-(``live.measure_plan``) over ``--rounds`` interleaved rounds and keep each
+(``live_plans.measure_plan``) over ``--rounds`` interleaved rounds and keep each
 strategy's best round (other jobs on shared cores only add time). Recorded per
 strategy: the median iteration of every round, the exposed communication, the
 bytes each group (row, col, depth, data, pipe...) moved per rank, and the
@@ -53,7 +53,7 @@ def job(args) -> None:
     from mpi4py import MPI
 
     from gpulab.engine.perf.fit import fit
-    from gpulab.engine.perf.live import best_plans, measure_plan
+    from gpulab.engine.perf.live_plans import best_plans, measure_plan
 
     comm = MPI.COMM_WORLD
     machine = fit(comm, reps=args.fit_reps, name=f"this machine, {comm.size} ranks")
@@ -149,14 +149,14 @@ def section(records) -> str:
              f"{m['n_head']} heads, vocabulary {m['vocab_size']}, {first['batch']} sequences of {m['block_size']} "
              f"tokens per iteration, float32, overlap off. Per world size one MPI job fits the performance model to "
              "the machine (`gpulab.engine.perf.fit`), lets it pick each strategy's fastest grid "
-             "(`gpulab.engine.perf.live.best_plans`; Megatron-LM once as TP x DP and once with a pipeline, "
+             "(`gpulab.engine.perf.live_plans.best_plans`; Megatron-LM once as TP x DP and once with a pipeline, "
              "`megatron-pp`, 2 micro-batches per stage, 1F1B; AxoNN's row is its best shape that no other strategy "
              "has, since its search includes all of theirs), then trains each grid for interleaved rounds of "
              f"{first['rows'][0]['iters']} iterations and keeps each strategy's best round (median iteration; every round's median in brackets, "
              "the min-max of the kept round's iterations after it). Bytes are what each group's collectives "
              "moved per rank in the median iteration (`collectives.trace`, full buffers: the summed array, the "
              "gathered block, the array to reduce-scatter); for every grid without a pipeline they equal the volume "
-             "model's count exactly (`tests/engine/test_live.py`). ![live comparison](results/engine_strategies.png)\n"]
+             "model's count exactly (`tests/engine/test_live_plans.py`). ![live comparison](results/engine_strategies.png)\n"]
     for data in records:
         load = ", ".join(f"{x:.1f}" for x in data["load_before"])
         after = ", ".join(f"{x:.1f}" for x in data["load_after"])

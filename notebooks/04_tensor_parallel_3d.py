@@ -92,7 +92,7 @@ assert by_group["depth"] > 0 and by_group["row"] > 0 and by_group["col"] > 0
 
 # %%
 from gpulab.cluster import start_engines
-from gpulab.engine.parallel.lesson3d import check_on_world
+from gpulab.engine.parallel.check3d import check_on_world
 
 engines = start_engines(N_ENGINES)
 reports = {}

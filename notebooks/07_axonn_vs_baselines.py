@@ -52,7 +52,7 @@ from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.pipeline import bubble_fraction
 from gpulab.engine.parallel.timeline_plot import gantt
 from gpulab.engine.perf.compare import compare, time_split
-from gpulab.engine.perf.live import best_plans
+from gpulab.engine.perf.live_plans import best_plans
 from gpulab.engine.perf.machines import machine as machine_named
 from gpulab.engine.perf.predict import gpt_config, predict
 from gpulab.engine.strategies import STRATEGIES
@@ -146,7 +146,7 @@ assert all(not r["fits"] for r in at_scale[min(GLOBAL_BATCHES)] if r["strategy"]
 # The engines train a small GPT. First the performance model is fitted to
 # this machine (compute rates, collective costs per group size: about 20
 # seconds, no engine iteration used); it picks each strategy's fastest grid
-# (`gpulab.engine.perf.live.best_plans`; Megatron-LM once as TP x DP and once
+# (`gpulab.engine.perf.live_plans.best_plans`; Megatron-LM once as TP x DP and once
 # with a pipeline, `megatron-pp`; AxoNN's row is its best shape that no other
 # strategy has), then each grid trains `ITERS` iterations. Overlap is off here;
 # section 5 switches it on.

@@ -13,9 +13,10 @@ import json
 
 from gpulab.cli.checks import positive_int, usage_error
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.perf.compare import ORDER, assumptions, compare
+from gpulab.engine.perf.compare import assumptions, compare
 from gpulab.engine.perf.machines import MACHINES
 from gpulab.engine.perf.predict import model_config
+from gpulab.engine.strategies import TABLE
 from gpulab.machines.resolver import resolve
 
 # 1024 sequences of 2048 tokens (2.1 M tokens): the kit's default batch at 1024 GPUs; the paper's own
@@ -33,7 +34,7 @@ def add_parser(sub) -> None:
     p.add_argument("--global-batch", type=positive_int, default=DEFAULT_GLOBAL_BATCH,
                    help=f"sequences per iteration (default {DEFAULT_GLOBAL_BATCH})")
     p.add_argument("--seq-len", type=positive_int, default=None, help="default: the model's block size")
-    p.add_argument("--strategies", default=",".join(ORDER), help=f"subset of {','.join(ORDER)}")
+    p.add_argument("--strategies", default=",".join(TABLE), help=f"subset of {','.join(TABLE)}")
     p.add_argument("--overlap", default=DEFAULT_OVERLAP, help=f"default {DEFAULT_OVERLAP}")
     p.add_argument("--bucket-mb", type=float, default=64.0)
     p.add_argument("--distributed-optimizer", action="store_true",
@@ -44,9 +45,9 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
-    unknown = [s for s in strategies if s not in ORDER]
+    unknown = [s for s in strategies if s not in TABLE]
     if unknown or not strategies:
-        usage_error(f"gpulab model compare: unknown strategies {unknown}; choose from {', '.join(ORDER)}")
+        usage_error(f"gpulab model compare: unknown strategies {unknown}; choose from {', '.join(TABLE)}")
     try:
         m, config = resolve(args.machine, kind="engine", default="perlmutter"), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))

@@ -22,15 +22,16 @@ the model: ``gpulab model rank --world 1024 --model gpt-20b --machine perlmutter
 Sub-packages: ``gpt`` (the serial reference), ``parallel`` (the 4D
 engine), ``perf`` (the performance model and the timing of real
 iterations), ``training`` (optimizer, checkpoints, the training loop);
-module ``strategies``: Megatron-LM, ZeRO-3, hybrid sharding and DDP named as grid shapes.
+module ``strategies``: Megatron-LM, ZeRO-3, hybrid sharding and DDP named as grid shapes
+(one table that the comparisons and ``gpulab train --strategy`` loop over).
 Importing this package initialises neither MPI nor CUDA.
 """
 
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.gpt.model import init_params, logits, loss_and_grads, param_shapes
 from gpulab.engine.parallel.gpt import ParallelGPT, check_divisibility
-from gpulab.engine.parallel.layout import owner_map, weight_blocks
 from gpulab.engine.parallel.mesh import Mesh, grid_shapes
+from gpulab.engine.parallel.shards import owner_map, weight_blocks
 from gpulab.engine.perf.volume import collective_calls, totals
 
 __all__ = ["GPTConfig", "Mesh", "ParallelGPT", "check_divisibility", "collective_calls",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.figure import Figure
 
-from gpulab.engine.parallel.layout import owner_map, weight_blocks
+from gpulab.engine.parallel.shards import owner_map, weight_blocks
 
 
 def owner_figure(n: int, k: int, shape, transposed: bool = False) -> Figure:

@@ -94,7 +94,7 @@ def equivalence(comm, shapes, dtype="float64", steps=STEPS, seed=0, device="host
         grad_err = max(rel_err(grads[n], ref_grads[n]) for n in ref_grads)
         worst = max(ref_grads, key=lambda n: rel_err(grads[n], ref_grads[n]))
 
-        acts_par = _numel(gpt._forward(gpt._local_batch(idx, targets)[0])[1])
+        acts_par = _numel(gpt.stage_forward(gpt._local_batch(idx, targets)[0])[1])
         acts_ser = _numel(serial._forward(params, idx, cfg)[1])
 
         step(f"{shape} {dtype}: training")

@@ -5,9 +5,10 @@ import json
 
 import pytest
 
+from gpulab.engine.parallel.pipeline import bubble_fraction
 from gpulab.engine.perf.compare import best, compare, evaluate, time_split
 from gpulab.engine.perf.machines import machine
-from gpulab.engine.perf.pipeline import bubble_fraction, in_flight, p2p_bytes, stage_config
+from gpulab.engine.perf.pipeline import in_flight, p2p_bytes, stage_config
 from gpulab.engine.perf.predict import gpt_config
 from gpulab.engine.perf.terms import activation_bytes
 

@@ -24,6 +24,12 @@ def accum_dtype(dtype) -> str:
     return np.promote_types(dtype, np.float32).name
 
 
+def squared_sum(g) -> float:
+    """Sum of squares of ``g``, in float32 at least (float16 squares overflow above 256)."""
+    g = g if g.dtype == accum_dtype(g.dtype) else g.astype(accum_dtype(g.dtype))
+    return float((g * g).sum())
+
+
 @dataclass(frozen=True)
 class GPTConfig:
     vocab_size: int  # V: number of token ids

@@ -13,6 +13,7 @@ Works on numpy or CuPy parameters (the array module follows ``wte``).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,6 +23,30 @@ from gpulab.engine.gpt.config import GPTConfig
 
 WTE = "transformer.wte.weight"
 WPE = "transformer.wpe.weight"
+
+
+class BlockCache(NamedTuple):
+    """What one transformer block's forward keeps for its backward: each field is the cache of the
+    layer whose output llm.c calls by that name. The comments say what the serial layers keep; the
+    parallel engine's layers (``gpulab.engine.parallel``) keep their shards' and what their backward needs."""
+
+    ln1: tuple  # ln_1: normalised input, weight, 1/std
+    qkv: tuple  # attn.c_attn: its input (ln1) and weight
+    att: tuple  # attention: q, k, v, the softmax, the scale
+    attproj: tuple  # attn.c_proj: its input (att) and weight
+    ln2: tuple  # ln_2, of residual2 (x after attention)
+    fch: tuple  # mlp.c_fc: its input (ln2) and weight
+    fch_gelu: tuple  # GELU: its input (fch) and tanh
+    fcproj: tuple  # mlp.c_proj: its input (fch_gelu) and weight
+
+
+class ModelCache(NamedTuple):
+    """What the whole forward keeps for the backward (blocks in order)."""
+
+    encoded: tuple  # token embedding lookup (wte)
+    blocks: list  # a BlockCache per block
+    lnf: tuple  # ln_f
+    logits: tuple  # the LM head (tied wte): its input (lnf) and weight
 
 
 def param_shapes(config: GPTConfig) -> dict[str, tuple]:
@@ -76,20 +101,20 @@ def _forward(params, idx, config):
     blocks = []
     for i in range(config.n_layer):
         p = f"transformer.h.{i}."
-        h, c1 = L.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
-        qkv, c2 = L.linear_forward(h, params[p + "attn.c_attn.weight"], params[p + "attn.c_attn.bias"])
-        a, c3 = L.attention_forward(qkv, config.n_head)  # (B, T, 3C) -> (B, T, C)
-        y, c4 = L.linear_forward(a, params[p + "attn.c_proj.weight"], params[p + "attn.c_proj.bias"])
+        h, ln1 = L.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
+        qkv, c_qkv = L.linear_forward(h, params[p + "attn.c_attn.weight"], params[p + "attn.c_attn.bias"])
+        a, att = L.attention_forward(qkv, config.n_head)  # (B, T, 3C) -> (B, T, C)
+        y, attproj = L.linear_forward(a, params[p + "attn.c_proj.weight"], params[p + "attn.c_proj.bias"])
+        x = x + y  # residual2
+        h, ln2 = L.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
+        f, fch = L.linear_forward(h, params[p + "mlp.c_fc.weight"], params[p + "mlp.c_fc.bias"])
+        g, fch_gelu = L.gelu_forward(f)  # (B, T, 4C)
+        y, fcproj = L.linear_forward(g, params[p + "mlp.c_proj.weight"], params[p + "mlp.c_proj.bias"])
         x = x + y
-        h, c5 = L.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
-        f, c6 = L.linear_forward(h, params[p + "mlp.c_fc.weight"], params[p + "mlp.c_fc.bias"])
-        g, c7 = L.gelu_forward(f)  # (B, T, 4C)
-        y, c8 = L.linear_forward(g, params[p + "mlp.c_proj.weight"], params[p + "mlp.c_proj.bias"])
-        x = x + y
-        blocks.append((c1, c2, c3, c4, c5, c6, c7, c8))
+        blocks.append(BlockCache(ln1, c_qkv, att, attproj, ln2, fch, fch_gelu, fcproj))
     xf, c_lnf = L.layernorm_forward(x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"])
     logits, c_head = L.linear_forward(xf, params[WTE])  # tied LM head: (B, T, C) -> (B, T, V)
-    return logits, (c_tok, blocks, c_lnf, c_head)
+    return logits, ModelCache(c_tok, blocks, c_lnf, c_head)
 
 
 def logits(params, idx, config: GPTConfig):
@@ -105,38 +130,38 @@ def loss_and_grads(params, idx, targets, config: GPTConfig):
     idx, targets = xp.asarray(idx), xp.asarray(targets)
     _check_batch(idx, targets, config)
     T = idx.shape[1]
-    out, (c_tok, blocks, c_lnf, c_head) = _forward(params, idx, config)
+    out, cache = _forward(params, idx, config)
     loss, c_ce = L.cross_entropy_forward(out, targets)
 
     grads = {}
     dlogits, _ = L.cross_entropy_backward(1.0, c_ce)
-    dxf, d = L.linear_backward(dlogits, c_head)
+    dxf, d = L.linear_backward(dlogits, cache.logits)
     dwte_head = d["weight"]
-    dx, d = L.layernorm_backward(dxf, c_lnf)
+    dx, d = L.layernorm_backward(dxf, cache.lnf)
     grads["transformer.ln_f.weight"], grads["transformer.ln_f.bias"] = d["weight"], d["bias"]
     for i in reversed(range(config.n_layer)):
         p = f"transformer.h.{i}."
-        c1, c2, c3, c4, c5, c6, c7, c8 = blocks[i]
-        dg, d = L.linear_backward(dx, c8)  # the residual branch gets dx unchanged
+        block = cache.blocks[i]
+        dg, d = L.linear_backward(dx, block.fcproj)  # the residual branch gets dx unchanged
         _put(grads, p + "mlp.c_proj", d)
-        df, _ = L.gelu_backward(dg, c7)
-        dh, d = L.linear_backward(df, c6)
+        df, _ = L.gelu_backward(dg, block.fch_gelu)
+        dh, d = L.linear_backward(df, block.fch)
         _put(grads, p + "mlp.c_fc", d)
-        dh, d = L.layernorm_backward(dh, c5)
+        dh, d = L.layernorm_backward(dh, block.ln2)
         _put(grads, p + "ln_2", d)
         dx = dx + dh
-        da, d = L.linear_backward(dx, c4)
+        da, d = L.linear_backward(dx, block.attproj)
         _put(grads, p + "attn.c_proj", d)
-        dqkv, _ = L.attention_backward(da, c3)
-        dh, d = L.linear_backward(dqkv, c2)
+        dqkv, _ = L.attention_backward(da, block.att)
+        dh, d = L.linear_backward(dqkv, block.qkv)
         _put(grads, p + "attn.c_attn", d)
-        dh, d = L.layernorm_backward(dh, c1)
+        dh, d = L.layernorm_backward(dh, block.ln1)
         _put(grads, p + "ln_1", d)
         dx = dx + dh
     dwpe = xp.zeros_like(params[WPE])
     dwpe[:T] = dx.sum(axis=0)  # (T, C): summed over the batch
     grads[WPE] = dwpe
-    _, d = L.embedding_backward(dx, c_tok)
+    _, d = L.embedding_backward(dx, cache.encoded)
     grads[WTE] = dwte_head + d["weight"]  # tied weight: LM head + embedding
     return float(loss), {name: grads[name] for name in param_shapes(config)}
 

@@ -8,7 +8,7 @@ optionally cut into pipeline stages.
     loss = gpt.forward_backward(idx, targets)     # the global batch, on every rank
     grads = gpt.full_grads()                      # full shapes, serial names
 
-Where things live (b = B/(depth*data) sequences per rank, see ``layout``):
+Where things live (b = B/(depth*data) sequences per rank, see ``shards``):
 residual stream x (b, T, C/col), copied over row; QKV and FC1 are plain 3D
 layers (out split over row), attention-out and FC2 transposed ones (back to
 C/col); attention runs on the row's n_head/row heads; the tied wte is a plain
@@ -27,11 +27,12 @@ With ``mesh.pipe`` > 1 each stage holds and computes only its blocks
 the local batch is cut into ``micro_batches`` (default: one per stage) that
 run in the stage's ``schedule`` ("1f1b" or "gpipe"), the residual stream
 (b/m, T, C/col) and its gradient going between stages by ``p2p`` sends on
-``mesh.pipe_comm``. Each micro-batch's forward and backward is a timeline
-phase with its ``micro`` index. Gradients are summed over micro-batches
-before the data-parallel sync (``GradAccumulator``); the tied wte's gradient
-is summed over the first and last stage (``mesh.embed_comm``). With one
-stage and one micro-batch this is the plain 4D step, call for call.
+``mesh.pipe_comm`` (``pipeline_step`` runs them). Each micro-batch's forward
+and backward is a timeline phase with its ``micro`` index. Gradients are
+summed over micro-batches before the data-parallel sync
+(``pipeline_step.GradAccumulator``); the tied wte's gradient is summed over
+the first and last stage (``mesh.embed_comm``). With one stage and one
+micro-batch this is the plain 4D step, call for call.
 """
 
 from __future__ import annotations
@@ -41,20 +42,19 @@ from contextlib import contextmanager
 
 from gpulab.backend import array_module, to_device, to_host
 from gpulab.engine.gpt import layers as L
-from gpulab.engine.gpt.config import accum_dtype
-from gpulab.engine.gpt.model import WPE, WTE
+from gpulab.engine.gpt.config import accum_dtype, squared_sum
+from gpulab.engine.gpt.model import WPE, WTE, BlockCache, ModelCache
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import p2p
 from gpulab.engine.parallel import tp_layers as TP
-from gpulab.engine.parallel.layout import assemble, local_piece, owns, param_specs
-from gpulab.engine.parallel.memory import tree_nbytes
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.overlap_grads import GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import check_pipeline, schedule, stage_layers, stage_params, stage_uses
+from gpulab.engine.parallel.pipeline_step import GradAccumulator, run_micro_batches
+from gpulab.engine.parallel.shards import assemble, local_piece, owns, param_specs
 from gpulab.engine.parallel.timeline import kernel, phase
 from gpulab.engine.parallel.tp3d import Linear3D
-from gpulab.engine.training.optim import squared_sum
 
 
 def check_divisibility(config, shape, batch_size: int | None = None) -> None:
@@ -201,9 +201,10 @@ class ParallelGPT:
                               self.mesh.first_stage, self.mesh.last_stage)
         return [u for op, _ in ops for u in (fwd if op == "F" else bwd)]
 
-    def _forward(self, idx, fetch: WeightFetcher | None = None, x=None):
+    def stage_forward(self, idx, fetch: WeightFetcher | None = None, x=None):
         """This stage's forward of one micro-batch: token ids (first stage) or the previous
-        stage's output ``x`` in; logits (last stage) or the residual stream out."""
+        stage's output ``x`` in; logits (last stage) or the residual stream out, and the
+        ``ModelCache`` for the backward (fields of stages it does not hold are None)."""
         fetch = fetch or self._fetcher(self._uses([("F", 0)]))
         params, m, lin = self.params, self.mesh, self.linears
         C, T = self.config.n_embd, idx.shape[1]
@@ -219,24 +220,28 @@ class ParallelGPT:
         blocks = []
         for i in self.layers:
             p = f"transformer.h.{i}."
-            h, c1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
-            qkv, c2 = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
+            h, ln1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
+            qkv, c_qkv = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
             with kernel(f"h.{i}.attn fwd"):
-                a, c3 = L.attention_forward(qkv, self.config.n_head // m.shape.row)  # (b, T, C/R)
-            y, c4 = linear(p + "attn.c_proj", a)  # (b, T, C/c)
-            x = x + y
-            h, c5 = TP.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], m.col_comm, C)
-            f, c6 = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
+                a, att = L.attention_forward(qkv, self.config.n_head // m.shape.row)  # (b, T, C/R)
+            y, attproj = linear(p + "attn.c_proj", a)  # (b, T, C/c)
+            x = x + y  # residual2
+            h, ln2 = TP.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], m.col_comm, C)
+            f, fch = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
             with kernel(f"h.{i}.gelu fwd"):
-                g, c7 = L.gelu_forward(f)
-            y, c8 = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
+                g, fch_gelu = L.gelu_forward(f)
+            y, fcproj = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
             x = x + y
-            blocks.append((c1, c2, c3, c4, c5, c6, c7, c8))
+            blocks.append(BlockCache(ln1, c_qkv, att, attproj, ln2, fch, fch_gelu, fcproj))
         if m.last_stage:
             xf, c_lnf = TP.layernorm_forward(
                 x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
             x, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # logits (b, T, V/R)
-        return x, (c_tok, blocks, c_lnf, c_head)
+        return x, ModelCache(c_tok, blocks, c_lnf, c_head)
+
+    def stage_loss(self, logits, targets):
+        """The last stage's cross-entropy of one micro-batch, summed over its tokens, and its cache."""
+        return TP.cross_entropy_forward(logits, targets, self.vocab_lo, self.mesh.row_comm)
 
     def _global_loss(self, loss_sum, n_tokens):
         xp = array_module(self._any_param)
@@ -246,9 +251,6 @@ class ParallelGPT:
         total = coll.all_reduce(total, self.mesh.pipe_comm)  # only the last stage has a loss
         return float(total[0]) / n_tokens
 
-    def _activation_shape(self, b: int, T: int) -> tuple:
-        return (b, T, self.config.n_embd // self.mesh.shape.col)  # the residual stream (b, T, C/c)
-
     def loss(self, idx, targets) -> float:
         """Mean cross-entropy of the global batch, forward only."""
         idx_l, tgt_l = self._local_batch(idx, targets)
@@ -256,18 +258,20 @@ class ParallelGPT:
         fetch = self._fetcher(self._uses([("F", 0)]))
         loss_sum = 0.0
         with self._progress():
-            x = None if m.first_stage else self._recv(self._activation_shape(*idx_l.shape), m.stage - 1, 0)
-            out, _ = self._forward(idx_l, fetch, x)
+            x = None if m.first_stage else self.recv_stream(*idx_l.shape, m.stage - 1, 0)
+            out, _ = self.stage_forward(idx_l, fetch, x)
             if not m.last_stage:
                 p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=0).wait()
         fetch.end()
         if m.last_stage:
-            loss_sum, _ = TP.cross_entropy_forward(out, tgt_l, self.vocab_lo, m.row_comm)
+            loss_sum, _ = self.stage_loss(out, tgt_l)
         return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
 
-    def _recv(self, shape, source: int, tag: int):
+    def recv_stream(self, b: int, T: int, source: int, tag: int):
+        """The residual stream (b, T, C/col), or its gradient, from stage ``source``."""
         like = self._any_param
-        return p2p.recv(shape, like.dtype, like=like, comm=self.mesh.pipe_comm, source=source, tag=tag)
+        return p2p.recv((b, T, self.config.n_embd // self.mesh.shape.col), like.dtype, like=like,
+                        comm=self.mesh.pipe_comm, source=source, tag=tag)
 
     def forward_backward(self, idx, targets, loss_scale: float = 1.0) -> float:
         """Mean loss of the global batch; leaves this rank's gradient pieces in ``self.grads``.
@@ -285,60 +289,30 @@ class ParallelGPT:
         fetch = self._fetcher(self._uses(ops))
         sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
         acc = GradAccumulator(sync) if n_micro > 1 else sync  # one micro-batch: straight to sync
-        b = idx_l.shape[0] // n_micro
-        shape = self._activation_shape(b, idx_l.shape[1])
-        saved, sends, loss_sum, self.memory["activations"] = {}, [], 0.0, 0
-        pipelined = m.pipe > 1 or n_micro > 1  # else the phases are the plain step's, unlabelled
-        wte_block = None  # this stage's gradient of the tied wte block, summed over micro-batches
         with self._progress():
-            for op, i in ops:
-                mb = slice(i * b, (i + 1) * b)
-                label = {"micro": i} if pipelined else {}
-                if op == "F":
-                    x = None if m.first_stage else self._recv(shape, m.stage - 1, i)
-                    with phase("forward", **label):
-                        out, caches = self._forward(idx_l[mb], fetch, x)
-                        c_ce = None
-                        if m.last_stage:
-                            part, c_ce = TP.cross_entropy_forward(out, tgt_l[mb], self.vocab_lo, m.row_comm)
-                            loss_sum = loss_sum + part
-                    if not m.last_stage:
-                        sends.append(p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=i))
-                    saved[i] = (caches, c_ce)
-                    self.memory["activations"] = max(self.memory["activations"], tree_nbytes(
-                        list(saved.values()), skip=self.params.values()))
-                else:
-                    dy = None if m.last_stage else self._recv(shape, m.stage + 1, i)
-                    caches, c_ce = saved.pop(i)
-                    with phase("backward", **label):
-                        dx, dwte = self._backward(idx_l.shape[1], loss_scale / n_tokens, caches, c_ce,
-                                                  fetch, acc, dy)
-                    wte_block = dwte if wte_block is None else wte_block + dwte
-                    if not m.first_stage:
-                        sends.append(p2p.isend(dx, m.pipe_comm, dest=m.stage - 1, tag=i))
-                sends = [h for h in sends if not h.test()]  # progress; drop the buffers delivered
+            run = run_micro_batches(self, ops, idx_l, tgt_l, fetch, acc, loss_scale / n_tokens)
             fetch.end()
+            self.memory["activations"] = run.activation_bytes
             self.memory["weight_cache"] = fetch.peak_bytes
             with phase("grad-sync"):
-                for h in sends:
+                for h in run.sends:
                     h.wait()
                 if acc is not sync:
                     acc.flush(grad_order(self.config))
-                if wte_block is not None:
+                if run.wte_block is not None:
                     # tied: the embedding (first stage) and the LM head (last) both add to wte
-                    wte_block = coll.all_reduce(wte_block, m.embed_comm)
+                    wte_block = coll.all_reduce(run.wte_block, m.embed_comm)
                     sync.add(WTE, self.linears[WTE].scatter_grad(wte_block, wait=not self.overlap.ors))
                 self.grads = sync.finish()
-                loss = self._global_loss(loss_sum, n_tokens)
+                loss = self._global_loss(run.loss_sum, n_tokens)
         return loss
 
-    def _backward(self, T, dloss, caches, c_ce, fetch, sync, dy=None):
-        """This stage's backward of one micro-batch, in exact reverse order of ``_forward``;
+    def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None):
+        """This stage's backward of one micro-batch, in exact reverse order of ``stage_forward``;
         gradients go to ``sync`` as they appear. ``dy``: the next stage's gradient of this
         stage's output (None on the last stage, which starts from the loss). Returns the
         gradient of the input (to send back; None on the first stage) and of the tied wte
         block held here (None where the stage holds no wte), not yet reduce-scattered."""
-        c_tok, blocks, c_lnf, c_head = caches
         lin, ov = self.linears, self.overlap
         m = self.mesh
 
@@ -356,26 +330,25 @@ class ParallelGPT:
         dx = dy
         if m.last_stage:
             dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
-            dxf, d = lin[WTE].backward(dlogits, c_head, scatter=False, W=fetch.get(WTE),
+            dxf, d = lin[WTE].backward(dlogits, cache.logits, scatter=False, W=fetch.get(WTE),
                                        oar=ov.oar)  # keep the block: wte is tied
             dwte = d["weight"]
-            dx, d = TP.layernorm_backward(dxf, c_lnf)
+            dx, d = TP.layernorm_backward(dxf, cache.lnf)
             put("transformer.ln_f", d)
-        for i, block in zip(reversed(self.layers), reversed(blocks)):
+        for i, block in zip(reversed(self.layers), reversed(cache.blocks)):
             p = f"transformer.h.{i}."
-            c1, c2, c3, c4, c5, c6, c7, c8 = block
-            dg = linear(p + "mlp.c_proj", dx, c8)
+            dg = linear(p + "mlp.c_proj", dx, block.fcproj)
             with kernel(f"h.{i}.gelu bwd"):
-                df, _ = L.gelu_backward(dg, c7)
-            dh = linear(p + "mlp.c_fc", df, c6)
-            dh, d = TP.layernorm_backward(dh, c5)
+                df, _ = L.gelu_backward(dg, block.fch_gelu)
+            dh = linear(p + "mlp.c_fc", df, block.fch)
+            dh, d = TP.layernorm_backward(dh, block.ln2)
             put(p + "ln_2", d)
             dx = dx + dh
-            da = linear(p + "attn.c_proj", dx, c4)
+            da = linear(p + "attn.c_proj", dx, block.attproj)
             with kernel(f"h.{i}.attn bwd"):
-                dqkv, _ = L.attention_backward(da, c3)
-            dh = linear(p + "attn.c_attn", dqkv, c2)
-            dh, d = TP.layernorm_backward(dh, c1)
+                dqkv, _ = L.attention_backward(da, block.att)
+            dh = linear(p + "attn.c_attn", dqkv, block.qkv)
+            dh, d = TP.layernorm_backward(dh, block.ln1)
             put(p + "ln_1", d)
             dx = dx + dh
         if not m.first_stage:
@@ -384,7 +357,7 @@ class ParallelGPT:
         dwpe = xp.zeros_like(self.params[WPE])
         dwpe[:T] = dx.sum(axis=0)  # (T, C/c)
         sync.add(WPE, dwpe)
-        _, d = TP.embedding_backward(dx, c_tok)
+        _, d = TP.embedding_backward(dx, cache.encoded)
         dwte = d["weight"] if dwte is None else dwte + d["weight"]  # one reduce-scatter for both uses
         return None, dwte
 
@@ -397,23 +370,3 @@ class ParallelGPT:
         total = coll.all_reduce(total, self.mesh.pipe_comm)  # each stage holds other parameters
         return math.sqrt(float(total[0]))
 
-
-class GradAccumulator:
-    """Sums each gradient over the micro-batches (waiting for any reduce-scatter in flight),
-    then hands the sums to a ``GradSync`` in backward order."""
-
-    def __init__(self, sync: GradSync):
-        self.sync = sync
-        self.parts: dict = {}
-
-    def add(self, name: str, grad) -> None:
-        self.parts.setdefault(name, []).append(grad)
-
-    def flush(self, order) -> None:
-        for name in order:
-            if name in self.parts:
-                values = [g.wait() if isinstance(g, coll.Handle) else g for g in self.parts.pop(name)]
-                total = values[0]
-                for v in values[1:]:
-                    total = total + v
-                self.sync.add(name, total)

@@ -6,7 +6,7 @@
 
 Weight shards are summed over the data group (they were reduce-scattered over
 depth already), every copied parameter (biases, LayerNorm, wpe) over
-depth x data (``layout.grad_group``). Without buckets this is one flat
+depth x data (``shards.grad_group``). Without buckets this is one flat
 all-reduce per group after backward. With buckets (``Overlap.buckets``,
 gpulab's addition to AxoNN), the gradients of each group are cut, in the
 order backward produces them, into buckets of about ``bucket_bytes``
@@ -24,7 +24,7 @@ import numpy as np
 from gpulab.backend import array_module
 from gpulab.engine.gpt.model import WPE, WTE
 from gpulab.engine.parallel import collectives as coll
-from gpulab.engine.parallel.layout import grad_group, piece_numel
+from gpulab.engine.parallel.shards import grad_group, piece_numel
 
 GROUPS = ("data", "batch")
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from gpulab.backend import array_module
 from gpulab.engine.parallel import collectives as coll
-from gpulab.engine.parallel.layout import block_slices, shard_numel, split_counts
+from gpulab.engine.parallel.shards import block_slices, shard_numel, split_counts
 from gpulab.engine.parallel.timeline import kernel
 
 

@@ -4,6 +4,7 @@ flops (work per iteration and per rank), volume (bytes per collective per
 layer), machines (GPU profiles with sources), terms and predict (the
 prediction, the ranking of grid shapes), probes and fit (this computer,
 measured and fitted), timing (timed iterations of the real engine, MFU),
-pipeline (bubble, stage-to-stage sends, micro-batches in flight) and compare
-(each strategy's best configuration: ``gpulab model compare``).
+pipeline (the busiest stage, stage-to-stage sends, micro-batches in flight),
+compare (each strategy's best configuration: ``gpulab model compare``) and
+live_plans (each strategy's best grid on this machine, predicted and run).
 """

@@ -4,8 +4,8 @@
     rows[0]["strategy"], rows[0]["config"], rows[0]["iter_s"], rows[0]["memory"], rows[0]["mfu"]
     evaluate(cfg, (4, 1, 1, 128), pipe=2, micro_batches=8, recompute=True, global_batch=1024, machine=m)
 
-For every strategy (``gpulab.engine.strategies``) the search runs over its
-grid shapes, pipeline stages (Megatron-LM only), micro-batches per iteration
+For every strategy (``gpulab.engine.strategies.TABLE``, in its order) the search runs over its
+grid shapes, pipeline stages (those with ``pipelined``: Megatron-LM), micro-batches per iteration
 (gradient accumulation; the pipeline's m) and activation recomputation on or
 off, and keeps the fastest configuration whose memory fits the GPU
 (``machine.usable_memory`` of it). One configuration is predicted as:
@@ -34,14 +34,13 @@ from __future__ import annotations
 import math
 
 from gpulab.engine.parallel.gpt import check_divisibility
+from gpulab.engine.parallel.pipeline import bubble_fraction
 from gpulab.engine.perf import pipeline
 from gpulab.engine.perf.flops import model_flops
 from gpulab.engine.perf.predict import predict
 from gpulab.engine.perf.terms import activation_bytes
-from gpulab.engine.strategies import STRATEGIES, describe, shapes_for
+from gpulab.engine.strategies import TABLE, describe, lookup, shapes_for
 
-# the paper's comparison, in its order; AxoNN searches every shape (the others' included)
-ORDER = ("axonn", "megatron", "zero3", "hsdp", "ddp")
 SYNC_GROUPS = ("data", "batch")  # the gradient synchronisation, once per iteration
 OPTIMIZER_BYTES = 12  # of the 16 per parameter: fp32 master weight, momentum, variance
 
@@ -75,7 +74,7 @@ def evaluate(config, shape, *, pipe: int, micro_batches: int, recompute: bool, g
     flops = model_flops(config, global_batch, T)
     return {"shape": list(shape), "pipe": pipe, "micro_batches": micro_batches, "recompute": recompute,
             "config": describe(shape, pipe), "iter_s": iter_s, "exposed_comm_s": exposed,
-            "comm_share": exposed / iter_s, "bubble": pipeline.bubble_fraction(pipe, micro_batches),
+            "comm_share": exposed / iter_s, "bubble": bubble_fraction(pipe, micro_batches),
             "bubble_s": (pipe - 1) * slot, "p2p_s": p2p, "grad_sync_s": sync, "memory": memory,
             "fits": memory["total"] <= machine.usable_memory * machine.memory_bytes,
             "mfu": flops / (iter_s * world * machine.peak),
@@ -95,8 +94,10 @@ def time_split(row: dict) -> dict:
 
 def configurations(strategy: str, config, world: int, global_batch: int, ranks_per_node: int):
     """(shape, pipe, micro_batches) the strategy may run: shapes that split the model and the
-    micro-batch; Megatron-LM: TP inside a node, pipeline stages p <= layers (p divides world/TP)."""
-    for pipe in ([p for p in powers_of_two(world) if p <= config.n_layer] if strategy == "megatron" else [1]):
+    micro-batch; with ``tp_in_node`` (Megatron-LM) TP inside a node, with ``pipelined`` pipeline stages
+    p <= layers (p divides world/TP)."""
+    record = lookup(strategy)
+    for pipe in ([p for p in powers_of_two(world) if p <= config.n_layer] if record.pipelined else [1]):
         for shape in shapes_for(strategy, world // pipe, max_tp=ranks_per_node):
             replicas = shape[2] * shape[3]
             for m in powers_of_two(global_batch // replicas):
@@ -112,7 +113,8 @@ def configurations(strategy: str, config, world: int, global_batch: int, ranks_p
 def best(strategy: str, config, world: int, global_batch: int, machine, overlap=None,
          flash_attention: bool = True, seq_len: int | None = None, distributed_optimizer: bool = False) -> dict:
     """The fastest configuration of ``strategy`` that fits, or the reason none does (``why``);
-    for axonn also the fastest with tensor parallelism (row x col > 1)."""
+    for one that searches every shape (axonn) also the fastest with tensor parallelism (row x col > 1)."""
+    record = lookup(strategy)
     fastest, smallest, with_tp, n = None, None, None, 0
     for shape, pipe, m in configurations(strategy, config, world, global_batch, machine.ranks_per_node):
         for recompute in (False, True):
@@ -127,8 +129,8 @@ def best(strategy: str, config, world: int, global_batch: int, machine, overlap=
                 with_tp = row
             if smallest is None or row["memory"]["total"] < smallest["memory"]["total"]:
                 smallest = row
-    out = {"strategy": strategy, "description": STRATEGIES[strategy], "searched": n}
-    if strategy == "axonn" and with_tp is not None:  # is tensor parallelism part of the winner?
+    out = {"strategy": strategy, "description": record.description, "searched": n}
+    if record.every_shape and with_tp is not None:  # is tensor parallelism part of the winner?
         out["best_with_tensor_parallelism"] = with_tp
     if fastest is not None:
         return {**out, **fastest}
@@ -142,10 +144,10 @@ def best(strategy: str, config, world: int, global_batch: int, machine, overlap=
 
 
 def compare(config, world: int, global_batch: int, machine, overlap=None, flash_attention: bool = True,
-            seq_len: int | None = None, strategies=ORDER, distributed_optimizer: bool = False) -> list[dict]:
-    """``best`` for each strategy, in ``strategies`` order."""
+            seq_len: int | None = None, strategies=None, distributed_optimizer: bool = False) -> list[dict]:
+    """``best`` for each strategy, in ``strategies`` order (default: every strategy of ``TABLE``)."""
     return [best(s, config, world, global_batch, machine, overlap, flash_attention, seq_len, distributed_optimizer)
-            for s in strategies]
+            for s in (TABLE if strategies is None else strategies)]
 
 
 def assumptions(machine, global_batch: int, seq_len: int, overlap, distributed_optimizer: bool = False) -> list[str]:

@@ -1,6 +1,5 @@
-"""Pipeline parallelism in the performance model: bubble, point-to-point volume, memory in flight.
+"""Pipeline parallelism in the performance model: the busiest stage, point-to-point volume, memory in flight.
 
-    bubble_fraction(stages=4, micro_batches=16)      # (p-1)/(m+p-1) = 0.158
     stage_config(cfg, stages=4)                      # the GPT one stage holds (ceil(L/p) blocks)
     p2p_bytes(cfg, (4, 1, 1, 8), micro_batch=2, value_bytes=2)
 
@@ -9,13 +8,14 @@ The model of Megatron-LM's 1F1B schedule (Narayanan et al., SC'21), with
 forward and m backward micro-batch passes, and the last micro-batch's
 backward reaches the first stage after p - 1 more slots, so one iteration
 takes (m + p - 1) micro-batch slots, of which p - 1 are idle: the bubble,
-(p - 1) / (m + p - 1) of the time. Between neighbouring stages each
+(p - 1) / (m + p - 1) of the time (``gpulab.engine.parallel.pipeline.bubble_fraction``,
+the engine's own schedules' bubble). Between neighbouring stages each
 micro-batch sends its activations [b, T, C] forward and their gradient
 backward; with tensor parallelism over R ranks each sends 1/R of it
 (Megatron's scatter/gather of the p2p tensor). The first stage holds the
 activations of min(p, m) micro-batches at once (1F1B starts p forwards
-before the first backward). The engine has no pipeline (``pipe`` is being
-added to ``Mesh`` separately); this module only predicts one.
+before the first backward). The engine's pipeline runs in
+``gpulab.engine.parallel``; this module predicts one's time and memory.
 """
 
 from __future__ import annotations
@@ -23,10 +23,6 @@ from __future__ import annotations
 import math
 
 from gpulab.engine.gpt.config import GPTConfig
-
-
-def bubble_fraction(stages: int, micro_batches: int) -> float:
-    return (stages - 1) / (micro_batches + stages - 1)
 
 
 def stage_config(config, stages: int) -> GPTConfig:

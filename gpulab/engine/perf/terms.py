@@ -34,7 +34,7 @@ import math
 import numpy as np
 
 from gpulab.engine.gpt.config import GPTConfig
-from gpulab.engine.parallel.layout import param_specs, piece_numel
+from gpulab.engine.parallel.shards import param_specs, piece_numel
 from gpulab.engine.perf.volume import collective_calls
 
 _GROUP_STRIDE = {"col": lambda R, C, D: 1, "row": lambda R, C, D: C, "depth": lambda R, C, D: R * C,

@@ -25,9 +25,8 @@ from collections import defaultdict
 import numpy as np
 
 from gpulab.engine.gpt.config import accum_dtype
-
-from gpulab.engine.parallel.layout import param_specs, piece_numel, shard_numel
 from gpulab.engine.parallel.overlap_grads import group_plans
+from gpulab.engine.parallel.shards import param_specs, piece_numel, shard_numel
 
 
 def _wire(op: str, p: int, nbytes: int) -> float:

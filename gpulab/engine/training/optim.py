@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 
 from gpulab.backend import array_module
-from gpulab.engine.gpt.config import accum_dtype
+from gpulab.engine.gpt.config import squared_sum
 from gpulab.engine.parallel import timeline
 
 
@@ -80,12 +80,6 @@ class AdamW:
             if state.get("master") and name in state["master"]:
                 w[...] = state["master"][name]
                 self.params[name][...] = w.astype(self.params[name].dtype)
-
-
-def squared_sum(g) -> float:
-    """Sum of squares of ``g``, in float32 at least (float16 squares overflow above 256)."""
-    g = g if g.dtype == accum_dtype(g.dtype) else g.astype(accum_dtype(g.dtype))
-    return float((g * g).sum())
 
 
 def global_norm(grads: dict) -> float:

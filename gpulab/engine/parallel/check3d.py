@@ -17,8 +17,8 @@ import numpy as np
 
 from gpulab.engine.gpt.layers import linear_backward, linear_forward
 from gpulab.engine.parallel import collectives as coll
-from gpulab.engine.parallel.layout import ParamSpec, block_slices, local_piece, split_counts
 from gpulab.engine.parallel.mesh import Mesh
+from gpulab.engine.parallel.shards import ParamSpec, block_slices, local_piece, split_counts
 from gpulab.engine.parallel.tp3d import Linear3D
 
 

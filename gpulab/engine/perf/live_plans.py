@@ -4,12 +4,13 @@
     plans = best_plans(cfg, world=4, batch_size=16, machine=machine)   # no MPI: the model only
     rows = [measure_plan(comm, cfg, p, batch_size=16) for p in plans]  # every rank; rows on rank 0
 
-The strategies are those of ``gpulab.engine.strategies``, Megatron-LM twice:
-tensor x data parallelism, and tensor x pipeline x data (``megatron-pp``:
-``pipe`` > 1 stages, 2 micro-batches per stage, 1F1B). AxoNN searches every
-shape, the others' included, so its best is the best row of all; its own row
-here is the best shape that only the 4D grid has (``strategy_of`` = "axonn",
-e.g. (2, 1, 2, 1)), so that every row is a different grid. Each strategy's grid
+The rows are the live variants of ``gpulab.engine.strategies.TABLE``
+(``LiveVariant``), Megatron-LM twice: tensor x data parallelism, and tensor x
+pipeline x data (``megatron-pp``: ``pipe`` > 1 stages, 2 micro-batches per
+stage, 1F1B). AxoNN searches every shape, the others' included, so its best
+is the best row of all; its own row here is the best shape that only the 4D
+grid has (``own_shapes_only``: ``strategy_of`` = "axonn", e.g. (2, 1, 2, 1)),
+so that every row is a different grid. Each strategy's grid
 is the fastest, by the performance model fitted on this machine, of those that
 split the model and the batch; its prediction is ``compare.evaluate``'s for
 that configuration, with what the engine runs: no recomputation, no flash
@@ -25,21 +26,30 @@ from gpulab.engine.parallel.pipeline import check_pipeline
 from gpulab.engine.perf.compare import evaluate
 from gpulab.engine.perf.timing import measure
 from gpulab.engine.perf.volume import collective_calls, totals
-from gpulab.engine.strategies import shapes_for, strategy_of
+from gpulab.engine.strategies import TABLE, shapes_for, strategy_of
 
-LIVE = ("axonn", "megatron", "megatron-pp", "zero3", "hsdp", "ddp")
 MICRO_PER_STAGE = 2  # pipeline micro-batches per stage: m = 2p keeps the bubble at (p-1)/(3p-1)
 
 
-def configurations(strategy: str, config, world: int, batch_size: int):
-    """(shape, pipe, micro_batches) of ``strategy`` on ``world`` ranks that the engine can run."""
-    if strategy not in LIVE:
-        raise ValueError(f"unknown strategy {strategy!r}; known: {', '.join(LIVE)}")
-    pipes = [p for p in (2, 4, 8) if p <= config.n_layer and world % p == 0] if strategy == "megatron-pp" else [1]
-    for pipe in pipes:
+def live_variants() -> dict:
+    """Every live row's name -> (its ``Strategy``, its ``LiveVariant``), in ``TABLE``'s order."""
+    return {v.name: (s, v) for s in TABLE.values() for v in s.live_variants()}
+
+
+def live_names() -> list[str]:
+    return list(live_variants())
+
+
+def configurations(name: str, config, world: int, batch_size: int):
+    """(shape, pipe, micro_batches) of the live variant ``name`` on ``world`` ranks that the engine can run."""
+    variants = live_variants()
+    if name not in variants:
+        raise ValueError(f"unknown strategy {name!r}; known: {', '.join(variants)}")
+    strategy, variant = variants[name]
+    for pipe in [p for p in variant.pipes if p <= config.n_layer and world % p == 0]:
         micro = MICRO_PER_STAGE * pipe if pipe > 1 else 1
-        for shape in shapes_for("megatron" if pipe > 1 else strategy, world // pipe):
-            if strategy == "axonn" and strategy_of(shape) != "axonn":
+        for shape in shapes_for(strategy.name, world // pipe):
+            if variant.own_shapes_only and strategy_of(shape) != strategy.name:
                 continue
             replicas = shape[2] * shape[3]
             try:
@@ -65,12 +75,12 @@ def predicted_bytes(config, shape, pipe: int, batch_size: int) -> dict | None:
     return totals(collective_calls(config, shape, batch_size, grad_norm=True), by="group", value="nbytes")
 
 
-def best_plans(config, world: int, batch_size: int, machine, strategies=LIVE) -> list[dict]:
-    """Per strategy the configuration the model predicts fastest: {"strategy", "shape", "pipe",
-    "micro_batches", "predicted" (the prediction's dict), "predicted_bytes"}; strategies with no grid
-    are left out."""
+def best_plans(config, world: int, batch_size: int, machine, strategies=None) -> list[dict]:
+    """Per live variant (default: every one, ``live_names``) the configuration the model predicts fastest:
+    {"strategy", "shape", "pipe", "micro_batches", "predicted" (the prediction's dict), "predicted_bytes"};
+    variants with no grid are left out."""
     plans = []
-    for strategy in strategies:
+    for strategy in (live_names() if strategies is None else strategies):
         options = [{"strategy": strategy, "shape": tuple(shape), "pipe": pipe, "micro_batches": m,
                     "predicted": predict_plan(config, shape, pipe, m, batch_size, machine)}
                    for shape, pipe, m in configurations(strategy, config, world, batch_size)]

@@ -6,7 +6,7 @@ TOL = 1e-12  # float64, sums of <= 16 products of O(1) values
 
 
 def test_every_piece_matches_the_serial_layer():
-    per_rank = run_mpi(4, "tests.engine.lesson_cases:every_shape", timeout=120)
+    per_rank = run_mpi(4, "tests.engine.check3d_cases:every_shape", timeout=120)
     reports = [r for rank in per_rank for r in rank]
     assert len(reports) == 4 * 2 * 10  # ranks x (plain, transposed) x the 10 grid shapes of 4
     for r in reports:

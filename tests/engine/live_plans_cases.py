@@ -1,7 +1,7 @@
-"""Rank-side cases of tests/engine/test_live.py: each strategy's plan trained on the ranks."""
+"""Rank-side cases of tests/engine/test_live_plans.py: each strategy's plan trained on the ranks."""
 
 from gpulab.engine import GPTConfig
-from gpulab.engine.perf.live import measure_plan, predicted_bytes
+from gpulab.engine.perf.live_plans import measure_plan, predicted_bytes
 
 CFG = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32, dtype="float32")
 BATCH = 8

@@ -1,13 +1,13 @@
 """The live comparison: which configurations each strategy may run, the model's pick, and real runs
-whose bytes per group are the volume model's (``gpulab.engine.perf.live``)."""
+whose bytes per group are the volume model's (``gpulab.engine.perf.live_plans``)."""
 
 import pytest
 
 from gpulab.engine.perf.compare import evaluate
 from gpulab.engine.perf.fit import FittedMachine
-from gpulab.engine.perf.live import LIVE, best_plans, configurations
+from gpulab.engine.perf.live_plans import best_plans, configurations, live_names
 from gpulab.engine.strategies import strategy_of
-from tests.engine.live_cases import BATCH, CFG
+from tests.engine.live_plans_cases import BATCH, CFG
 from tests.mpi_harness import run_mpi
 
 # a made-up machine: collectives of 4 ranks cost more than of 2; numbers of the order fitted here
@@ -19,7 +19,8 @@ MACHINE = FittedMachine(
 
 
 def test_each_strategy_runs_only_its_own_grids():
-    for strategy in LIVE:
+    assert live_names() == ["axonn", "megatron", "megatron-pp", "zero3", "hsdp", "ddp"]
+    for strategy in live_names():
         options = list(configurations(strategy, CFG, 4, BATCH))
         assert options, strategy
         for shape, pipe, micro in options:
@@ -35,7 +36,7 @@ def test_each_strategy_runs_only_its_own_grids():
 
 def test_best_plan_is_the_fastest_prediction_of_the_strategy():
     plans = best_plans(CFG, 4, BATCH, MACHINE)
-    assert [p["strategy"] for p in plans] == list(LIVE)
+    assert [p["strategy"] for p in plans] == live_names()
     for plan in plans:
         times = [evaluate(CFG, s, pipe=p, micro_batches=m, recompute=False, global_batch=BATCH, machine=MACHINE,
                           flash_attention=False)["iter_s"] for s, p, m in configurations(plan["strategy"], CFG, 4, BATCH)]
@@ -49,9 +50,9 @@ def test_measured_bytes_per_group_are_the_volume_models():
     """Every strategy's plan trained on 4 ranks: the bytes each group moved per rank (collectives.trace)
     equal the volume model's count; the pipeline's stage-to-stage sends appear as group 'pipe'."""
     plans = [{"strategy": s, "shape": list(shape), "pipe": p, "micro_batches": m}
-             for s in LIVE for shape, p, m in list(configurations(s, CFG, 4, BATCH))[:1]]
-    rows = run_mpi(4, "tests.engine.live_cases:measure_plans", timeout=240, plans=plans)[0]
-    assert [r["strategy"] for r in rows] == list(LIVE)
+             for s in live_names() for shape, p, m in list(configurations(s, CFG, 4, BATCH))[:1]]
+    rows = run_mpi(4, "tests.engine.live_plans_cases:measure_plans", timeout=240, plans=plans)[0]
+    assert [r["strategy"] for r in rows] == live_names()
     for row in rows:
         assert row["iter_s"] > 0
         if row["pipe"] == 1:

@@ -1,7 +1,7 @@
 """Rank function: notebook 04's layer check on every grid shape of the world."""
 
 from gpulab.engine import Mesh, grid_shapes
-from gpulab.engine.parallel.lesson3d import check_linear3d
+from gpulab.engine.parallel.check3d import check_linear3d
 from tests.mpi_steps import step
 
 
