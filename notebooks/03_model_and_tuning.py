@@ -95,13 +95,15 @@ print(this_machine.describe(ranks=N_ENGINES))
 # The crosses are the same ping-pong through gpulab's Python `Group`: their
 # distance to the dots is the per-message Python overhead.
 #
-# The code: one ping-pong exchange, and the least-squares fit of `a + m·b`.
+# The code: what the engines run (`fit`: ping-pong, then a fit per level),
+# one ping-pong exchange, and the least-squares fit of `a + m·b`.
 
 # %%
 for name in PROFILES:
     m = profile(name)
     print(f"{name:>10}: node links {m.inter.small.beta / m.intra.small.beta:.1f}x the network's bandwidth, "
           f"{m.intra.small.alpha / m.inter.small.alpha:.2f}x its latency")
+show_code("bcast/experiments.py", "fit")
 show_code("bcast/fit.py", "_exchange", "_lsq");
 
 # %% [markdown]
@@ -269,6 +271,7 @@ assert all(r["valid"] for r in scan) and 1 <= best <= CHUNK_MESSAGE
 # `MPI_Bcast` unless a winner beats it by the margin:
 
 # %%
+show_code("bcast/experiments.py", "sub_tables")
 show_code("bcast/tuning.py", "choose_measured");
 
 # %% [markdown]
