@@ -59,9 +59,9 @@ engines
 # communicator with a node hierarchy and **p < 8, at every size**, it runs
 # *composition alpha* (`src/mpid/ch4/src/ch4_coll_impl.h`): the root hands
 # the data to its node's leader, the leaders broadcast across nodes, then each
-# leader broadcasts inside its node. On **one node** that is just the
-# broadcast inside the node, a binomial tree for p < 8: what these engines
-# run. **Across nodes** it is node-aware: measured on the emulated cluster,
+# leader broadcasts inside its node. On **one node** either path ends in
+# the broadcast inside the node, a binomial tree for p < 8: what these
+# engines run. **Across nodes** it is node-aware: measured on the emulated cluster,
 # 2 nodes x 2 ranks at 1 Gbit/s, 8 MiB, with round-robin placement (rank `i`
 # on node `i mod 2`) `MPI_Bcast` took 70.5 ms, like gpulab's `hierarchical`
 # (71.5 ms), while a flat binomial took 136 ms (it crosses the network twice);
