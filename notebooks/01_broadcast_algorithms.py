@@ -74,6 +74,11 @@ engines
 # **k-nomial** (radix k): each round multiplies the holders by k; fewer rounds,
 # more sends per round: about `(k-1)·ceil(log_k p)(a + n·b)`. Open MPI's default
 # for many sizes uses k = 4.
+#
+# The pattern plots below: ranks on the y axis, logical steps (messages that
+# can travel at the same time) on the x axis, one arrow per message from
+# sender to receiver. Look at how many steps each algorithm needs and how
+# many arrows leave one rank in one step.
 
 # %%
 show_code("bcast/trees.py", "linear", "binomial", "knomial");

@@ -87,7 +87,9 @@ else:
 
 # %% [markdown]
 # ## The pattern view
-# Choose an algorithm and a process count, press **Draw**.
+# Choose an algorithm and a process count, press **Draw**. Ranks on the y
+# axis, logical steps on the x axis, one arrow per message: look for how many
+# steps the last rank waits and which ranks send in the same step.
 
 # %%
 patterns = PatternView(runner, algorithm="chain")

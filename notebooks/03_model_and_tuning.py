@@ -178,6 +178,8 @@ Table(report.accuracy_summary(live, "fitted") + report.accuracy_summary(live, "t
 # The recorded run (every algorithm, p = 2..8, 1 KiB..64 MiB) with three
 # models: the fit at p = 2 stretched by ranks/cores, the fit at the same p,
 # and the textbook one. `docs/bcast_model.md` says where each is wrong and why.
+# Its plot has the same axes as the live one, one colour per process count:
+# look for whether the model's error grows with `p`.
 
 # %%
 if "bcast_accuracy" in RECORDED:
