@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -19,8 +21,18 @@
 # parameters from one GPU to all others, and keeps moving large buffers every
 # step. How fast that goes depends on the *algorithm* the communication library
 # picks: a tree, a pipelined chain, a scatter followed by an allgather...
-# Awan et al. ("MPI or NCCL?", 2018) showed that a well-tuned pipelined chain
-# inside MPI can match or beat NCCL for large messages.
+# Terms in **bold** or `code` are defined in the [glossary](../docs/glossary.md).
+#
+# The broadcast paper this kit starts from, Awan et al., "Optimized broadcast
+# for deep learning workloads on dense-GPU InfiniBand clusters: MPI or NCCL?"
+# (arXiv 1707.09414, EuroMPI 2018), proposed a pipelined chain for `MPI_Bcast`
+# inside MVAPICH2-GDR with a tuning framework that picks it by size. Its
+# abstract claims up to **14x** (inside a node) and **16.6x** (across nodes)
+# lower broadcast latency than NCCL-based solutions, and up to **7%** faster
+# data-parallel training of VGG on 128 GPUs with Microsoft CNTK. Notebooks 04-07
+# follow AxoNN (Singh et al., arXiv 2305.13525), whose 4D tensor-parallel
+# algorithm the abstract reports **26%** faster than Megatron-LM and at **57%**
+# of the theoretical peak flop/s.
 #
 # This notebook drives real MPI processes:
 #
@@ -36,11 +48,28 @@
 #   error naming the engine and the line it is stuck at. A `%%px` cell stuck
 #   longer than `cell_timeout` seconds ends the engines with the same report.
 #
-# Notebooks: **00** (this one) · **01** the algorithms, their code and their
-# communication patterns · **02** the broadcast explorer.
+# ## The path
+# Times are rough: the notebooks' own runs with the tests' smaller
+# parameters took under a minute (00, 01) to two and a half minutes (03) on a
+# small, busy machine; the defaults measure more sizes, and exploring takes
+# as long as you like.
+#
+# | notebook | after it you can | time |
+# |---|---|---|
+# | **00** start here (this one) | start MPI engines, run code on every rank, measure a broadcast the OSU way | a few minutes |
+# | **01** broadcast algorithms | read each algorithm's code, draw its messages, give its alpha-beta cost | a few minutes |
+# | **02** broadcast explorer | sweep sizes, algorithms and chunk sizes on an emulated cluster; find where the chain overtakes binomial and why | a few minutes, longer if you explore |
+# | **03** model and tuning | fit alpha and beta, predict each algorithm's time, tune `algorithm="auto"`, price a network's broadcast at scale | several minutes |
+# | **04** tensor parallel 3D | split one layer over a row × col × depth grid and say which collective moves which bytes | a few minutes |
+# | **05** mesh explorer | run every 4-rank grid of the GPT engine and compare it with the performance model | a few minutes, longer if you explore |
+# | **06** scaling on paper | use the performance model to choose a grid for thousands of GPUs (memory, MFU) | a few minutes |
+# | **07** AxoNN vs baselines | compare AxoNN's 4D grid with Megatron-LM, ZeRO-3/FSDP, HSDP and DDP, and its overlaps | a few minutes |
+#
+# Every notebook ends with numbered questions; `Lesson("NN")` below them
+# checks your numbers and holds the answers.
 
 # %% tags=["parameters"]
-N_ENGINES = 4        # MPI ranks; 4 fit a 2-core laptop (they take turns on the cores)
+N_ENGINES = 4        # MPI ranks; more ranks than cores is fine, they take turns
 NBYTES = 1 << 20     # message size for the first measurement: 1 MiB
 ITERS = 20           # timed iterations per measurement (OSU uses 100-1000)
 
@@ -54,6 +83,16 @@ from gpulab.cluster import start_engines
 
 engines = start_engines(N_ENGINES)
 engines
+
+# %% [markdown]
+# What the ranks run on: the cores this notebook may use, and what each busy
+# rank gets of them (the ranks poll while they wait, so they take turns when
+# they outnumber the cores).
+
+# %%
+from gpulab.lessons import this_machine
+
+print(this_machine.describe(ranks=N_ENGINES))
 
 # %%
 from gpulab.cluster.bcast_runner import EngineRunner
@@ -75,10 +114,11 @@ rank = comm.Get_rank()
 print(f"I am rank {rank} of {comm.Get_size()}")
 
 # %% [markdown]
-# ## A first broadcast, by hand
-# Rank 0 fills a buffer; `bcast` copies it to every rank with the binomial
-# tree (each round doubles the number of ranks that have the data). Every rank
-# then checks what it received.
+# ## A first broadcast
+# Rank 0 fills a buffer; `bcast(..., algorithm="binomial")` copies it to every
+# rank with the **binomial tree**: every rank that has the data sends it on, so
+# each round doubles the number of ranks that have it. Every rank then checks
+# what it received.
 
 # %%
 engines.view.push({"NBYTES": NBYTES});  # send a notebook variable to every engine
@@ -102,8 +142,8 @@ assert received == [True] * N_ENGINES
 # ## A first measurement
 # `EngineRunner` measures the way OSU's `osu_bcast` does: warm-up iterations,
 # timed iterations with a barrier between them, the average over ranks, and a
-# check that every rank got the right data. Three algorithms at 1 MiB, and
-# MPI's own `MPI_Bcast` for reference.
+# check that every rank got the right data. Three algorithms at `NBYTES`
+# (1 MiB by default), and MPI's own `MPI_Bcast` for reference.
 
 # %%
 runner = EngineRunner(engines, iters=ITERS, warmup=3)
@@ -113,27 +153,66 @@ Table(rows, ["algorithm", "nbytes", "p", "avg_us", "min_us", "max_us", "busbw_GB
 # %%
 assert all(row["valid"] for row in rows), "some rank did not receive the root's data"
 assert all(row["avg_us"] > 0 for row in rows)
+mpi_us = next(row["avg_us"] for row in rows if row["algorithm"] == "mpi")
+for row in rows:
+    print(f"{row['algorithm']:>24}: {row['avg_us'] / mpi_us:.2f}x the time of MPI_Bcast")
 
 # %% [markdown]
-# On a laptop the "network" is shared memory and the ranks share a few cores,
-# so absolute numbers are small and noisy; the *shape* of the curves is what
-# notebooks 01 and 02 look at. When you are done, stop the engines (closing
-# or restarting the kernel stops them too):
+# ### Why `MPI_Bcast` wins here, and what changes across a network
+# On one machine the kit's algorithms usually lose to `MPI_Bcast` (the cell
+# above prints by how much on yours). Three reasons, none of them about the
+# algorithm's shape:
+#
+# * **Per-message cost.** `MPI_Bcast` is C inside the MPI library; gpulab's
+#   algorithms are Python that calls MPI once per message, a few microseconds
+#   more each time. The chain and scatter + allgather send many messages
+#   (chunks, blocks), so they pay it most.
+# * **No link to pipeline over.** Between processes on one machine a
+#   "message" is a copy through shared memory, as fast as memory allows. A
+#   pipeline wins by keeping several *links* busy at once; here there are none,
+#   only the same memory and cores.
+# * **Cores.** The ranks busy-poll while they wait; with more ranks than cores
+#   (see the sentence on this machine above) a rank that must forward a chunk
+#   waits for a core, which stalls every rank behind it in the chain.
+#
+# Across a network the link's time per byte dominates and every hop is a real
+# link: the chain keeps all of them busy, and for large messages it beats the
+# tree. Notebook 02 shows it on an emulated cluster of nodes joined
+# by rate-limited links. When you are done, stop the engines (closing or
+# restarting the kernel stops them too):
 
 # %%
 engines.stop()
 
 # %% [markdown]
 # ## Questions
-# 1. The first broadcast above was written by hand with `Send`/`Recv` from the
-#    root to every rank. How many messages does the root send for `p` ranks,
-#    and how long does the last rank wait if each message costs `a + n·b`?
-# 2. In the measurement, which of the three algorithms was fastest at 1 MiB?
-#    Run the cell again: does the order stay the same? What does that tell you
-#    about measuring on a shared laptop?
+# 1. The broadcast above used the binomial tree. Had the root instead sent
+#    the whole buffer to every other rank itself (`algorithm="linear"`), how
+#    many messages would the root send for `p` ranks, and how long would the
+#    last rank wait if each message costs `a + n·b`?
+# 2. In the measurement, which of the three algorithms was fastest at the
+#    measured size? Run the cell again: does the order stay the same? What does
+#    that tell you about measuring on a shared machine?
 # 3. `avg_us`, `min_us` and `max_us` are per-rank means, then averaged, minimised
 #    and maximised over ranks. Why can the root finish much earlier than the
 #    last receiver?
 # 4. `busbw_GBps` is bytes over time. Compare it with your machine's memory
 #    bandwidth: how far from it is a broadcast between processes on one node?
 
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` says whether your number
+# for question `n` is right, close or wrong, and why; the cell below checks one
+# for question 1 (`p - 1` messages for `N_ENGINES` ranks). `lesson.answers(context)`
+# shows every answer, collapsed, to open after trying (a teacher can hide
+# them with `GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+from gpulab.lessons import Lesson
+
+lesson = Lesson("00")
+context = {"p": N_ENGINES}
+lesson.check(1, N_ENGINES - 1, context)
+
+# %%
+lesson.answers(context)

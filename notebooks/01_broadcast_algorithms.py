@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -21,7 +23,8 @@
 # sends), its **communication pattern** (traced live on the engines: one arrow
 # per message, one column per logical step) and its **cost** in the Hockney
 # model, where a message of `m` bytes costs `a + m·b` (`a`: latency,
-# `b`: seconds per byte). At the end, all of them are measured.
+# `b`: seconds per byte). At the end, all of them are measured. Terms are
+# defined in the [glossary](../docs/glossary.md).
 
 # %% tags=["parameters"]
 N_ENGINES = 4                  # MPI ranks (and the process count of the patterns)
@@ -46,15 +49,37 @@ engines
 # `(p-1)(a + n·b)`. Fine for 2-3 ranks, hopeless beyond.
 #
 # **binomial**: every rank that has the data sends it on, so the number of
-# holders doubles each round: `ceil(log2 p)(a + n·b)`. MPICH uses it for
-# messages below 12 KiB, and at every size on fewer than 8 processes (so on
-# these 4 engines `MPI_Bcast` is always binomial). Ranks are renumbered
-# relative to the root (`vr = (me - root) % p`),
-# so any root works the same way.
+# holders doubles each round: `ceil(log2 p)(a + n·b)`. Ranks are renumbered
+# relative to the root (`vr = (me - root) % p`), so any root works the same
+# way. MPICH's generic rule (Thakur et al. 2005, in `gpulab.bcast.auto.mpich_default`)
+# uses it below 12 KiB and on fewer than 8 processes.
+#
+# **What `MPI_Bcast` runs is not always that rule.** MPICH 5's ch4 device
+# first looks up its own table, `maint/tuning/coll/ch4/generic.json` in
+# github.com/pmodels/mpich (the same since 2022, and in v5.0.1): on a
+# communicator with a node hierarchy and **p < 8, at every size**, it runs
+# *composition alpha* (`src/mpid/ch4/src/ch4_coll_impl.h`): the root hands
+# the data to its node's leader, the leaders broadcast across nodes, then each
+# leader broadcasts inside its node. On **one node** either path ends in
+# the broadcast inside the node, a binomial tree for p < 8: what these
+# engines run. **Across nodes** it is node-aware: measured on the emulated cluster,
+# 2 nodes x 2 ranks at 1 Gbit/s, 8 MiB, with round-robin placement (rank `i`
+# on node `i mod 2`) `MPI_Bcast` took 70.5 ms, like gpulab's `hierarchical`
+# (71.5 ms), while a flat binomial took 136 ms (it crosses the network twice);
+# with block placement all three took about 70 ms. For p ≥ 8 the table picks,
+# on a power-of-two `p`, alpha below 12 KiB, *composition beta* (inside the
+# root's node, then across leaders, then inside the other nodes) below 512 KiB,
+# and above that *composition gamma* (the flat algorithm of the generic rule);
+# on other `p`, alpha below 12 KiB and gamma above.
 #
 # **k-nomial** (radix k): each round multiplies the holders by k; fewer rounds,
 # more sends per round: about `(k-1)·ceil(log_k p)(a + n·b)`. Open MPI's default
 # for many sizes uses k = 4.
+#
+# The pattern plots below: ranks on the y axis, logical steps (messages that
+# can travel at the same time) on the x axis, one arrow per message from
+# sender to receiver. Look at how many steps each algorithm needs and how
+# many arrows leave one rank in one step.
 
 # %%
 show_code("bcast/trees.py", "linear", "binomial", "knomial");
@@ -93,11 +118,12 @@ show_patterns(runner, ["chain", "binary_tree", "split_binary_tree"], N_ENGINES, 
 # * recursive-doubling allgather: `2·log2(p)·a + 2((p-1)/p)·n·b` (p a power of 2)
 # * ring allgather: `(log2 p + p - 1)·a + 2((p-1)/p)·n·b`, any p
 #
-# MPICH's default rule uses them only from 8 processes up: from 12 KiB,
+# MPICH's generic rule uses them only from 8 processes up: from 12 KiB,
 # recursive doubling when `p` is a power of two and the message is below
-# 512 KiB, the ring otherwise. Below 8 processes (these 4 engines) it stays
-# with binomial at every size (`gpulab.bcast.auto.mpich_default` says why
-# for any size and `p`).
+# 512 KiB, the ring otherwise (`gpulab.bcast.auto.mpich_default` says why
+# for any size and `p`). On these 4 engines, on one node, `MPI_Bcast` is a
+# binomial tree at every size; across nodes it is the node-aware composition
+# of section 1.
 
 # %%
 show_code("bcast/scatter_allgather.py", "binomial_scatter", "scatter_allgather_ring");
@@ -107,11 +133,20 @@ show_patterns(runner, ["scatter_allgather_rd", "scatter_allgather_ring"], N_ENGI
 
 # %% [markdown]
 # ## 4 · Hierarchical: cross the slow network once per node
-# On dense GPU nodes, links inside a node are much faster than between nodes.
-# The root first sends to one *leader* per node, then each leader broadcasts
-# inside its node: `T_inter(nodes) + T_intra(ranks per node)`. Here the nodes
-# are emulated: `ranks_per_node=2` makes ranks {0,1} one "node" and {2,3}
-# another.
+# On GPU clusters the links inside a node are usually faster than those between
+# nodes, by how much depends on the machine: the cell below computes the
+# ratio from the kit's machine profiles (`gpulab/machines/links.json`, each
+# number with its source). The root first sends to one *leader* per node,
+# then each leader broadcasts inside its node:
+# `T_inter(nodes) + T_intra(ranks per node)`. Here the nodes are emulated:
+# `ranks_per_node=2` makes ranks {0,1} one "node" and {2,3} another.
+
+# %%
+from gpulab.bcast.profiles import PROFILES, profile
+
+link_ratio = {name: profile(name).inter.small.beta / profile(name).intra.small.beta for name in PROFILES}
+for name, ratio in link_ratio.items():
+    print(f"{name:>10}: the node's links carry {ratio:.1f}x the bandwidth of its network link")
 
 # %%
 show_code("bcast/hierarchical.py", "hierarchical");
@@ -141,10 +176,15 @@ assert len(rows) == len(runner.algorithms) * len(SIZES)
 assert all(row["valid"] for row in rows), [r["algorithm"] for r in rows if not r["valid"]]
 
 # %% [markdown]
-# On one laptop every "link" is shared memory and the ranks share a few cores,
-# so the pipelined algorithms cannot show their full advantage; the patterns
-# above show *why* they would on a real network. Notebook 02 lets you sweep
-# sizes and options interactively.
+# Time per broadcast (y, microseconds, log scale) against message size (x,
+# bytes, log scale), one line per algorithm, `MPI_Bcast` dashed. Look for
+# where the lines cross: at small sizes the algorithms with the fewest messages
+# lead, at large ones those that spread the bytes should.
+#
+# On one machine every "link" is shared memory and the ranks share the
+# machine's cores, so the pipelined algorithms cannot show their advantage;
+# the patterns above show *why* they would on a real network. Notebook 02
+# lets you sweep sizes and options on an emulated cluster.
 
 # %%
 engines.stop()
@@ -159,6 +199,24 @@ engines.stop()
 # 3. Scatter + allgather moves about `2n` bytes per rank whatever `p` is. From
 #    how many ranks on does that beat a tree that moves `n` per level?
 # 4. The hierarchical pattern crosses between (emulated) nodes once per node.
-#    Which of the measured curves would change most if the two levels' links
-#    differed by the 2x-7x of real clusters?
+#    On the KESCH profile (16 GPUs per node), how much faster does the model
+#    say hierarchical (binomial across nodes, binomial inside) broadcasts
+#    64 MiB to 64 GPUs than a flat binomial tree whose every hop crosses the
+#    network? Which of the measured curves would change most if the two
+#    levels' links differed as the profiles' ratios above?
 
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` says whether your number
+# is right, close or wrong, and why; the cell below checks question 2 with
+# the count from its formula. `lesson.answers()` shows every answer,
+# collapsed (a teacher can hide them with `GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+from gpulab.lessons import Lesson
+
+lesson = Lesson("01")
+lesson.check(2, 4 + (1 << 20) // (16 << 10) - 2)
+
+# %%
+lesson.answers()

@@ -32,6 +32,7 @@
 # on node 1; round-robin: rank i on node i mod NODES) by restarting the engines.
 # Each point is the median of `ROUNDS` interleaved rounds, with a band from the
 # fastest to the slowest: a bump inside the band is noise, not an effect.
+# Terms are defined in the [glossary](../docs/glossary.md).
 
 # %% tags=["parameters"]
 N_ENGINES = 4
@@ -57,6 +58,11 @@ cluster
 # ## The explorer
 # The cell after it presses Run once from code, so the plot is filled when the
 # notebook runs top to bottom; then it is yours to play with.
+#
+# The plot: message size on x (bytes, log scale); on y the time per broadcast
+# (microseconds, log scale) in one panel and the bus bandwidth (GB/s) in the
+# other; `MPI_Bcast` dashed. Look for where two lines cross (the crossover),
+# and whether a gap is wider than the bands around the lines.
 
 # %%
 explorer = BcastExplorer(runner, sizes=SIZES, algorithms=ALGORITHMS, rounds=ROUNDS)
@@ -82,7 +88,9 @@ else:
 
 # %% [markdown]
 # ## The pattern view
-# Choose an algorithm and a process count, press **Draw**.
+# Choose an algorithm and a process count, press **Draw**. Ranks on the y
+# axis, logical steps on the x axis, one arrow per message: look for how many
+# steps the last rank waits and which ranks send in the same step.
 
 # %%
 patterns = PatternView(runner, algorithm="chain")
@@ -104,18 +112,23 @@ assert patterns.events, "the traced broadcast sent no messages"
 # 3. Sweep the **chunk size** for the chain at 1 MiB (three runs, three chunk
 #    sizes). Is there an optimum? The model says `k ≈ sqrt((p-2)·n·b/a)` chunks.
 # 4. Run **scatter_allgather_ring** and **scatter_allgather_rd**: from what size
-#    do they beat binomial? MPICH's default switches to them from 12 KiB
+#    do they beat binomial? MPICH's generic rule switches to them from 12 KiB
 #    (recursive doubling below 512 KiB on a power of two, the ring above),
-#    but only on 8 processes or more: here it keeps binomial.
+#    but only on 8 processes or more.
 # 5. Run **hierarchical** with ranks/node = 2. On one machine every link is
 #    equally fast: what would have to differ for it to win?
 # 6. Where is `MPI_Bcast` (dashed) relative to the best of the others? On 4
-#    ranks MPICH's default is binomial at every size: does the dashed curve
-#    follow binomial's? Where it does not, what else differs (C against
-#    Python, MPICH's own message protocol)?
+#    ranks on **one node** MPICH runs a binomial tree at every size; once the
+#    ranks span nodes, MPICH 5's ch4 rules (its `generic.json`, see notebook
+#    01 §1) run a node-aware broadcast for p < 8 instead: leaders across
+#    nodes, then inside each node. Does the dashed curve follow binomial's or
+#    hierarchical's, with block and with round-robin placement? Where it
+#    follows neither, what else differs (C against Python, MPICH's own
+#    message protocol)?
 #
-# On a laptop the ranks share a few cores and memory is the network, so the
-# curves are noisy and the gaps small; on GPUs across InfiniBand they are not.
+# On a single machine the ranks share its cores and memory is the network, so
+# the curves are noisy and the gaps small; on GPUs across InfiniBand they are
+# not.
 # On the emulated cluster the links between nodes are slow again: lower the
 # **link** to 100mbit and watch which curves move, then try **round-robin**
 # placement (restart the engines) with binomial and hierarchical.
@@ -129,11 +142,31 @@ assert patterns.events, "the traced broadcast sent no messages"
 #    does the pipelined chain hide them (its copies of chunk *i+1* overlap the
 #    network transfer of chunk *i*)?
 # 8. Tick **NCCL alongside**: how far are the MPI-side algorithms from NCCL at
-#    1 MiB and at 64 MiB, and why (NCCL drives NVLink/InfiniBand from GPU
-#    kernels, with no host in the loop)?
+#    1 MiB and at 64 MiB, and why? (Inside a node NCCL's GPU kernels copy over
+#    NVLink/PCIe themselves; across nodes a proxy thread on the host drives
+#    the network for them, `src/proxy.cc` in NVIDIA/nccl.)
 #
 # Without a GPU, *fake GPU* runs the same staging code on a CPU stand-in:
 # the curves then show only the extra host copies.
+
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` says whether your number
+# is right, close or wrong, and why; the cell below checks question 2 with
+# the model's ratio for `N_ENGINES` ranks. `lesson.answers(context)` shows
+# every answer, collapsed (a teacher can hide them with `GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+import math
+
+from gpulab.lessons import Lesson
+
+lesson = Lesson("02")
+context = {"p": N_ENGINES}
+lesson.check(2, math.log2(N_ENGINES), context)  # binomial's log2(p) whole messages against the chain's about one
+
+# %%
+lesson.answers(context)
 
 # %%
 cluster.engines.stop()  # the engines of the last restart, and their emulated cluster

@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -14,15 +16,18 @@
 # %% [markdown]
 # # 03 · Predict, measure, tune: the cost model and `algorithm="auto"`
 #
-# The seed paper claims a broadcast tuned inside the MPI runtime can match or
-# beat a vendor library. To test such a claim you need three things: a
+# The seed paper (Awan et al., arXiv 1707.09414) claims a broadcast tuned
+# inside the MPI runtime (a pipelined chain, picked by size) gives up to 14x
+# and 16.6x lower latency than NCCL-based solutions, inside and across nodes.
+# To test such a claim you need three things: a
 # **model** that predicts each algorithm's time, **measurements** to check it,
 # and a **tuner** that picks the best algorithm per message size and process
 # count. This notebook does all three live on the MPI engines, then
 # broadcasts real networks' weights and predicts broadcasts on clusters with
 # hundreds of GPUs. The full-size recorded runs (p = 2..8, 1 KiB..64 MiB) are
 # in `docs/bcast_model.md` and `docs/bcast_autotune.md`; where they exist they
-# are shown next to the live numbers.
+# are shown next to the live numbers. Each section shows the library code it
+# calls; terms are defined in the [glossary](../docs/glossary.md).
 
 # %% tags=["parameters"]
 N_ENGINES = 4                                              # MPI ranks
@@ -49,11 +54,11 @@ from pathlib import Path
 from gpulab.bcast import report
 from gpulab.bcast.experiments import accuracy, chunk_scan, fit, on_world, sub_tables
 from gpulab.bcast.fit import summary
-from gpulab.bcast.model import Machine, best_chunk, predict, textbook
+from gpulab.bcast.model import Machine, best_chunk, breakdown, predict, textbook
 from gpulab.bcast.tuning_plots import accuracy_plot, fit_plot, heatmap, scale_plot, workload_plot
 from gpulab.bcast.profiles import PROFILES, profile, table as profile_table
 from gpulab.bcast.tuning import update
-from gpulab.widgets import Table, as_image, notebook_engines
+from gpulab.widgets import Table, as_image, notebook_engines, show_code
 
 # a private tuning file for this notebook: the engines' algorithm="auto" reads it (they inherit the variable)
 TABLE = Path(tempfile.mkdtemp(prefix="gpulab-03-")) / "bcast_tuning.json"
@@ -63,6 +68,11 @@ RECORDED = {name: json.loads((Path(RECORDS) / f"{name}.json").read_text())
             if (Path(RECORDS) / f"{name}.json").exists()}
 engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 cluster  # what the engines run on: nodes, ranks, link; after a restart, re-run the cells below
+
+# %%
+from gpulab.lessons import this_machine
+
+print(this_machine.describe(ranks=N_ENGINES))
 
 # %% [markdown]
 # ## 1 · Fit alpha and beta from a ping-pong
@@ -74,10 +84,9 @@ cluster  # what the engines run on: nodes, ranks, link; after a restart, re-run 
 # one. On the emulated cluster (block placement) ranks 0, 1 share node 1
 # and ranks 2, 3 node 2: the inter-node pairs cross the rate-limited link, so
 # expect its rate in `b`. On the single machine both levels are the same shared
-# memory: expect the same numbers. On a real cluster they differ: the profiles below give the node's
-# links 1.8x (KESCH's PCIe against FDR InfiniBand) to 7.4x (a DGX H100's
-# NVLink against its NDR ports) the bandwidth of the network, and about a
-# third to a sixth of its latency.
+# memory: expect the same numbers. On a real cluster they differ: the cell
+# below computes, from the kit's machine profiles, how much more bandwidth
+# and how much less latency each node's links have than its network.
 #
 # The fit also looks for a **protocol switch**: MPICH copies short messages
 # through shared-memory cells (eager) and lets the receiver read long ones
@@ -85,6 +94,23 @@ cluster  # what the engines run on: nodes, ranks, link; after a restart, re-run 
 # `MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD`), with different `a` and `b`.
 # The crosses are the same ping-pong through gpulab's Python `Group`: their
 # distance to the dots is the per-message Python overhead.
+#
+# The code: what the engines run (`fit`: ping-pong, then a fit per level),
+# one ping-pong exchange, and the least-squares fit of `a + m·b`.
+
+# %%
+for name in PROFILES:
+    m = profile(name)
+    print(f"{name:>10}: node links {m.inter.small.beta / m.intra.small.beta:.1f}x the network's bandwidth, "
+          f"{m.intra.small.alpha / m.inter.small.alpha:.2f}x its latency")
+show_code("bcast/experiments.py", "fit")
+show_code("bcast/fit.py", "_exchange", "_lsq");
+
+# %% [markdown]
+# The plot: message size (x, log scale) against one-way time (y, microseconds,
+# log scale); dots are measured, lines the fit per level. Look for the kink
+# where the protocol switches (dotted line) and for whether the intra and inter
+# lines differ: on the emulated cluster the inter line follows the link rate.
 
 # %%
 levels = Machine.from_dict(cluster.engines.run(on_world, fit, FIT_SIZES, 2, timeout=300)[0])
@@ -107,17 +133,37 @@ assert fitted.fitted_p == N_ENGINES
 # (`gpulab/bcast/schedules.py` follows the code step by step). Two models:
 # **textbook** (one `a`, one `b`, nothing else) and the **fitted** one, which
 # adds what this machine does: the eager/single-copy switch, Python's
-# per-message overhead, and the fact that `N_ENGINES` ranks share 2 cores
-# while waiting ranks keep polling (the fit at this process count contains
-# that slowdown). The model predicts when the *last* rank has the data, so it
-# is compared with the slowest rank's time (`max_us`), not with OSU's average
-# over ranks. Dots are measured, lines predicted.
+# per-message overhead, and the fact that `N_ENGINES` ranks share the cores
+# printed above while waiting ranks keep polling (the fit at this process
+# count contains that slowdown). The model predicts when the *last* rank has
+# the data, so it is compared with the slowest rank's time (`max_us`), not with
+# OSU's average over ranks.
+#
+# The prediction is a call to `predict` (or `breakdown`, which splits it into
+# latency and bandwidth terms); here for two algorithms at 1 MiB, with both
+# models:
+
+# %%
+for algorithm in ("binomial", "chain"):
+    for label, machine in (("fitted", fitted), ("textbook", textbook(fitted))):
+        b = breakdown(algorithm, 1 << 20, N_ENGINES, machine, **({"chunk_bytes": 1 << 16} if algorithm == "chain" else {}))
+        print(f"{algorithm:>8} {label:>8}: {b.seconds * 1e6:8.1f} us = latency {b.latency * 1e6:7.1f} + "
+              f"bandwidth {b.bandwidth * 1e6:7.1f} (bound by {b.bound})")
+
+# %% [markdown]
+# Now every algorithm at `CHECK_SIZES`, measured on the engines and predicted.
 
 # %%
 live = cluster.engines.run(on_world, accuracy, CHECK_SIZES, time_budget=0.05, algorithms=CHECK_ALGORITHMS, rounds=1,
                    timeout=300)[0]
 live = report.accuracy_rows(live, {"fitted": fitted, "textbook": textbook(fitted)})
 Table(live, ["algorithm", "nbytes", "max_us", "pred_us[fitted]", "ratio[fitted]", "pred_us[textbook]", "valid"])
+
+# %% [markdown]
+# The plot: one panel per algorithm, message size (x) against time (y,
+# microseconds, log scale); dots are the slowest rank's measured time, lines
+# the fitted model. Look for the algorithms and sizes where dots leave the
+# line, and in which direction.
 
 # %%
 as_image(accuracy_plot(live, "fitted"))
@@ -132,6 +178,8 @@ Table(report.accuracy_summary(live, "fitted") + report.accuracy_summary(live, "t
 # The recorded run (every algorithm, p = 2..8, 1 KiB..64 MiB) with three
 # models: the fit at p = 2 stretched by ranks/cores, the fit at the same p,
 # and the textbook one. `docs/bcast_model.md` says where each is wrong and why.
+# Its plot has the same axes as the live one, one colour per process count:
+# look for whether the model's error grows with `p`.
 
 # %%
 if "bcast_accuracy" in RECORDED:
@@ -148,7 +196,12 @@ else:
 # Where does the model's favourite change? Below a few KiB latency rules and a
 # tree wins; for large messages the algorithms that spread the bytes
 # (pipelines, scatter + allgather) take over. Here, for this machine and for
-# a 64-GPU job on each profiled cluster:
+# a 64-GPU job on each profiled cluster. `report.crossovers` asks the model
+# for the fastest algorithm at sizes from 1 KiB to 64 MiB and reports where it
+# changes:
+
+# %%
+show_code("bcast/report.py", "crossovers", "fastest_algorithm");
 
 # %%
 algorithms = ["linear", "binomial", "knomial", "chain", "split_binary_tree", "scatter_allgather_ring", "mpi"]
@@ -164,8 +217,15 @@ assert all(c["from"] != c["to"] for c in crossings)
 # ## 4 · The best chunk size, predicted and measured
 # A pipeline with `k` chunks costs `(D + (k-1)F)(a + (n/k)·b)`: more chunks
 # overlap more hops but pay `a` more often. The optimum is
-# `k* = sqrt((D-F)·n·b / (F·a))` (chain: `D-F = p-2`, `F = 1`). Measured on the
-# engines for the chain at `CHUNK_MESSAGE` bytes:
+# `k* = sqrt((D-F)·n·b / (F·a))` (chain: `D-F = p-2`, `F = 1`).
+# `best_chunk` evaluates the model around `k*` (and at the protocol switch)
+# and keeps the cheapest:
+
+# %%
+show_code("bcast/model.py", "best_chunk");
+
+# %% [markdown]
+# Measured on the engines for the chain at `CHUNK_MESSAGE` bytes:
 
 # %%
 best = best_chunk("chain", CHUNK_MESSAGE, N_ENGINES, fitted)
@@ -178,6 +238,13 @@ fastest = min(scan, key=lambda r: r["avg_us"])
 print(f"model's best chunk: {best} B; fastest measured: {fastest['chunk_bytes']} B")
 Table(scan, ["chunk_bytes", "avg_us", "pred_us", "valid"])
 
+# %% [markdown]
+# The plot: chunk size (x, bytes, log scale) against the time of one
+# broadcast (y, microseconds, log scale), measured and predicted; the dotted
+# line is the model's best chunk. Look for a valley: too small a chunk pays
+# latency per chunk, too large a chunk loses the overlap. Is the measured
+# valley where the model puts it?
+
 # %%
 from matplotlib.figure import Figure  # not pyplot: the inline backend would show its figures a second time
 
@@ -186,7 +253,8 @@ ax = fig.subplots()
 ax.plot([r["chunk_bytes"] for r in scan], [r["avg_us"] for r in scan], "o-", label="measured")
 ax.plot([r["chunk_bytes"] for r in scan], [r["pred_us"] for r in scan], "s--", label="model")
 ax.axvline(best, color="grey", ls=":", label="best_chunk()")
-ax.set(xscale="log", yscale="log", xlabel="chunk bytes", ylabel="us", title=f"chain, {CHUNK_MESSAGE >> 20} MiB, p={N_ENGINES}")
+ax.set(xscale="log", yscale="log", xlabel="chunk size (bytes)", ylabel="time per broadcast (us)",
+       title=f"chain, {CHUNK_MESSAGE >> 20} MiB, p={N_ENGINES}")
 ax.legend()
 as_image(fig)
 
@@ -201,7 +269,17 @@ assert all(r["valid"] for r in scan) and 1 <= best <= CHUNK_MESSAGE
 # 4 interleaved confirmation rounds, so that one noisy measurement cannot make
 # `auto` slower than the native broadcast. Here a small
 # live version for p = 2..N_ENGINES (a subset of ranks sweeps while the others
-# wait), then `select()` explains its decisions:
+# wait), then `select()` explains its decisions. The rule that keeps
+# `MPI_Bcast` unless a winner beats it by the margin:
+
+# %%
+show_code("bcast/experiments.py", "sub_tables")
+show_code("bcast/tuning.py", "choose_measured");
+
+# %% [markdown]
+# The heat map: message size (x) against process count (y); each cell's
+# colour is the algorithm `auto` will run there (legend). Look for where the
+# colour changes along a row (a crossover) and whether it changes with `p`.
 
 # %%
 tables = cluster.engines.run(on_world, sub_tables, TUNE_SIZES, list(range(2, N_ENGINES + 1)), timeout=600)[0]
@@ -236,7 +314,11 @@ if "bcast_tuning" in RECORDED:
 # 0. Frameworks do it tensor by tensor (hundreds of small broadcasts) or fused
 # into one buffer. Same bytes, different number of messages: the difference
 # is the price of latency. The model splits each time into its latency (`a`)
-# and bandwidth (`b`) terms.
+# and bandwidth (`b`) terms. The broadcast the engines run, tensor by tensor
+# or fused:
+
+# %%
+show_code("workloads/startup.py", "broadcast_model");
 
 # %%
 from gpulab.workloads.startup import latency_share, predicted, workload
@@ -246,6 +328,12 @@ rows = cluster.engines.run(on_world, workload, NETWORKS, WORKLOAD_ALGORITHMS, ti
 for r in rows:
     r.update(predicted(r["network"], r["algorithm"], N_ENGINES, fitted, mode=r["mode"], options=r["options"]))
 Table(rows, ["network", "algorithm", "mode", "tensors", "nbytes", "min_s", "predicted_s", "latency_share", "valid"])
+
+# %% [markdown]
+# The plot: one panel per network, one pair of bars per algorithm; the bar's
+# height is the time of the whole start-up broadcast (seconds), layer-wise
+# against fused. Look at the gap inside each pair: that is what the extra
+# messages cost.
 
 # %%
 display(Table(latency_share(rows), ["algorithm", "layerwise_s", "fused_s", "extra_share"]))
@@ -260,7 +348,10 @@ assert {r["network"] for r in rows} == set(NETWORKS)
 # No laptop has 1024 GPUs, but the model does. The profiles below carry
 # their alpha and bandwidth with the source of each number (vendor
 # specifications, NCCL's own constants). The VGG-16 broadcast (553 MB in
-# fp32) on each cluster, from 8 to 4096 GPUs:
+# fp32) on each cluster, from 8 to 4096 GPUs. The plots: GPUs (x, log scale)
+# against the model's time (y, milliseconds, log scale), one line per
+# algorithm, one panel per cluster. Look for which lines stay flat as the GPUs
+# grow (the chain: its time tends to `n·b`) and which climb with `log p`.
 
 # %%
 Table(profile_table(), ["profile", "level", "ranks_per_node", "alpha_us", "bandwidth_GBps", "bandwidth_source"])
@@ -293,13 +384,24 @@ engines.stop()
 
 # %% [markdown]
 # ## 8 · Training with a reduce and a broadcast: the paper's result in miniature
-# The paper's training result (up to 7% faster VGG training on 128 GPUs with
-# CNTK) came from a set-up whose gradient synchronisation was a **reduce** to
-# one GPU followed by a **broadcast** of the sum: a faster broadcast shortens
-# every iteration. `benchmarks/emulated_training.py` trains the serial GPT
-# that way on an emulated cluster, once with MPI_Bcast and once with `auto`
-# (`gpulab.engine.training.reduce_bcast`); the recorded run is shown here
+# The paper reports up to 7% faster data-parallel training of VGG on 128 GPUs
+# with Microsoft CNTK than NCCL-based solutions (its abstract). What CNTK
+# calls is an **allreduce**: its gradient aggregator
+# (`Source/SGDLib/SimpleDistGradAggregator.h` in github.com/microsoft/CNTK)
+# sums the gradients with `MPI_Allreduce`/`MPI_Iallreduce`, or NCCL's
+# all-reduce when built with NCCL. A faster *broadcast* helps that only if the
+# MPI library runs the allreduce as a **reduce** to one rank followed by a
+# **broadcast** of the sum; the sources checked for this notebook (the paper's
+# abstract, CNTK's code) do not say how MVAPICH2-GDR ran it. The miniature
+# *assumes* that reduce + broadcast, so that a faster broadcast shortens every
+# iteration: `benchmarks/emulated_training.py` trains the serial GPT that way
+# on an emulated cluster (`gpulab.engine.training.reduce_bcast`), once with
+# MPI_Bcast and once with `auto`; the recorded run is shown here
 # (`docs/emulated_training.md` has the command and the discussion).
+#
+# The plot: one bar per broadcast choice, stacked by phase; the height is the
+# median time of one iteration (milliseconds, slowest rank). Look at how much
+# of the bar the broadcast is, and how much of it `auto` removes.
 
 # %%
 from gpulab.workloads.gradient_sync import predicted_sync
@@ -316,7 +418,7 @@ if recorded.exists():
         ax.bar(names, values, bottom=bottom, label=phase[:-2])
         bottom = [b + v for b, v in zip(bottom, values)]
     t = run["topology"]
-    ax.set(ylabel="ms per iteration (median, slowest rank)",
+    ax.set(xlabel="broadcast used in the gradient synchronisation", ylabel="ms per iteration (median, slowest rank)",
            title=f"{t['nodes']} nodes x {t['ranks_per_node']}, {t['link']}")
     ax.legend()
     display(as_image(fig))
@@ -328,6 +430,10 @@ else:
 # gradient (553 MB) on the KESCH-like profile (16 GPUs per node): MPI_Bcast's
 # choice (MPICH's rule) against the model's best broadcast, the reduce the same
 # in both. Compute is not modelled: the saving is of the synchronisation only.
+# The whole of it is one function:
+
+# %%
+show_code("workloads/gradient_sync.py", "predicted_sync");
 
 # %%
 sync = [predicted_sync(VGG, p, profile("kesch")) for p in (16, 32, 64, 128)]
@@ -344,14 +450,34 @@ assert all(r["tuned_bcast_ms"] <= r["mpi_bcast_ms"] for r in sync)
 # 2. Where is the model furthest from the measurement, for which algorithm and
 #    size? Name one mechanism it leaves out that could explain the gap.
 # 3. The best chunk `k* = sqrt((D-F)·n·b / (F·a))` grows with the message.
-#    What happens to it when the latency `a` doubles, and when the bandwidth
-#    doubles?
+#    By what factor does the number of chunks change when the latency `a`
+#    doubles, and when the bandwidth doubles?
 # 4. The tuning table keeps `MPI_Bcast` unless an algorithm beats it by the
 #    margin in every confirmation round. What would go wrong on a shared
 #    machine without the confirmation?
-# 5. For VGG-16's start-up broadcast, how much of the layer-wise time is
-#    latency? Would fusing the tensors help more on KESCH or on a DGX H100?
+# 5. For VGG-16's start-up broadcast tensor by tensor (binomial, 64 GPUs),
+#    what share of the model's time is latency on the DGX H100 profile, in
+#    percent? Would fusing the tensors help more on KESCH or on a DGX H100?
 # 6. In section 8 the tuned broadcast saves a share of the synchronisation.
-#    How long must the compute of one iteration be for that to give the
-#    paper's 7% on the whole iteration?
+#    On 128 GPUs of the KESCH profile, how long (ms) must the compute of one
+#    iteration be for that saving to be the paper's 7% of the whole iteration?
 
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` says whether your number
+# is right, close or wrong, and why; the cell below checks question 6 with the
+# compute time worked out from the section 8 table. `lesson.answers()` shows
+# every answer, collapsed (a teacher can hide them with `GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+from gpulab.lessons import Lesson
+
+lesson = Lesson("03")
+at_128 = next(r for r in sync if r["p"] == 128)
+saving_ms = at_128["mpi_bcast_ms"] - at_128["tuned_bcast_ms"]
+compute_ms = saving_ms / 0.07 - (at_128["reduce_ms"] + at_128["mpi_bcast_ms"])
+print(f"the tuned broadcast saves {saving_ms:.1f} ms; 7% of the iteration needs {compute_ms:.0f} ms of compute")
+lesson.check(6, compute_ms)
+
+# %%
+lesson.answers()

@@ -4,12 +4,36 @@ from gpulab.lessons.answers import Answer
 
 ANSWERS = {
     1: Answer(
-        text="""The root sends one message to each other rank: **p - 1 messages**, one after another.
-If each costs `a + n·b` (Hockney: latency `a`, seconds per byte `b`), the last rank has its data after
-`(p - 1)(a + n·b)`. The binomial tree that the cell ran instead needs only `ceil(log2 p)` rounds, because
-every rank that has the data forwards it: on 4 ranks 2 rounds instead of 3 sends, on 1024 ranks 10
-instead of 1023.""",
+        text="""With `algorithm="linear"` the root sends one message to each other rank: **p - 1 messages**,
+one after another. If each costs `a + n·b` (Hockney: latency `a`, seconds per byte `b`), the last rank has
+its data after `(p - 1)(a + n·b)`. The binomial tree that the cell ran instead needs only `ceil(log2 p)`
+rounds, because every rank that has the data forwards it: on 4 ranks 2 rounds instead of 3 sends, on 1024
+ranks 10 instead of 1023.""",
         value=lambda ctx: ctx["p"] - 1, unit="messages", needs=("p",), rel_tol=0.0, close_tol=0.0,
         hint="Count the sends of the root only: every other rank receives exactly once.",
         exercise="exercises/01_linear_and_binomial"),
+    2: Answer(
+        text="""On one machine `MPI_Bcast` is usually fastest and binomial next; the chain and scatter +
+allgather, which send many more messages, come last. The order of close entries can change from run to
+run: the ranks share the machine's cores with each other and with everything else running, so one
+measurement is a sample, not a fact. Repeat it, interleave the algorithms, and look at the spread before
+you call a difference real (notebook 02 plots the median of several rounds with a band from the fastest
+to the slowest for this reason). Why `MPI_Bcast` wins on one machine (C against Python per message, shared
+memory with no link to pipeline over, busy-polling ranks sharing cores) is in the notebook's text above
+the questions."""),
+    3: Answer(
+        text="""A rank's call returns when *its* part is done. The root's part is to hand its data to its
+children: once its sends have left (an eager send returns as soon as the data is copied out), it is free,
+while the last receiver must wait for the data to travel the whole critical path (`ceil(log2 p)` rounds for
+binomial, `p + k - 2` chunk steps for the chain). So `min_us` is often the root and `max_us` the last
+receiver; the time of the broadcast as a whole is the *slowest* rank's (notebook 03 compares its model
+with `max_us` for this reason). The barrier after each iteration (OSU-style timing) stops the root from
+running ahead into the next broadcast."""),
+    4: Answer(
+        text="""A broadcast between processes on one node copies through shared memory: each receiver's
+bytes are read once and written once (twice for an eager copy through a shared buffer), and the
+ranks share the cores that do the copies. Main-memory bandwidth of a server is tens of GB/s (a
+`STREAM` copy test measures yours), so a `busbw` of a few GB/s is a fraction of it: the copies, the
+per-message calls and the ranks taking turns on the cores all cost. `busbw` for a broadcast equals
+`algbw` = bytes / time (the glossary has the rule for each collective, after NCCL's nccl-tests)."""),
 }

@@ -1,0 +1,88 @@
+"""Answers to notebook 02's questions (the broadcast explorer)."""
+
+from gpulab.lessons.answers import Answer
+
+
+def _pipelining_gain(ctx: dict) -> float:
+    """Binomial's time over the best-chunked chain's, for a message where bandwidth dominates."""
+    from gpulab.bcast.model import Link, Machine, best_chunk, predict
+
+    link = Link.plain(1e-6, 1e-9)  # 1 us, 1 GB/s
+    machine, p, n = Machine("plain", link, link), int(ctx["p"]), 1 << 30
+    chain = predict("chain", n, p, machine, chunk_bytes=best_chunk("chain", n, p, machine))
+    return predict("binomial", n, p, machine) / chain
+
+
+MPICH_CH4 = ("MPICH 5's ch4 device picks its broadcast from `maint/tuning/coll/ch4/generic.json` "
+             "(github.com/pmodels/mpich, compositions in `src/mpid/ch4/src/ch4_coll_impl.h`)")
+
+ANSWERS = {
+    1: Answer(
+        text="""Binomial costs `log2(p)·(a + n·b)`, the chain `(p + k - 2)·(a + (n/k)·b)`. For small `n` the
+latency terms decide: binomial pays `log2 p` of them, the chain `p + k - 2`, so binomial wins. For large
+`n` the bandwidth terms decide: binomial moves the whole message `log2 p` times on its critical path, the
+chain about once (`(p + k - 2)/k` times), so the chain wins. The crossover is where the two are equal; the
+notebook's `crossover(first, "chain", "binomial")` finds it in your run. A larger chunk means fewer
+chunks (fewer latencies, less overlap), which moves the crossover to larger sizes; a smaller chunk the
+other way, until the per-chunk latency (and Python's per-message cost) dominates.""",
+        exercise="exercises/02_pipelined_chain"),
+    2: Answer(
+        text="""At most `log2 p`: binomial moves the whole message `log2 p` times on its critical path, a
+well-chunked chain about once. On 4 ranks that is 2x (the kit's model, on a link where bandwidth
+dominates, gives slightly less: the chain still pays its `p + k - 2` latencies). With 16 ranks per node,
+as on the paper's KESCH nodes (8 K80 boards = 16 GPUs), `log2 16 = 4`: the larger the node, the more
+pipelining can win, which is why Awan et al. proposed the chain for dense GPU nodes.""",
+        value=_pipelining_gain, unit="x", needs=("p",), rel_tol=0.05, close_tol=0.25,
+        hint="Compare the bandwidth terms only: log2(p)·n·b for binomial against about n·b for the chain.",
+        exercise="exercises/02_pipelined_chain"),
+    3: Answer(
+        text="""Yes: too few chunks and the hops do not overlap (the chain degenerates to `p - 1` whole
+messages); too many and every chunk pays the latency `a` (and, in gpulab, a Python call). The model's
+optimum `k ≈ sqrt((p-2)·n·b/a)` balances the two; `gpulab.bcast.model.best_chunk` computes it for a fitted
+machine (notebook 03 §4 compares it with a measured scan). The measured optimum is usually flat: chunk
+sizes within 2-4x of it cost about the same.""",
+        exercise="exercises/02_pipelined_chain"),
+    4: Answer(
+        text="""In the alpha-beta model scatter + allgather beats binomial on bandwidth from 3 ranks
+(`2(p-1)/p·n` against `ceil(log2 p)·n` bytes on the critical path) but pays many more latencies
+(`2 log2 p` for recursive doubling, `log2 p + p - 1` for the ring), so it wins only for large messages;
+in Python each of those messages costs extra, which pushes the crossover further up. MPICH's generic rule
+(Thakur, Rabenseifner and Gropp 2005; `gpulab.bcast.auto.mpich_default`) uses it from 12 KiB but only from
+8 processes. """ + MPICH_CH4 + """: for p < 8 on a communicator that spans nodes it runs its node-aware
+composition instead, on one node a binomial tree.""",
+        exercise="exercises/03_scatter_allgather"),
+    5: Answer(
+        text="""Hierarchical crosses the slow level once per node and does the rest on the fast level. On
+one machine both "levels" are the same shared memory, so it can only add bookkeeping. It wins when the
+links between nodes are slower than those inside (a real cluster: the profiles in notebook 01 §4 give
+1.8x for KESCH to 7.4x for a DGX H100) and when a flat algorithm's hops would cross the network more
+often, as binomial with round-robin placement. On the emulated cluster lower the link to 100mbit and use
+round-robin placement: binomial then crosses the network on every level, hierarchical once."""),
+    6: Answer(
+        text=MPICH_CH4 + """. With a node hierarchy and p < 8, at every size, it runs *composition alpha*:
+the root hands the data to its node's leader, the leaders broadcast across nodes, each leader broadcasts
+inside its node. On one node that is a binomial tree. On the emulated cluster (2 nodes x 2 ranks,
+1 Gbit/s, 8 MiB) round-robin placement gave `MPI_Bcast` 70.5 ms, gpulab's hierarchical 71.5 ms and a flat
+binomial 136 ms; with block placement all three took about 70 ms (binomial's one network hop is then the
+leaders' hop). So the dashed curve follows hierarchical, and follows binomial only where the two coincide.
+At small sizes `MPI_Bcast` is faster than every gpulab algorithm by the per-message cost of Python; on one
+node MPICH also switches protocol (eager below 8 KiB, single-copy above), which gpulab's algorithms share
+because they call the same MPI underneath."""),
+    7: Answer(
+        text="""Staging adds a device-to-host copy at the sender and a host-to-device copy at every receiver
+(two PCIe copies per hop). For small messages that is a few microseconds of copy latency, comparable to
+the broadcast itself; for large ones the copies run at PCIe speed, faster than most networks, so they
+matter less but do not vanish for a tree, which waits for each whole copy. A pipelined chain overlaps the
+copies of chunk `i+1` with the network transfer of chunk `i`, so only the first and last chunk's copies
+show. CUDA-aware MPI (with GPUDirect RDMA) removes the host copies altogether (glossary: staged vs
+CUDA-aware)."""),
+    8: Answer(
+        text="""Measure it: the answer depends on the GPUs and links. What to expect and why: NCCL's kernels
+move GPU data over NVLink/PCIe themselves, with no host copies and no Python call per message, so at
+small and medium sizes (1 MiB) the MPI-side algorithms pay their per-message and staging costs on top.
+At large sizes (64 MiB) both are limited by the links, and a pipelined chain with CUDA-aware MPI can come
+close: that was the paper's point (Awan et al., arXiv 1707.09414, report up to 14x and 16.6x lower
+broadcast latency than NCCL-*based* solutions inside and across nodes with MVAPICH2-GDR's tuned
+broadcast). NCCL is not host-free: across nodes a proxy thread on the host CPU posts the network
+operations (InfiniBand verbs) for the GPU kernels (`src/proxy.cc` in NVIDIA/nccl), so host scheduling can still matter there."""),
+}
