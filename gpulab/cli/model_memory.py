@@ -84,8 +84,9 @@ def main(args) -> int:
     if args.json:
         print(json.dumps({"breakdown": b, "fit": f}, indent=1))
         return 0
-    print(f"{args.model} on mesh {args.mesh} x pipe {args.pipe}, {m.name}: memory per GPU "
-          f"(stage {b['stage']}, the busiest)")
+    R, C, D, P = _shape(args.mesh)
+    print(f"{args.model} on {R * C * D * P * args.pipe} x {m.name} (row {R} x col {C} x depth {D} x data {P} "
+          f"x pipe {args.pipe}), global batch {args.global_batch}: memory per GPU of stage {b['stage']}, the busiest")
     print(table(b, f))
     return 0
 

@@ -29,12 +29,11 @@ ZeRO-3-like dimension).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from gpulab.engine.gpt.config import accum_dtype
+from gpulab.engine.gpt.config import GPTConfig, accum_dtype
 from gpulab.engine.gpt.model import WTE
 from gpulab.engine.parallel.layout import shard_numel, split_counts
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
@@ -150,24 +149,24 @@ def stage_memory(config, shape, stage: int, *, global_batch: int, precision: Pre
            "activations": acts * held,
            "weight_cache": weight_cache_values(config, shape, overlap, pipe, stage, micro_batches,
                                                schedule_kind) * precision.value_bytes,
-           "comm_buffers": comm_buffer_values(config, shape, micro, T, pipe, zero, overlap)
-           * precision.value_bytes}
+           "comm_buffers": comm_buffer_bytes(config, shape, micro, T, pipe, zero, overlap, precision.value_bytes)}
     out["total"] = sum(out[k] for k in KINDS)
     return out
 
 
-def comm_buffer_values(config, shape, micro_batch: int, seq_len: int, pipe: int, zero: int, overlap) -> float:
-    """Values of the buffers communication needs beside the arrays above (a model estimate; the
+def comm_buffer_bytes(config, shape, micro_batch: int, seq_len: int, pipe: int, zero: int, overlap,
+                      value_bytes: float) -> float:
+    """Bytes of the buffers communication needs beside the arrays above (a model estimate; the
     engine does not account them): with depth > 1 (or ZeRO-3 over data) the gathered block in use
     and the full block gradient before its reduce-scatter (the largest layer's), a gradient bucket
     in flight (``overlap.buckets``), and the stage-to-stage send and receive of one micro-batch."""
     _, C, D, P = shape
-    big = max(_block_numel(n, k, t, shape) for n, k, t in _linears(
-        type(config)(**{**config.to_dict(), "n_layer": 1})).values())
+    one_block = GPTConfig(**{**config.to_dict(), "n_layer": 1})
+    big = max(_block_numel(n, k, t, shape) for n, k, t in _linears(one_block).values())
     gathered = 2 * big if D > 1 or (zero >= 3 and P > 1) else 0
-    bucket = overlap.bucket_bytes / 2 if overlap is not None and overlap.buckets and P * D > 1 else 0
     p2p = 2 * micro_batch / (D * P) * seq_len * config.n_embd / C if pipe > 1 else 0
-    return gathered + bucket + p2p
+    bucket = overlap.bucket_bytes if overlap is not None and overlap.buckets and P * D > 1 else 0
+    return (gathered + p2p) * value_bytes + bucket
 
 
 def memory_breakdown(config, shape, *, global_batch: int, precision: Precision, stage: int | None = None,
@@ -208,7 +207,3 @@ def advice(b: dict, limit: float) -> list[str]:
         tips.append((b["weight_cache"], "switch the overlap's weight cache off (gather again in backward)"))
     tips.sort(key=lambda t: -t[0])
     return [f"{text} (saves ~{saved / 1e9:.3g} GB; {over / 1e9:.3g} GB over)" for saved, text in tips[:4]]
-
-
-def world_size(shape, pipe: int = 1) -> int:
-    return math.prod(shape) * pipe
