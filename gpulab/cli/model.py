@@ -22,7 +22,7 @@ import math
 import os
 from pathlib import Path
 
-from gpulab.cli import model_compare
+from gpulab.cli import model_compare, model_memory
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.fit import fit as fit_machine
 from gpulab.engine.perf.machines import MACHINES, machine
@@ -60,6 +60,7 @@ def add_parser(subparsers) -> None:
         p.add_argument("--json", action="store_true", help="print the predictions as JSON")
         p.set_defaults(func=main)
     model_compare.add_parser(sub)
+    model_memory.add_parser(sub)
     p = sub.add_parser("machines", help="the machine profiles and the source of every number")
     p.set_defaults(func=show_machines)
     p = sub.add_parser("fit", help="measure this computer for the model (runs mpiexec -n N)")

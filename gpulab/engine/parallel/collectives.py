@@ -15,7 +15,11 @@ event. ``all_reduce`` works in place on a contiguous array.
 
 ``with trace() as calls:`` records every call that reaches MPI as a dict
 (op, group name, group size, nbytes = the size of the full buffer: the summed
-array, the gathered result, the array to be scattered; path), which is how the
+array, the gathered result, the array to be scattered; path; sent_bytes and
+received_bytes, what this rank puts on and takes off the wire with the
+bandwidth-optimal ring algorithm: 2(p-1)/p of the buffer for all-reduce, (p-1)/p
+for all-gather and reduce-scatter, the message for a send or receive, whatever
+algorithm the MPI library picks for the call), which is how the
 tests check ``gpulab.engine.perf.volume``'s byte counts against real runs. Inside
 ``gpulab.engine.parallel.timeline.record()`` every call also becomes a timed event.
 
@@ -52,10 +56,22 @@ def trace():
         _records = outer
 
 
+def wire_bytes(op: str, size: int, nbytes: int) -> tuple[float, float]:
+    """(sent, received) bytes of one rank in a ring collective over ``size`` ranks on a buffer of
+    ``nbytes`` (for all-gather the gathered result, for reduce-scatter the array scattered)."""
+    if op == "send":
+        return float(nbytes), 0.0
+    if op == "recv":
+        return 0.0, float(nbytes)
+    moved = (2 if op == "all_reduce" else 1) * (size - 1) / size * nbytes
+    return moved, moved
+
+
 def _note(op: str, comm, nbytes: int, path: str) -> None:
     if _records is not None:
+        sent, received = wire_bytes(op, comm.Get_size(), int(nbytes))
         _records.append({"op": op, "group": comm.Get_name(), "size": comm.Get_size(),
-                         "nbytes": int(nbytes), "path": path})
+                         "nbytes": int(nbytes), "path": path, "sent_bytes": sent, "received_bytes": received})
 
 
 def _mpi():

@@ -34,6 +34,8 @@ import math
 import numpy as np
 
 from gpulab.engine.gpt.config import GPTConfig
+from gpulab.engine.gpt.model import WPE, WTE
+from gpulab.engine.parallel.pipeline import stage_layers
 from gpulab.engine.parallel.shards import param_specs, piece_numel
 from gpulab.engine.perf.volume import collective_calls
 
@@ -90,18 +92,23 @@ def _comm_rows(config, shape, batch_size: int, T: int, overlap, grad_norm: bool)
     return tuple(rows)
 
 
-def local_params(config, shape) -> dict[str, int]:
-    """Values one rank stores: weight shards (summed over data) and copied pieces (over depth x data)."""
-    return dict(_local_params(config, tuple(shape)))
+def local_params(config, shape, pipe: int = 1, stage: int = 0) -> dict[str, int]:
+    """Values one rank stores: weight shards (summed over data) and copied pieces (over depth x data);
+    with ``pipe`` stages, those of ``stage`` (its blocks; wte on the first and last, wpe on the
+    first, ln_f on the last: ``pipeline.stage_params``)."""
+    return dict(_local_params(config, tuple(shape), pipe, stage))
 
 
 @functools.lru_cache(maxsize=4096)
-def _local_params(config, shape) -> dict[str, int]:
+def _local_params(config, shape, pipe: int, stage: int) -> dict[str, int]:
     one = GPTConfig(**{**config.to_dict(), "n_layer": 1})
+    first, last = stage == 0, stage == pipe - 1
+    held = {WTE: first or last, WPE: first}
+    blocks = len(stage_layers(config.n_layer, pipe, stage))
     out = {"weight": 0, "copied": 0}
     for name, spec in param_specs(one).items():
-        n = piece_numel(spec, shape) * (config.n_layer if ".h.0." in name else 1)
-        out["weight" if spec.kind == "weight" else "copied"] += n
+        times = blocks if ".h.0." in name else int(held.get(name, last))  # else: ln_f
+        out["weight" if spec.kind == "weight" else "copied"] += piece_numel(spec, shape) * times
     return out
 
 
@@ -121,9 +128,11 @@ def _grad_sync_rows(config, shape, overlap) -> list[dict]:
 
 
 def activation_values(config, shape, batch_size: int, seq_len: int | None = None,
-                      recompute: bool = False, flash_attention: bool = False) -> float:
+                      recompute: bool = False, flash_attention: bool = False, *,
+                      layers: int | None = None, last: bool = True) -> float:
     """Values a rank keeps from forward for backward (the engine's caches; see memory.py).
-    ``flash_attention``: the T x T attention probabilities are not kept (rebuilt in backward)."""
+    ``flash_attention``: the T x T attention probabilities are not kept (rebuilt in backward).
+    A pipeline stage: ``layers`` blocks (default all), the final LayerNorm and LM head if ``last``."""
     R, Cc, D, P = shape
     T = seq_len or config.block_size
     C, V, nh = config.n_embd, config.vocab_size, config.n_head
@@ -131,14 +140,15 @@ def activation_values(config, shape, batch_size: int, seq_len: int | None = None
     M = b * T
     scores = 0 if flash_attention else b * (nh / R) * T * T
     block = 4 * M * C / Cc + 16 * M * C / R + scores + 2 * M
-    outside = 2 * M * C / Cc + M + M * V / R  # final LayerNorm, LM head input, softmax probabilities
+    outside = (2 * M * C / Cc + M + M * V / R) * last  # final LayerNorm, LM head input, softmax probabilities
+    n = config.n_layer if layers is None else layers
     if recompute:  # keep each block's input only, rebuild one block at a time in backward
-        return config.n_layer * M * C / Cc + block + outside
-    return config.n_layer * block + outside
+        return n * M * C / Cc + block * (n > 0) + outside
+    return n * block + outside
 
 
 def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None, *, recompute: bool,
-                     flash_attention: bool) -> float:
+                     flash_attention: bool, layers: int | None = None, last: bool = True) -> float:
     """Bytes of activations a rank keeps for backward in a Megatron-style bf16 transformer, from
     Korthikanti et al. ("Reducing activation recomputation", 2022), carried onto the 4D grid.
 
@@ -149,16 +159,18 @@ def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None,
     (split over col here: AxoNN splits features over col); the 5 a s^2 attention scores and
     masks vanish with flash attention. Full recomputation keeps only each layer's input
     (2 s h bytes, split over col) plus one layer's working set rebuilt in backward. The
-    LM head's logits are kept in fp32 for the loss (4 s V / row bytes).
+    LM head's logits are kept in fp32 for the loss (4 s V / row bytes). A pipeline stage:
+    ``layers`` blocks (default all), the logits if ``last``.
     """
     R, Cc, D, P = shape
     s = seq_len or config.block_size
-    h, a, L, V = config.n_embd, config.n_head, config.n_layer, config.vocab_size
+    h, a, V = config.n_embd, config.n_head, config.vocab_size
+    L = config.n_layer if layers is None else layers
     b = batch_size / (D * P)  # sequences on this rank
     layer = s * b * h * (10 / Cc + 24 / R) + (0 if flash_attention else 5 * a * s * s * b / R)
-    logits = 4 * s * b * V / R
+    logits = 4 * s * b * V / R * last
     if recompute:
-        return L * 2 * s * b * h / Cc + layer + logits
+        return L * 2 * s * b * h / Cc + layer * (L > 0) + logits
     return L * layer + logits
 
 

@@ -1,0 +1,123 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 08 · The calculator: memory, traffic and time at scale, without a cluster
+#
+# Will a GPT of 80 billion parameters fit on 1024 GPUs cut into this grid?
+# What does each GPU send, and how long does one iteration take? This
+# notebook answers with arithmetic only (`gpulab.engine.perf`): no MPI, no
+# engines, so it runs on Binder or a laptop.
+#
+# The numbers are not guesses the engine never checked. The memory model
+# counts, byte for byte, what the engine of notebooks 04-05 holds on every
+# rank (weights, gradients, AdamW's state, the gathered-weight cache) and its
+# activations within 0.1% (`tests/engine/test_memory_engine.py` runs it on 4
+# and 8 ranks, with pipeline stages); the bytes each GPU puts on the wire are
+# those a live run's collectives record. `docs/memory.md` has the formulas,
+# their sources, and the one place where the engine holds more than the model
+# says.
+#
+# The same numbers from the shell:
+# `gpulab model memory --model gpt-80b --mesh 8,1,4,8 --pipe 4 --micro-batches 16 --recompute full --machine perlmutter`
+
+# %% tags=["parameters"]
+MODEL, WORLD, SHAPE = "gpt-80b", 1024, (8, 1, 4)   # row, col, depth; data is what is left
+PIPE, MICRO_BATCHES, GLOBAL_BATCH = 1, 8, 1024
+MACHINE = "perlmutter"
+VOLUME_GPUS = [4, 8, 16, 32, 64, 128, 256, 512]    # the 1D vs 3D traffic plot
+
+# %%
+import sys
+
+from gpulab.widgets.calculator import Calculator
+
+calc = Calculator(model=MODEL, world=WORLD, shape=SHAPE, pipe=PIPE, micro_batches=MICRO_BATCHES,
+                  global_batch=GLOBAL_BATCH, machine_name=MACHINE)
+calc
+
+# %% [markdown]
+# ## What the bars say
+# One bar per pipeline stage, stacked by kind, against the usable share of
+# the GPU's memory (dashed) and all of it (dotted). With mixed precision a
+# parameter costs 16 bytes on the GPU that holds it: 2 for the bf16 weight,
+# 2 for its gradient, 12 for AdamW's fp32 master copy, momentum and variance
+# (the ZeRO paper's count). `depth` shards all three; ZeRO shards them over
+# `data` too (1: the optimizer state, 2: and gradients, 3: and weights).
+# Activations are Korthikanti et al.'s count per layer, times the layers of
+# the stage, times the micro-batches the schedule keeps in flight (1F1B:
+# `pipe - stage`, GPipe: all of them); recomputation keeps only each layer's
+# input.
+#
+# Move the sliders, or set them from code, as below.
+
+# %%
+before = calc.result["busiest"]["total"]
+calc.pipe.value = 4                 # four stages: the grid keeps row x col x depth, data shrinks
+calc.micro_batches.value = 16
+after = calc.result["busiest"]["total"]
+print(f"busiest stage: {before / 1e9:.1f} GB with 1 stage, {after / 1e9:.1f} GB with 4 stages "
+      f"(data {calc.result['shape'][3]}); bubble {calc.result['time']['bubble']:.2f} s of "
+      f"{calc.result['iter_s']:.2f} s")
+for stage in calc.result["stages"]:
+    print(f"  stage {stage['stage']}: {stage['layers']} layers, {stage['in_flight']} micro-batches in flight, "
+          f"{stage['total'] / 1e9:.1f} GB")
+
+# %% [markdown]
+# ## Traffic is bytes on the wire
+# The table under the bars lists what one GPU **sends** per iteration, by
+# group. A collective's buffer is not what travels: a ring all-reduce sends
+# 2(p-1)/p of the buffer from every rank, an all-gather or reduce-scatter
+# (p-1)/p. So ZeRO-3 over the data replicas (gather the weights for forward,
+# again for backward, reduce-scatter the gradients) sends 1.5x what DDP's one
+# all-reduce sends, not 3x.
+
+# %%
+calc.pipe.value, calc.micro_batches.value = 1, 8
+ddp = calc.result["wire"]["data"]
+calc.zero.value = 3
+zero3 = calc.result["wire"]["data"]
+calc.zero.value = 0
+print(f"data group, per GPU per iteration: {ddp / 1e9:.2f} GB without ZeRO, {zero3 / 1e9:.2f} GB with "
+      f"ZeRO-3: {zero3 / ddp:.2f}x")
+
+# %% [markdown]
+# ## One dimension of tensor parallelism, or three
+# AxoNN's core argument. Split one model replica over more and more GPUs
+# (no data parallelism). Megatron-style 1D tensor parallelism all-reduces
+# every layer's whole activations on every GPU, so each GPU sends about the
+# same however many GPUs share the work (and it stops where the heads no
+# longer split). AxoNN's 3D grid splits activations over row and col and
+# weights over depth, so what each GPU sends shrinks as the grid grows. The
+# 3D points use the shape the performance model predicts fastest.
+
+# %%
+rows = calc.draw_volume(VOLUME_GPUS)
+for r in rows:
+    one_d = f"{r['1d'] / 1e9:9.1f}" if r["1d"] is not None else "      n/a"
+    print(f"{r['gpus']:>5} GPUs: 1D {one_d} GB, 3D {r['3d'] / 1e9:7.1f} GB at row x col x depth "
+          f"{'x'.join(map(str, r['3d_shape'][:3]))}")
+
+# %%
+print("mpi4py loaded:", any(name.split(".")[0] == "mpi4py" for name in sys.modules))
+
+# %% [markdown]
+# ## Questions
+# 1. How many GB do the weights, gradients and AdamW state of gpt-80b take on
+#    one GPU, with 16 bytes per parameter? How many GPUs of 40 GB would it take
+#    just to hold them, sharded evenly?
+# 2. With ZeRO-3 over `p` data replicas, what factor of DDP's traffic does each
+#    GPU send in the data group? Why not 3x, when ZeRO-3 runs three
+#    collectives where DDP runs one?
+# 3. In the 1D vs 3D plot, why does the per-GPU volume of 1D tensor
+#    parallelism not fall as GPUs are added, while 3D's does?
