@@ -72,6 +72,12 @@ COLORS = {"compute": "#8c8c8c", "exposed communication": "#d62728", "bubble": "#
 # weight and gathers it before use (ZeRO-3's all-gather and reduce-scatter),
 # **data** replicates and all-reduces gradients. Megatron-LM adds a
 # **pipeline** of stages around the grid.
+#
+# The figure after the table: 16 GPUs split five ways, one row per strategy,
+# one column per group (what the group sends is written under it); each cell
+# is the group's size, dark where the size is above 1, that is where the
+# group communicates. What to look for: every strategy is the same grid with
+# different sizes, and each uses only some of the groups.
 
 # %%
 Table([{"strategy": name, "grid (row, col, depth, data)": grid, "what it is": STRATEGIES[name.split()[0]]}

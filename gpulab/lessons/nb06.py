@@ -37,15 +37,15 @@ def _fixed_model_flatness(ctx: dict) -> float:
 
 ANSWERS = {
     1: Answer(
-        text="""**Data**, on every machine: the best shapes keep tensor parallelism (row × col × depth) as small
-as memory allows and give the rest of the GPUs to data parallelism. Data moves only the gradients, once per
+        text="""**Data**, on every machine: the best shapes keep the tensor-parallel part (row × col × depth) small,
+enough to fit in memory, and give most of the GPUs to data parallelism. Data moves only the gradients, once per
 iteration, and the buckets hide that behind backward; row and col move activations at every layer. The
 kit's number is the largest axis of the best Perlmutter shape for the notebook's `MODEL`, `WORLD` and
 `BATCH`.
 
 Frontier differs because its node is 8 GCDs (4 MI250X) whose links per GCD are slower than Perlmutter's
-4 NVLink-connected A100s, and its network gives each GCD a smaller share of a node's NICs (the machines'
-numbers and their sources are printed at the top). A group that fits in a node is cheap on Perlmutter;
+4 NVLink-connected A100s, and its network gives each GCD a smaller share of a node's NICs (the table at the
+top prints each machine's node and network GB/s, and the next cell their sources). A group that fits in a node is cheap on Perlmutter;
 on Frontier the model moves work out of row (activations every layer) into depth (weights, gathered a
 layer ahead and hidden) and data. Read the "exposed by group" bars: what the winner leaves exposed is what
 the machine is worst at.""",

@@ -91,7 +91,7 @@ share at 1024 sequences.""",
         text="""The formula `(p - 1) / (m + p - 1)` assumes every stage takes the same time and sends cost nothing.
 Here the first stage also embeds and the last computes the LM head and the loss, the sends go through
 the same shared cores, and the ranks wait for cores: expect the measured idle share within some tens of
-percent of the formula, usually above it. GPipe and 1F1B have the **same** bubble: both fill the pipeline
+percent of the formula, not equal to it. GPipe and 1F1B have the **same** bubble: both fill the pipeline
 with p - 1 slots and drain it with p - 1. What 1F1B saves is **memory**: GPipe runs all m forwards before
 any backward, so each stage holds the activations of m micro-batches; 1F1B starts backward as soon as the
 last stage can, so stage i holds at most p - i (the first stage p) (Narayanan et al. SC21, section 2.2).
