@@ -363,6 +363,8 @@ assert all(0 < b < 1 for b in bubbles.values())
 # red, which is what a cluster with NICs and copy engines would gain.
 
 # %%
+from itertools import pairwise
+
 STEPS = [("baseline", "none"), ("+OAR", "oar"), ("+ORS", "oar,ors"), ("+OAG", "oar,ors,oag")]
 ABLATION_SHAPE = (2, 1, 2, 1)
 ablation = []
@@ -401,6 +403,8 @@ fig.tight_layout()
 display(as_image(fig))
 assert ablation[0]["hidden ms"] == 0 < ablation[-1]["hidden ms"]
 assert ablation[-1]["at scale s"] < ablation[0]["at scale s"]
+saved_at_scale = [a["at scale exposed s"] - b["at scale exposed s"] for a, b in pairwise(ablation)]
+assert steps[1 + saved_at_scale.index(max(saved_at_scale))] == "+OAG"  # the answer to question 6 names OAG
 
 # %% [markdown]
 # ## Questions the plots answer (6)
