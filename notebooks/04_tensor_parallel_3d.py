@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -39,6 +41,10 @@
 # A *transposed* layer swaps row and col, so a plain layer's output is exactly
 # the next transposed layer's input: QKV (plain) → attention out (transposed)
 # → FC1 (plain) → FC2 (transposed) needs no re-layout.
+#
+# Terms (all-gather, reduce-scatter, ring, shard, ...): the
+# [glossary](../docs/glossary.md). Each numbered question at the end has its
+# answer in `gpulab.lessons.nb04`, opened in the last cell.
 
 # %% tags=["parameters"]
 N_ENGINES = 4            # MPI ranks
@@ -48,9 +54,14 @@ TOKENS = 16              # tokens in the batch (split over depth x data)
 
 # %% [markdown]
 # ## Who holds what
-# Eight ranks on a 2 × 2 × 2 grid, one 8 × 8 weight. Left: the four (row, col)
-# blocks. Right: each block is flattened and cut into two depth shards, so
-# rank `(r, c, d)` stores half of block `(r, c)`.
+# Eight ranks on a 2 × 2 × 2 grid, one 8 × 8 weight, drawn as the matrix W:
+# the vertical axis is W's rows (**output** features `n`), the horizontal axis
+# its columns (**input** features `k`), each cell one value coloured by the
+# rank that stores it. Left: the four (row, col) blocks. Right: each block is
+# flattened and cut into two depth shards, so rank `(r, c, d)` stores half of
+# block `(r, c)`. What to look for: in the plain layer row splits the vertical
+# axis and col the horizontal one; in the transposed layer (second figure) the
+# two swap. No rank stores more than 1/8 of W.
 
 # %%
 from IPython.display import display
@@ -66,7 +77,9 @@ display(as_image(owner_figure(8, 8, (2, 2, 2, 1), transposed=True)))
 # `collective_calls` lists every collective one training step of a small GPT
 # issues on one rank, with the bytes each rank puts on the wire (ring
 # algorithms: `2(p-1)/p · n` for an all-reduce, `(p-1)/p · n` for all-gather
-# and reduce-scatter). The sums by group show where the traffic goes.
+# and reduce-scatter). The sums by group show where the traffic goes: `nbytes`
+# is the buffer a call works on (the summed array, the gathered block),
+# `wire_bytes` what one rank sends for it.
 
 # %%
 from gpulab.engine import GPTConfig, collective_calls, totals
@@ -78,7 +91,13 @@ Table([c for c in calls if c["layer"].startswith("h.0.")], ["layer", "phase", "o
 
 # %%
 by_group = totals(calls, by="group")
-Table([{"group": g, "wire KiB per step": round(b / 1024, 1)} for g, b in by_group.items()], ["group", "wire KiB per step"])
+by_group_doubled = totals(collective_calls(config, (2, 2, 2, 1), batch_size=16), by="group")
+Table([{"group": g, "wire KiB per step": round(b / 1024, 1), "at twice the batch": round(by_group_doubled[g] / 1024, 1)}
+       for g, b in by_group.items()], ["group", "wire KiB per step", "at twice the batch"])
+
+# %%
+growth = sum(by_group_doubled.values()) / sum(by_group.values())
+print(f"twice the batch: {growth:.2f}x the wire bytes of one step")
 
 # %%
 assert set(by_group) <= {"row", "col", "depth", "data", "batch", "tensor"}
@@ -89,6 +108,19 @@ assert by_group["depth"] > 0 and by_group["row"] > 0 and by_group["col"] > 0
 # Every engine builds the same full `X`, `W`, `dY` from one seed, runs the
 # serial layer as the reference, then runs AxoNN's layer on **its own
 # pieces only** and compares. Errors are float64 round-off (about 1e-15).
+#
+# What to expect: on a laptop the errors are about 1e-15 and the check takes a
+# few seconds, most of it starting the engines (the ranks share this
+# machine's cores, as the next cell says). On a real cluster the same
+# collectives would cross NVLink or the network and the errors would be the
+# same; in the float32 or bf16 of real training they grow to about 1e-6 or
+# 1e-2, because each rank sums its partial products in a different order
+# than the serial layer.
+
+# %%
+from gpulab.lessons import this_machine
+
+print(this_machine.describe(ranks=N_ENGINES))
 
 # %%
 from gpulab.cluster import start_engines
@@ -116,8 +148,29 @@ engines.stop()
 # ## Questions
 # 1. With `SHAPE = (1, 1, 4, 1)` the layer is pure depth (FSDP-like): which
 #    collectives remain, and how many bytes does each rank store?
-# 2. With `SHAPE = (4, 1, 1, 1)` no rank holds a whole output feature column:
-#    why is there no forward all-reduce, but a backward one?
+# 2. With `SHAPE = (4, 1, 1, 1)` every rank holds whole output features (all
+#    `k` inputs of `n/4` outputs): why is there no forward all-reduce, but a
+#    backward one?
 # 3. In the table of bytes, which group carries the most traffic for this
-#    model, and how would doubling the batch change that? (Weights do not
-#    depend on the batch; activations do.)
+#    model, and by what factor does one step's traffic grow when the batch
+#    doubles? (Weights do not depend on the batch; activations do.)
+
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` checks a number of yours
+# (right, close or wrong, and why); the cell below checks the growth factor
+# this notebook computed for question 3. `lesson.answers(context)` opens every
+# answer, its reasoning and the kit's number for this notebook's sizes. A
+# teacher can hide the answers for a course (`GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+from gpulab.lessons import Lesson
+
+lesson = Lesson("04")
+context = {"n_out": N_OUT, "k_in": K_IN, "gpt_config": config, "grid": (2, 2, 2, 1), "batch_size": 8}
+verdict = lesson.check(3, growth, context)
+assert verdict, verdict  # the notebook's own number agrees with the kit's
+display(verdict)
+
+# %%
+lesson.answers(context)

@@ -36,6 +36,10 @@
 # flight, solid while the rank *waits* for them. Pale under grey is hidden
 # communication. Next to it, the breakdown of every run so far against the
 # **performance model** (`gpulab.engine.perf.predict`) fitted on this machine.
+#
+# Terms (all-reduce, overlap, progress, exposed and hidden communication,
+# ...): the [glossary](../docs/glossary.md). Each numbered question at the end
+# has its answer in `gpulab.lessons.nb05`, opened in the last cells.
 
 # %% tags=["parameters"]
 N_ENGINES = 4          # MPI ranks (the grid's world size can be smaller)
@@ -52,9 +56,11 @@ from IPython.display import display
 from gpulab.cluster.mesh_runner import MeshRunner
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.predict import predict
+from gpulab.lessons import this_machine
 from gpulab.widgets import Table, as_image, notebook_engines
 from gpulab.widgets.mesh_explorer import MeshExplorer
 
+print(this_machine.describe(ranks=N_ENGINES))
 engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 runner = MeshRunner(engines, iters=ITERS, warmup=1)
 cluster.follow(runner)
@@ -67,6 +73,13 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # collective costs right after a kernel, per group size
 # (`gpulab.engine.perf.fit`). No engine iteration is used: the model's
 # predictions below are out of sample.
+#
+# What to expect: on a laptop the "share" is above 1 when the ranks outnumber
+# the cores (each rank computes that many times slower with all of them
+# busy), and collectives cost tens to hundreds of microseconds even for tiny
+# messages, because a rank waits for its peers to be scheduled. On a GPU
+# cluster the same fit would find a share near 1 (one GPU per rank) and
+# collective costs set by NVLink and the network.
 
 # %%
 machine = runner.fit_machine(reps=FIT_REPS)
@@ -78,6 +91,15 @@ Table([{"collective": k, "alpha us": a * 1e6, "GB/s": 1e-9 / b} for k, (a, b) in
 # ## The explorer
 # Pick a shape and switches, press **Run**. Runs accumulate in the table and
 # the breakdown, so change one thing at a time and compare.
+#
+# How to read the plots: in the **timeline** the horizontal axis is time
+# within the median iteration (ms), one row per rank; grey bars are kernels,
+# coloured bars collectives (colour = group), pale while in flight, solid
+# while the rank waits. Look for solid bars: that is exposed communication;
+# pale bars under grey are hidden. In the **breakdown** each run is one bar of
+# milliseconds per iteration, cut into compute and exposed communication,
+# with the model's prediction beside it: look at whether the two move
+# together when you change one thing.
 
 # %%
 explorer = MeshExplorer(runner, machine=machine)
@@ -87,6 +109,11 @@ explorer
 # ## Overlap off, then on, on one grid
 # The cell below does what pressing Run twice does: `SHAPE` with every
 # switch off, then every switch on (progress by MPI_Test between kernels).
+#
+# What to expect: on a laptop the hidden time goes from zero to a visible
+# share, but the iteration shrinks much less, because the cores that copy the
+# bytes are the cores that compute. On a GPU cluster the copies run on copy
+# engines and NICs, so the iteration would shrink by nearly what is hidden.
 
 # %%
 explorer.row.value, explorer.col.value, explorer.depth.value = SHAPE[:3]
@@ -111,6 +138,12 @@ print(f"exposed communication {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "
 # Each valid shape of `N_ENGINES` ranks with overlap off, and the model's
 # prediction beside it. The ranking is what matters for choosing a shape:
 # the Spearman rank correlation says how well the model orders them.
+#
+# What to expect: on a laptop the absolute predictions can be tens of percent
+# off (other jobs on the same cores change the measurements from run to run)
+# while the order is closer; on a quiet cluster node both would be tighter,
+# and with a real network the shapes whose groups cross nodes would fall
+# behind.
 
 # %%
 from gpulab.engine.perf.predict import candidate_shapes
@@ -136,8 +169,9 @@ def spearman(a, b):
 
 
 rho = spearman([r["measured ms"] for r in sweep], [r["predicted ms"] for r in sweep])
+median_error = 100 * float(np.median([abs(r["predicted ms"] - r["measured ms"]) / r["measured ms"] for r in sweep]))
 best = min(sweep, key=lambda r: r["predicted ms"])
-print(f"rank correlation {rho:.2f}; the model's pick {best['shape']} measured {best['measured ms']:.1f} ms, "
+print(f"rank correlation {rho:.2f}, median error {median_error:.0f}%; the model's pick {best['shape']} measured {best['measured ms']:.1f} ms, "
       f"the measured best {sweep[0]['shape']} {sweep[0]['measured ms']:.1f} ms")
 assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in sweep)
 
@@ -148,6 +182,16 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 # the tables): ranks 0-1 on one node, 2-3 on the other, each grid measured with overlap off and on
 # (all switches, progress thread), and predicted by the model fitted on that cluster with groups
 # that stay in a node and groups that cross the link timed apart. Shown here from the record, no live run.
+#
+# The plot: one pair of bars per grid (horizontal axis: row, col, depth,
+# data), milliseconds per iteration on the vertical axis, blue with overlap
+# off and orange with it on; the black marks are the model's predictions
+# for the same runs. What to look for: a group of 4 always crosses the link,
+# and a group of 2 crosses it when its members sit 2 ranks apart (the outer
+# axes); the grids whose *activations* cross it at every layer (col 4 worst)
+# are slowest, those that send only gradients across (data outermost) are
+# among the fastest. Overlap does not always help: its progress thread needs a
+# core too. The marks follow the bars' order better than their heights.
 
 # %%
 import json
@@ -206,6 +250,26 @@ else:
 #    so communication becomes the larger share. In the timeline, are the
 #    collectives `staged` through host memory or `cuda-aware` (each comm
 #    event in `explorer.results[-1]["events"]` has a `path`)? Does overlap hide more?
+
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` checks a number of yours
+# (right, close or wrong, and why); the cell below checks the median error
+# this notebook computed for question 5. `lesson.answers(context)` opens every
+# answer, with the kit's numbers from this notebook's runs. A teacher can hide
+# the answers for a course (`GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+from gpulab.lessons import Lesson
+
+lesson = Lesson("05")
+context = {"weight_cache_bytes": on["memory"]["weight_cache"], "sweep": sweep}
+verdict = lesson.check(5, median_error, context)
+assert verdict, verdict  # the notebook's own number agrees with the kit's
+display(verdict)
+
+# %%
+lesson.answers(context)
 
 # %%
 cluster.engines.stop()

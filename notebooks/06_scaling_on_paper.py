@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -14,9 +16,21 @@
 # %% [markdown]
 # # 06 · Scaling on paper: thousands of GPUs through the performance model
 #
-# AxoNN's third idea: do not guess the grid shape, **model** it. For a GPT of
-# a given size, a batch and a machine, `gpulab.engine.perf.predict` predicts one
-# iteration for every grid shape (row × col × depth × data) of the GPUs:
+# AxoNN's third idea: do not guess the grid shape, **model** it. AxoNN's own
+# model (Megatron-AxoNN `examples/comm_model.py`; Singh et al., arXiv
+# 2305.13525) is **communication only**: for each power-of-two grid whose
+# tensor-parallel part is at least a memory floor (a minimum degree per
+# model size), it adds up each group's ring volume divided by a bandwidth the
+# authors **measured** on Perlmutter and Frontier (a table by group size and
+# by how far apart the members sit), with no latency, compute, overlap or
+# memory term; then it **runs the top 20 shapes for real** and keeps the
+# fastest.
+#
+# This notebook uses **gpulab's** model, `gpulab.engine.perf.predict`, which is
+# not AxoNN's: it keeps AxoNN's volumes (re-derived, see the last section) and
+# its measured bandwidths where they exist, and adds latency, compute, overlap
+# and memory. For a GPT of a given size, a batch and a machine, it predicts
+# one iteration for every grid shape (row × col × depth × data) of the GPUs:
 #
 # * **compute**: each GPU's share of the matmuls, plus the work it repeats
 #   (attention on every col rank, LayerNorm on every row rank), at the
@@ -31,7 +45,13 @@
 #
 # No engines here: this is arithmetic, over machines we cannot access. Their
 # numbers come with sources (datasheets, and the bandwidths the AxoNN authors
-# measured), printed below.
+# measured), printed below. What to expect: the same numbers on a laptop as
+# anywhere (it is arithmetic, a minute at most); on a real cluster they would
+# be predictions to check, as notebook 05 checks them on this machine.
+#
+# Terms (MFU, all-gather, ring, HSDP, ...): the [glossary](../docs/glossary.md).
+# Each numbered question at the end has its answer in `gpulab.lessons.nb06`,
+# opened in the last cell.
 
 # %% tags=["parameters"]
 MACHINES = ["perlmutter", "frontier", "h100"]
@@ -96,6 +116,12 @@ for name, preds in ranked.items():
 # leaves exposed. Groups that fit inside a node (col is innermost: consecutive
 # ranks) ride the fast links; the data group spans nodes, but it moves only
 # the gradients, once per iteration, and overlaps with backward.
+#
+# The plot: one panel per machine, titled with its best shape; the vertical
+# axis is seconds per iteration, the first bar the compute, the others the
+# communication each group leaves **exposed** (not hidden by overlap). What to
+# look for: compute is most of the iteration; the tallest communication bar
+# is the group the machine is worst at, and it differs between machines.
 
 # %%
 fig = Figure(figsize=(10, 3.2), layout="constrained")
@@ -106,6 +132,7 @@ for ax, (name, preds) in zip(axes, ranked.items()):
     ax.bar(["compute"] + groups, [best["compute_s"]] + [best["groups"].get(g, {}).get("exposed_s", 0) for g in groups],
            color=["#555555", "#d62728", "#1f77b4", "#2ca02c", "#9467bd"])
     ax.set_title(f"{name}: {tuple(best['shape'])}", fontsize=9)
+    ax.set_xlabel("compute, then exposed communication by group")
     ax.set_ylabel("seconds per iteration")
 display(as_image(fig))
 
@@ -114,8 +141,12 @@ display(as_image(fig))
 # Left: the model grows with the GPUs (5B on 64 ... 640B on 16384), AxoNN's
 # weak-scaling experiment; right: one model on more and more GPUs. The batch
 # is `SEQUENCES_PER_GPU` sequences of 2048 tokens per GPU in both. Each point
-# is the best shape the model finds; the y axis is model FLOPs per second as a
-# share of the machine's peak.
+# is the best shape the model finds. The horizontal axis is the number of
+# GPUs (log scale), the vertical axis model FLOPs per second as a share of the
+# machine's peak (MFU: 6 N FLOPs per token plus attention, recomputation's
+# extra forward *not* counted). What to look for: how flat each curve stays;
+# a drop means communication the overlap could not hide, or a shape forced by
+# memory.
 #
 # Mind the machines' real sizes. Perlmutter has 1,792 GPU nodes, about 7,000
 # A100s: its points at 8192 and 16384 GPUs are **extrapolations** of its node
@@ -191,10 +222,33 @@ assert right["col"] == 4 * bug["col"] and bug["row"] == 4 * right["row"]
 #    Frontier (8 GCDs per node, slower links per GCD) differ from Perlmutter?
 # 2. Take the best shape and force `cache` on (`Overlap(cache=True, ...)`):
 #    which shapes stop fitting in memory?
-# 3. Why does the fixed-model curve fall as GPUs are added, while the
-#    weak-scaling curve stays flatter?
+# 3. The fixed-model curve stays almost flat as GPUs are added (the batch
+#    grows with them): why, and why does the weak-scaling curve move more?
 # 4. The model gives every group its own links. Where would two groups share
 #    a NIC, and how would that change the ranking?
-# 5. AxoNN runs its top 20 predicted shapes for real and keeps the fastest.
-#    Notebook 05 did that on this machine: how often was the model's first
-#    pick the real winner?
+# 5. AxoNN ranks shapes with a communication-only model and runs its top 20
+#    for real to keep the fastest. Notebook 05 measured every shape on this
+#    machine next to gpulab's model: how often was the model's first pick the
+#    real winner, and why run a short list at all?
+
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` checks a number of yours
+# (right, close or wrong, and why); the cell below checks the flatness of the
+# fixed-model curve that this notebook drew (question 3). `lesson.answers(context)`
+# opens every answer, with the kit's numbers for this notebook's parameters.
+# A teacher can hide the answers for a course (`GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+from gpulab.lessons import Lesson
+
+lesson = Lesson("06")
+context = {"gpt_model": MODEL, "gpus": WORLD, "global_batch": BATCH, "fixed_model": FIXED_MODEL,
+           "gpu_counts": [g for _, g in fixed_points], "sequences_per_gpu": SEQUENCES_PER_GPU}
+flatness = fixed["perlmutter"][-1][2]["mfu"] / fixed["perlmutter"][0][2]["mfu"]
+verdict = lesson.check(3, flatness, context)
+assert verdict, verdict  # the notebook's own curve agrees with the kit's
+display(verdict)
+
+# %%
+lesson.answers(context)

@@ -5,6 +5,7 @@ import re
 
 import pytest
 
+from gpulab.engine import GPTConfig
 from gpulab.lessons import Answer, Lesson
 from gpulab.lessons.answers import judge
 from tests.notebooks.nbrun import NOTEBOOKS
@@ -58,7 +59,19 @@ def test_numeric_answers_are_computed_and_checkable(stem):
 
 
 # made-up stand-ins for what a notebook measured, for answers that read it
-CONTEXT_EXAMPLES = {"p": 4}
+CONTEXT_EXAMPLES = {
+    "p": 4,
+    # 04-07: a small GPT, its grid and batch, and what the notebooks measured
+    "n_out": 8, "k_in": 12, "grid": (2, 2, 2, 1), "batch_size": 8, "ranks": 4, "micro": 8,
+    "gpt_config": GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32),
+    "weight_cache_bytes": 96 * 1024,
+    "sweep": [{"measured ms": 120.0, "predicted ms": 90.0}, {"measured ms": 150.0, "predicted ms": 160.0},
+              {"measured ms": 300.0, "predicted ms": 210.0}],
+    "gpt_model": "gpt-5b", "gpus": 64, "global_batch": 64,
+    "fixed_model": "gpt-5b", "gpu_counts": [64, 128], "sequences_per_gpu": 1,
+    "live_measured_ms": [270.0, 211.0, 334.0, 349.0, 237.0, 193.0],
+    "live_predicted_ms": [145.0, 101.0, 226.0, 155.0, 97.0, 51.0],
+}
 
 
 def test_check_says_right_close_wrong_and_why():

@@ -35,7 +35,7 @@ import numpy as np
 
 from gpulab.engine.gpt.config import GPTConfig, accum_dtype
 from gpulab.engine.gpt.model import WTE
-from gpulab.engine.parallel.layout import shard_numel, split_counts
+from gpulab.engine.parallel.shards import shard_numel, split_counts
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import schedule, stage_layers, stage_uses
 from gpulab.engine.perf.terms import activation_bytes, activation_values, local_params

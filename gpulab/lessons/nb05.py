@@ -1,0 +1,76 @@
+"""Answers to notebook 05's questions (the mesh explorer)."""
+
+import statistics
+
+from gpulab.lessons.answers import Answer
+
+
+def _median_error(ctx: dict) -> float:
+    """Median |predicted - measured| / measured over the notebook's sweep of grid shapes, in percent."""
+    return 100 * statistics.median(abs(r["predicted ms"] - r["measured ms"]) / r["measured ms"]
+                                   for r in ctx["sweep"])
+
+
+ANSWERS = {
+    1: Answer(
+        text="""With overlap off, `(1, 1, 1, 4)` (pure data parallelism) issues **one** gradient all-reduce over
+the data group after backward: every parameter once, `2(p-1)/p` of the gradient bytes on the wire, and
+nothing during forward or backward. `(1, 4, 1, 1)` puts every layer's activations on the col group: a
+forward all-reduce of Y (and of the LayerNorm statistics) per layer, in the middle of the computation,
+so the rank waits for it every time; and attention, which col does not split, is computed again on every
+col rank. Expect the col bars to be many and short, and the data bar one and long; expect col to cost
+more in total, because its volume grows with the tokens and its calls pay their latency (and, here,
+a wait for descheduled peers) once per layer (`gpulab.engine.perf.volume.collective_calls` lists every
+call)."""),
+    2: Answer(
+        text="""Yes, it comes back. A non-blocking MPI collective (MPI_Iallreduce and friends) moves data only
+while some thread of the rank is inside the MPI library: MPICH and Open MPI make progress in the calling
+thread unless an asynchronous progress thread is switched on (the MPI standard only promises progress
+inside MPI calls; MPICH's switch for a progress thread is `MPIR_CVAR_ASYNC_PROGRESS`). With progress `none` the rank computes and nobody calls MPI, so the
+collective sits until the final `wait`, and its whole time is exposed again. `poll` calls MPI_Test between
+kernels; `thread` keeps a thread inside MPI. On a GPU with NCCL, the collective runs as a kernel on its own
+stream and needs no host thread to progress."""),
+    3: Answer(
+        text="""The cache keeps every weight that the forward all-gathered over depth until backward uses it, so
+backward needs **no all-gathers** (each layer's backward one, and the LM head's forward one, which reuses
+the embedding's gathered `wte`; `gpulab.engine.perf.volume` docstring). The price is memory: about every
+block's gathered weights, `(12 · n_layer · n_embd² + vocab · n_embd) / (row · col)` values
+(`gpulab.engine.perf.terms.memory_terms`), instead of the `1/depth` shard. The kit's number below is the
+cache the notebook's overlap-on run measured (`on["memory"]["weight_cache"]`, in KiB): read it from the
+explorer's "cache KiB" column. With depth = 1 nothing is gathered and the cache holds nothing.""",
+        value=lambda ctx: ctx["weight_cache_bytes"] / 1024, unit="KiB", needs=("weight_cache_bytes",),
+        rel_tol=0.01, close_tol=0.1,
+        hint="The cache holds gathered (full-block) weights of every layer, not the 1/depth shards: "
+             "read the 'cache KiB' column of the overlap-on run."),
+    4: Answer(
+        text="""Here a collective is memory copies (shared memory, or TCP through the emulated link) done by the
+**same cores** that compute, and several ranks share each core (`gpulab.lessons.this_machine.describe`
+says how many here). Overlap can hide *waiting*: time a rank would spend blocked for a peer or for the
+link; the `hidden` time in the timelines is real. But it cannot make copies free, because the copy needs
+a core that is also computing, so the iteration shrinks much less than the hidden time. On a GPU node
+the copy engines and NVLink/NICs move the bytes while the SMs compute (NCCL runs in its own stream), so
+hidden communication is nearly free and overlap shortens the iteration by almost what it hides
+(docs/engine_overlap.md has the measurements on this kind of machine)."""),
+    5: Answer(
+        text="""The kit's number below is the median error of the model's iteration times over the notebook's
+sweep, `|predicted - measured| / measured`, in percent. On a shared laptop it is often tens of percent,
+because the model charges each collective its fitted cost while a rank on oversubscribed cores also waits
+for peers that the OS has descheduled. For choosing a grid the **order** matters, and the Spearman rank
+correlation printed under the sweep says how well the model orders the shapes (1 = the same order); the
+model's pick measured against the measured best says what a wrong order costs. What the model leaves out
+(`gpulab.engine.perf.predict`, docs/engine_model.md): load imbalance, contention between groups that share
+cores or links, the OS scheduler, and a matmul rate that changes with the matrix size. AxoNN uses its own
+model the same way: to shortlist shapes, then runs them.""",
+        value=_median_error, unit="%", needs=("sweep",), rel_tol=0.05, close_tol=0.25,
+        hint="Take |predicted - measured| / measured for each shape, then the median over the shapes "
+             "(not the mean, and not the error of the best shape only)."),
+    6: Answer(
+        text="""On a GPU, compute shrinks by one to two orders of magnitude against these cores while the bytes
+stay the same, so communication becomes the larger share of the iteration. `staged` means the engine
+copied each buffer to host memory, called MPI there, and copied back (MPI without CUDA support);
+`cuda-aware` means MPI read the device buffer directly (e.g. Open MPI or MPICH built with CUDA/UCX), which
+saves two PCIe copies per call. Overlap hides more on a GPU, because the transfer no longer needs the cores
+that compute, but only as much as there is compute to hide behind: with compute that small the exposed
+share can still grow. Without a GPU in this session, leave the menu on host: the question is for a GPU
+node."""),
+}
