@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 
-from gpulab.bcast.group import ISEND, POST, RECV, SENDRECV, WAIT, WAITALL, Op
-from gpulab.bcast.layouts import DEFAULT_CHUNK, heap, heap_subtree
+from gpulab.bcast.executor import ISEND, POST, RECV, SENDRECV, WAIT, WAITALL, Op
+from gpulab.bcast.tree_shapes import DEFAULT_CHUNK, heap, heap_subtree
 from gpulab.bcast.trees import absolute
 
 RECV_WINDOW = 8  # receives posted ahead, so a chunk never waits for its buffer to be posted

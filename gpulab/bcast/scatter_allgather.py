@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from gpulab.bcast.group import RECV, SEND, SENDRECV, Op
+from gpulab.bcast.executor import RECV, SEND, SENDRECV, Op
 from gpulab.bcast.trees import absolute
 
 

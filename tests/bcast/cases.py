@@ -156,7 +156,7 @@ def size_mismatch(world: MPI.Comm, algorithm: str, extra_bytes: int, nbytes: int
 def user_messages_untouched(world: MPI.Comm) -> list:
     """Messages of the user's own, pending on the same communicator with any tag (gpulab's included),
     are neither taken nor disturbed by broadcasts, pipelined or not."""
-    from gpulab.bcast.group import LAST_TAG, TAG
+    from gpulab.bcast.executor import LAST_TAG, TAG
 
     tags = [TAG, LAST_TAG, 7]
     sent = [world.isend(f"user {tag}", dest=1, tag=tag) for tag in tags] if world.rank == 0 else []
