@@ -4,14 +4,14 @@ A record (``Algorithm``) says what the executor runs (a schedule builder, or
 a runner on a Group for 'mpi' and 'hierarchical'), how the cost model prices
 it (its critical-path plan, its pipeline shape), which of its options the
 tuner and the model try (``tuned``), and where it appears (``featured``).
-``gpulab.bcast.algorithms`` (``ALGORITHMS``, option checks), ``model``
-(plans, candidates, ``best_chunk``), ``tuning`` (the sweep's candidates),
-``experiments``, ``drawings`` and ``gpulab bench`` read only this.
-docs/adding_an_algorithm.md adds one:
+``algorithms`` (``ALGORITHMS``, option checks), ``model`` (plans,
+``choices``, ``best_chunk``), ``experiments`` (the sweep's ``candidates``),
+``drawings``, ``placement`` and ``gpulab bench`` read the records, never a
+list of names. docs/adding_an_algorithm.md adds one:
 
-    register(Algorithm("reverse_chain", build=reverse_chain, plan=..., tuned=("chunk_bytes",), pipelined=True))
+    register(pipeline_record("reverse_chain", reverse_chain))     # a builder, one record
 
-Importing it loads no MPI (the runners look it up on use).
+Importing it starts no MPI (the builders and runners use the lazy idiom).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ latency per level: good for short messages, where latency dominates.
 Ranks are renumbered relative to the root, ``vr = (me - root) % p``, so the
 root is always vr = 0 (mpi4py's demo/reductions and MPICH do the same).
 
-Each function returns one rank's schedule (``group.Op``s in group indices),
+Each function returns one rank's schedule (``executor.Op``s in group indices),
 built once per (p, root, rank, size, options) and cached; ``algorithms``
 runs it. Who sends concurrently, and why:
 - binomial sends to its children one after another, largest subtree first,

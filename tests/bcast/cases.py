@@ -173,14 +173,14 @@ def user_messages_untouched(world: MPI.Comm) -> list:
 
 def freed_communicators_free_their_duplicates(world: MPI.Comm) -> int:
     """Each communicator broadcast over gets a private duplicate; freeing it frees that too."""
-    from gpulab.bcast import group
+    from gpulab.bcast import executor
 
-    before = len(group._private)
+    before = len(executor._private)
     for _ in range(100):
         comm = world.Dup()
         bcast(np.zeros(10), comm=comm, algorithm="chain")
         comm.Free()
-    return len(group._private) - before
+    return len(executor._private) - before
 
 
 def trace_pattern(world: MPI.Comm, algorithm: str, nbytes: int, options: dict) -> list | None:
