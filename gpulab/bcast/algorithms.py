@@ -131,7 +131,8 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
     if agreement.checking():  # before any check that could fail on some ranks only
         agreement.agree(private_comm(comm), name, int(root) if isinstance(root, (int, np.integer)) else repr(root),
                         options, _nbytes_or_error(buf))
-    if name not in REGISTRY:
+    record = REGISTRY.get(name)
+    if record is None:
         raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
     _check_root(root, comm)
     device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options} if options else {}
@@ -144,9 +145,9 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
         gpu.run_on_device(_run, name, data, int(root), private, options, **device_options)
         return buf
     g = Group(private, range(private.size), private.rank, name, private)
-    record = REGISTRY[name]
-    if record.build is not None:
-        schedule = schedule_of(name, g, data.nbytes, int(root), options)
+    build = record.build
+    if build is not None:
+        schedule = g.ranks(build(g.size, int(root), g.me, data.nbytes, **options))  # schedule_of, inlined
         if not options:
             _remember(name, buf, root, comm, g, schedule)
         execute(g, schedule, data)
