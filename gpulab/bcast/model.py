@@ -136,7 +136,7 @@ def mpich_choice(nbytes: int, p: int) -> str:
 
 
 def plan_of(algorithm: str, nbytes: float, p: int, serial: Callable[[float], bool],
-                  cost: Callable[[float], float] | None = None, **options) -> Plan:
+            cost: Callable[[float], float] | None = None, **options) -> Plan:
     """The Plan of one flat algorithm (not 'hierarchical', which the model composes from two), from
     its record in ``gpulab.bcast.registry``.
 
