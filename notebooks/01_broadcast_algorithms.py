@@ -83,7 +83,7 @@ engines
 
 # %%
 show_code("bcast/trees.py", "linear", "binomial", "knomial");
-show_code("bcast/layouts.py", "knomial_tree");
+show_code("bcast/tree_shapes.py", "knomial_tree");
 
 # %%
 show_patterns(runner, ["linear", "binomial", "knomial"], N_ENGINES, **TRACE);

@@ -130,7 +130,7 @@ assert fitted.fitted_p == N_ENGINES
 # %% [markdown]
 # ## 2 · Predicted vs measured
 # Each algorithm's time is the cost of the messages on its critical path
-# (`gpulab/bcast/schedules.py` follows the code step by step). Two models:
+# (`gpulab/bcast/critical_path.py` follows the code step by step). Two models:
 # **textbook** (one `a`, one `b`, nothing else) and the **fitted** one, which
 # adds what this machine does: the eager/single-copy switch, Python's
 # per-message overhead, and the fact that `N_ENGINES` ranks share the cores

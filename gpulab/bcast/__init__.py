@@ -7,13 +7,16 @@ Importing this package (or its model, sizes, drawings) never initialises MPI:
 the public names below are looked up in their modules on first use, so a
 notebook kernel can draw and model broadcasts without becoming an MPI process.
 
-Modules: algorithms (``ALGORITHMS``, ``bcast``), group (schedules and the one
-executor that runs them, with checked receives), layouts (the trees), trees,
-pipelined, scatter_allgather (each algorithm's cached schedule builder), hierarchical, trace; gpu,
-staging, nccl (device buffers); measure (OSU-style timing) and experiments
-(what ``gpulab tune`` measures); schedules, model, fit (cost model); tuning
-(the tuning file) and auto (``select``: what ``algorithm="auto"`` runs); report, sizes,
-drawings, tuning_plots.
+Modules: registry (one record per algorithm: what runs, how it is priced and
+tuned; everything below loops over it), algorithms (``ALGORITHMS``, ``bcast``),
+executor (schedules and the one executor that runs them, with checked
+receives), tree_shapes (the trees), trees, pipelined, scatter_allgather (each
+algorithm's cached schedule builder), hierarchical, native (MPI_Bcast), trace;
+gpu, staging, nccl (device buffers); measure (OSU-style timing) and
+experiments (what ``gpulab tune`` measures); critical_path, model, fit (cost
+model); tuning (the tuning file) and auto (``select``: what
+``algorithm="auto"`` runs); report, results, sizes, drawings, tuning_plots.
+docs/adding_an_algorithm.md adds an algorithm.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The broadcast registry: ``ALGORITHMS`` and ``bcast()``.
+"""The broadcast's entry points: ``bcast()`` and ``ALGORITHMS`` (one per record of ``registry``).
 
     from gpulab.bcast import bcast
     bcast(buf, root=0, comm=MPI.COMM_WORLD, algorithm="chain", chunk_bytes=1 << 16)
@@ -18,57 +18,27 @@ Two options apply to every algorithm for that: ``path`` ("auto",
 from __future__ import annotations
 
 import functools
-import inspect
 
 import numpy as np
 
 from gpulab.backend import is_device_array
-from gpulab.bcast import agreement, gpu, pipelined, scatter_allgather, trees, tuning
+from gpulab.bcast import agreement, gpu, registry, tuning
 from gpulab.bcast.auto import select
-from gpulab.bcast.group import Group, execute, mpi_buffer, on_free, private_comm
-from gpulab.bcast.hierarchical import hierarchical
+from gpulab.bcast.executor import Group, execute, on_free, private_comm
+from gpulab.bcast.registry import REGISTRY
 from gpulab.launch import lazy_mpi
 
 MPI = lazy_mpi(globals())
 
 
-def _native(g: Group, data, root: int) -> None:
-    """MPI's own MPI_Bcast: the baseline every algorithm is compared with."""
-    if g.native is None:
-        raise ValueError("the 'mpi' algorithm needs a communicator of exactly the group's ranks")
-    if g.stager is not None:  # staged device buffer: one message, so the copies cannot overlap it
-        g.stager.before_send(data)
-    g.native.Bcast(mpi_buffer(data), root)
-    if g.stager is not None and g.me != root:
-        g.stager.after_recv(data)
-
-
-# name -> schedule builder: builder(p, root, me, nbytes, **options) -> this rank's ops (cached)
-SCHEDULES = {
-    "linear": trees.linear,
-    "binomial": trees.binomial,
-    "knomial": trees.knomial,
-    "binary_tree": pipelined.binary_tree,
-    "split_binary_tree": pipelined.split_binary_tree,
-    "chain": pipelined.chain,
-    "scatter_allgather_rd": scatter_allgather.scatter_allgather_rd,
-    "scatter_allgather_ring": scatter_allgather.scatter_allgather_ring,
-}
-# every algorithm: its schedule builder, or what runs it on a Group (its options and docs come from here)
-_CORES = {**SCHEDULES, "hierarchical": hierarchical, "mpi": _native}
-_FLAT = [name for name in _CORES if name != "hierarchical"]
-
-
 def schedule_of(name: str, g: Group, nbytes: int, root: int, options: dict):
     """This rank's schedule for a flat algorithm, with communicator ranks as peers (cached)."""
-    return g.ranks(SCHEDULES[name](g.size, root, g.me, nbytes, **options))
+    return g.ranks(REGISTRY[name].build(g.size, root, g.me, nbytes, **options))
 
 
-@functools.cache
 def option_names(name: str) -> tuple[str, ...]:
-    """The keyword options an algorithm accepts (``run`` is internal to hierarchical)."""
-    params = inspect.signature(_CORES[name]).parameters.values()
-    return tuple(p.name for p in params if p.default is not inspect.Parameter.empty and p.name != "run")
+    """The keyword options an algorithm accepts (its record's, ``registry.Algorithm.options``)."""
+    return REGISTRY[name].options
 
 
 def _check_options(name: str, options: dict) -> None:
@@ -83,11 +53,11 @@ def _check_options(name: str, options: dict) -> None:
     radix = options.get("radix")
     if radix is not None and (not isinstance(radix, (int, np.integer)) or radix < 2):
         raise ValueError(f"radix must be an integer >= 2, got {radix!r}")
-    if name == "hierarchical":
+    if not REGISTRY[name].level:
         for level in ("inter", "intra"):
             sub = options.get(level, "binomial")
-            if sub not in _FLAT:
-                raise ValueError(f"{level}={sub!r} is not a flat algorithm; choose from {_FLAT}")
+            if sub not in REGISTRY or not REGISTRY[sub].level:
+                raise ValueError(f"{level}={sub!r} is not a flat algorithm; choose from {registry.level_names()}")
             _check_options(sub, options.get(level + "_options") or {})
 
 
@@ -114,12 +84,13 @@ def _run(name: str, g: Group, data, root: int, options: dict) -> None:
 
     ``run_algorithm`` has checked the options, both levels' too.
     """
-    if name in SCHEDULES:
+    record = REGISTRY[name]
+    if record.build is not None:
         execute(g, schedule_of(name, g, data.nbytes, root, options), data)
-    elif name == "hierarchical":
-        hierarchical(g, data, root, run=_run, **options)
-    else:
-        _native(g, data, root)
+    elif record.level:
+        record.run(g, data, root, **options)
+    else:  # it runs other algorithms at its levels
+        record.run(g, data, root, run=_run, **options)
 
 
 def byte_view(buf):
@@ -160,7 +131,8 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
     if agreement.checking():  # before any check that could fail on some ranks only
         agreement.agree(private_comm(comm), name, int(root) if isinstance(root, (int, np.integer)) else repr(root),
                         options, _nbytes_or_error(buf))
-    if name not in _CORES:
+    record = REGISTRY.get(name)
+    if record is None:
         raise ValueError(f"unknown broadcast algorithm {name!r}; valid names: {sorted(ALGORITHMS)}")
     _check_root(root, comm)
     device_options = {key: options.pop(key) for key in gpu.DEVICE_OPTIONS if key in options} if options else {}
@@ -173,14 +145,15 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
         gpu.run_on_device(_run, name, data, int(root), private, options, **device_options)
         return buf
     g = Group(private, range(private.size), private.rank, name, private)
-    if name in SCHEDULES:
-        schedule = schedule_of(name, g, data.nbytes, int(root), options)
+    build = record.build
+    if build is not None:
+        schedule = g.ranks(build(g.size, int(root), g.me, data.nbytes, **options))  # schedule_of, inlined
         if not options:
             _remember(name, buf, root, comm, g, schedule)
         execute(g, schedule, data)
         return buf
-    if name == "mpi":
-        _remember(name, buf, root, comm, g, None)
+    if record.level and not options:  # a flat runner ('mpi')
+        _remember(name, buf, root, comm, g, record.run)
     _run(name, g, data, int(root), options)
     return buf
 
@@ -194,7 +167,7 @@ def _check_root(root, comm) -> None:
 # again and again, and a 1 KiB MPI_Bcast takes a few microseconds, so every check and decision
 # is made once. (id of the user's communicator, algorithm as asked ("auto" too), root, nbytes)
 # -> (Group, schedule, the communicator, tuning generation) for host arrays called without options.
-# (schedule None: MPI's own Bcast.) Holding the communicator keeps its id from being reused;
+# (a function in place of the schedule: a flat runner such as MPI's own Bcast.) Holding the communicator keeps its id from being reused;
 # freeing it forgets every plan, and an "auto" plan made before the tuning file changed is
 # decided again.
 _plans: dict = {}
@@ -214,10 +187,10 @@ def _repeat(name: str, buf, root, comm) -> bool:
     data = _host_bytes(buf)
     if data is None:  # read-only or strided: the full checks say what is wrong
         return False
-    if plan[1] is None:
-        _native(plan[0], data, root)
-    else:
+    if type(plan[1]) is tuple:
         execute(plan[0], plan[1], data)
+    else:
+        plan[1](plan[0], data, root)
     return True
 
 
@@ -243,9 +216,29 @@ def _remember(name: str, buf, root, comm, g: Group, schedule) -> None:
         _plans[(id(comm), name, root, buf.nbytes)] = (g, schedule, comm, tuning.generation)
 
 
-ALGORITHMS = {name: functools.partial(run_algorithm, name) for name in _CORES}
-for _name, _f in ALGORITHMS.items():
-    _f.__doc__ = _CORES[_name].__doc__
+def _entry(name: str) -> functools.partial:
+    entry = functools.partial(run_algorithm, name)
+    record = REGISTRY[name]
+    entry.__doc__ = (record.build or record.run).__doc__
+    return entry
+
+
+ALGORITHMS = {name: _entry(name) for name in REGISTRY}
+
+
+def _registry_changed() -> None:
+    """Follow ``registry.register``/``unregister``: entries, and every decision cached by name."""
+    for name, entry in list(ALGORITHMS.items()):
+        if name not in REGISTRY and isinstance(entry, functools.partial) and entry.func is run_algorithm:
+            del ALGORITHMS[name]
+    for name in REGISTRY:
+        if name not in ALGORITHMS:
+            ALGORITHMS[name] = _entry(name)
+    _checked.clear()
+    _plans.clear()
+
+
+registry.changed.append(_registry_changed)
 
 
 def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
@@ -262,10 +255,12 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
         return buf
     decision = select(buf.nbytes if isinstance(buf, np.ndarray) else byte_view(buf).nbytes, comm)
     run_algorithm(decision.name, buf, root, comm, **decision.options)
-    if decision.name in (*SCHEDULES, "mpi") and type(buf) is np.ndarray:  # remember what auto ran, options too
+    record = REGISTRY[decision.name]
+    if record.level and (record.build is not None or not decision.options) and type(buf) is np.ndarray:
+        # remember what auto ran, options too
         private = private_comm(comm)
         g = Group(private, range(private.size), private.rank, decision.name, private)
         schedule = schedule_of(decision.name, g, buf.nbytes, int(root), decision.options) \
-            if decision.name in SCHEDULES else None
+            if record.build is not None else record.run
         _remember("auto", buf, root, comm, g, schedule)
     return buf

@@ -84,11 +84,11 @@ def planned_events(algorithm: str, p: int, nbytes: int, root: int = 0, **options
     """The messages of a flat algorithm's broadcast as trace events, read from the schedules that
     ``execute`` runs (no MPI): what a trace of it records, but for the times. ``t_start`` is the
     send's position in its rank's schedule, which orders the phases as a trace's times do."""
-    from gpulab.bcast.algorithms import SCHEDULES  # on use: importing the drawings stays light
+    from gpulab.bcast.registry import get  # on use: importing the drawings stays light
 
     return [{"algorithm": algorithm, "phase": op.phase, "step": op.step, "src": me, "dst": op.peer,
              "nbytes": op.hi - op.lo, "t_start": float(i), "t_end": float(i), "path": "host"}
-            for me in range(p) for i, op in enumerate(SCHEDULES[algorithm](p, root, me, nbytes, **options))
+            for me in range(p) for i, op in enumerate(get(algorithm).build(p, root, me, nbytes, **options))
             if op.phase]  # only sends carry a phase
 
 

@@ -16,20 +16,16 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from gpulab.bcast import measure
+from gpulab.bcast import measure, registry
 from gpulab.bcast.algorithms import ALGORITHMS, run_algorithm
 from gpulab.bcast.auto import reload, select
 from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
-from gpulab.bcast.model import PIPELINED, Machine, best_chunk
-from gpulab.bcast.tuning import CHUNKS, MARGIN, RADICES, build_table, candidates, choose_measured
+from gpulab.bcast.model import Machine, best_chunk
+from gpulab.bcast.tuning import CHUNKS, MARGIN, RADICES, build_table, choose_measured
 from gpulab.launch import first_ranks
 
 CONFIRM = 4  # interleaved confirmation rounds of the sweep's winner against MPI_Bcast
 MAX_CONFIRMS = 3  # candidates confirmed per size before MPI_Bcast is kept
-
-DEFAULT_ALGORITHMS = ("linear", "binomial", "knomial", "binary_tree", "split_binary_tree", "chain",
-                      "scatter_allgather_rd", "scatter_allgather_ring", "hierarchical", "mpi")
-
 
 @contextmanager
 def auto_registered(table=None):
@@ -68,9 +64,11 @@ def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_bud
     """
     rows = []
     for nbytes in sizes:
-        extra = {best_chunk(a, nbytes, comm.size, machine) for a in PIPELINED} if machine and comm.size > 1 else ()
+        extra = {best_chunk(a, nbytes, comm.size, machine) for a in registry.pipelined_names()} \
+            if machine and comm.size > 1 else ()
         here = []
-        for name, options in candidates(nbytes, comm.size, chunks, radices, extra):
+        for name, options in registry.candidates(nbytes, comm.size, radices=radices, chunks=chunks,
+                                                 extra_chunks=extra):
             here.append(_measure(comm, name, nbytes, time_budget, **options))
             if progress:
                 progress(here[-1])
@@ -141,10 +139,11 @@ def _best_of_rounds(comm, names_options, nbytes, time_budget, rounds):
     return list(best.values())
 
 
-def compare(comm, sizes, *, table, time_budget, algorithms=DEFAULT_ALGORITHMS, rounds=3, progress=None) -> list | None:
-    """At each size: auto (with the table), MPI_Bcast, and every fixed algorithm at its default options."""
+def compare(comm, sizes, *, table, time_budget, algorithms=None, rounds=3, progress=None) -> list | None:
+    """At each size: auto (with the table), MPI_Bcast, and every fixed flat algorithm (default: every
+    registered one) at its default options."""
     reload()  # every rank re-reads the tuning file now, together
-    fixed = [a for a in algorithms if a not in ("mpi", "hierarchical")]
+    fixed = [a for a in algorithms or registry.names() if a != "mpi" and registry.get(a).level]
     rows = []
     with auto_registered(table):
         for nbytes in sizes:
@@ -160,13 +159,14 @@ def compare(comm, sizes, *, table, time_budget, algorithms=DEFAULT_ALGORITHMS, r
     return rows if comm.rank == 0 else None
 
 
-def accuracy(comm, sizes, *, time_budget, algorithms=DEFAULT_ALGORITHMS, ranks_per_node=2, rounds=2,
+def accuracy(comm, sizes, *, time_budget, algorithms=None, ranks_per_node=2, rounds=2,
              progress=None) -> list | None:
-    """Every algorithm at its default options (hierarchical on emulated nodes of ``ranks_per_node``)."""
+    """Every algorithm (default: every registered one) at its default options (those that take
+    ``ranks_per_node``, hierarchical, on emulated nodes of that many ranks)."""
     rows = []
     for nbytes in sizes:
-        options = [(name, {"ranks_per_node": ranks_per_node} if name == "hierarchical" else {})
-                   for name in algorithms]
+        options = [(name, {"ranks_per_node": ranks_per_node} if "ranks_per_node" in registry.get(name).options
+                    else {}) for name in algorithms or registry.names()]
         here = _best_of_rounds(comm, options, nbytes, time_budget, rounds)
         rows += here
         if progress:

@@ -25,7 +25,7 @@ import statistics
 import numpy as np
 
 from gpulab.bcast.algorithms import run_algorithm
-from gpulab.bcast.group import Group
+from gpulab.bcast.executor import Group
 from gpulab.bcast.hierarchical import node_of_rank
 from gpulab.bcast.model import Hockney, Link, Machine
 from gpulab.machines.linefit import relative_line

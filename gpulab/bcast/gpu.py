@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpulab.backend import device_of, is_device_array
-from gpulab.bcast.group import Group
+from gpulab.bcast.executor import Group
 from gpulab.bcast.staging import DEFAULT_STAGING_CHUNK, Stager
 from gpulab.mpi_cuda import check_path, choose_path
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from gpulab.bcast.group import Group
+from gpulab.bcast.executor import Group
 from gpulab.launch import lazy_mpi
 
 MPI = lazy_mpi(globals())

@@ -1,7 +1,7 @@
 """Alpha-beta (Hockney) cost model of every broadcast algorithm in ``ALGORITHMS``.
 
 One message of s bytes costs ``alpha + s * beta``. An algorithm's time is the
-cost of the messages on its critical path (``gpulab.bcast.schedules``), e.g.
+cost of the messages on its critical path (``gpulab.bcast.critical_path``), e.g.
 binomial ceil(log2 p)(a + n b), chain (p + k - 2)(a + (n/k) b); hierarchical
 adds an inter-node and an intra-node broadcast with their own alpha and beta.
 
@@ -27,15 +27,18 @@ The profiles of clusters (``gpulab.bcast.profiles``) use plain Hockney, and
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import asdict, dataclass, field, replace
+from typing import Callable
 
+from gpulab.bcast import registry
+from gpulab.bcast.critical_path import REPLAY_MAX_P, Plan, nominal, replay
 from gpulab.bcast.placement import PLACED, placed
-from gpulab.bcast.schedules import pipeline_shape, schedule
+from gpulab.bcast.tree_shapes import DEFAULT_CHUNK
 from gpulab.bcast.tuning import load, table_path
 
-PIPELINED = ("chain", "binary_tree", "split_binary_tree")
 # MPICH's default selection (MPIR_CVAR_BCAST_SHORT_MSG_SIZE, _LONG_MSG_SIZE, _MIN_PROCS), used for 'mpi'
 MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS = 12288, 524288, 8
 
@@ -104,7 +107,7 @@ class Machine:
 
 @dataclass(frozen=True)
 class MessageCost:
-    """Seconds of one message of n bytes over ``link`` (hashable: schedules cache by it)."""
+    """Seconds of one message of n bytes over ``link`` (hashable: the critical paths cache by it)."""
     link: Link
     overhead: float = 0.0
 
@@ -135,6 +138,45 @@ def mpich_choice(nbytes: int, p: int) -> str:
     if p & (p - 1) == 0 and nbytes < MPICH_LONG:
         return "scatter_allgather_rd"
     return "scatter_allgather_ring"
+
+
+def plan_of(algorithm: str, nbytes: float, p: int, serial: Callable[[float], bool],
+            cost: Callable[[float], float] | None = None, **options) -> Plan:
+    """The Plan of one flat algorithm (not 'hierarchical', which the model composes from two), from
+    its record in ``gpulab.bcast.registry``.
+
+    ``serial(bytes)``: do one rank's concurrent sends of that size queue? ``cost(bytes)``, the
+    seconds of one message, picks the critical path of the algorithms replayed from their
+    schedules (``Algorithm.replayed``); without it a message costs its bytes plus a 1 KiB-equivalent
+    latency. Replaying costs O(p^2) Python steps for the ring, so beyond ``REPLAY_MAX_P`` ranks
+    (profiles of large machines) their closed forms are used for the path (tests/bcast/test_model.py
+    checks they charge the replay's seconds within 0.1% at every p up to ``REPLAY_MAX_P``); the
+    total work, which only matters where ranks outnumber cores, is charged approximately there.
+    """
+    record = registry.get(algorithm)
+    if record.plan is None and p >= 2:
+        raise ValueError(f"no critical path for algorithm {algorithm!r}")
+    if record.replayed and 2 <= p <= REPLAY_MAX_P:
+        return replay(record.build, int(math.ceil(nbytes)), int(p), cost or nominal)
+    given = tuple(sorted((k, v) for k, v in options.items() if v is not None and k in record.options))
+    chunk = dict(given).get("chunk_bytes") or DEFAULT_CHUNK
+    return _plan(record, float(nbytes), int(p), bool(serial(nbytes)), bool(serial(min(chunk, nbytes))), given)
+
+
+@functools.lru_cache(maxsize=65536)
+def _plan(record: registry.Algorithm, nbytes: float, p: int, serial_n: bool, serial_chunk: bool,
+          options: tuple) -> Plan:
+    if p < 2:
+        return Plan((), ())
+    return record.plan(nbytes, p, serial_n, serial_chunk, **dict(options))
+
+
+def pipeline_shape(algorithm: str, p: int, serial: bool) -> tuple[int, int]:
+    """(D, F) of a pipelined algorithm (``critical_path.pipeline_shape`` on its schedules)."""
+    record = registry.get(algorithm)
+    if not record.pipelined:
+        raise ValueError(f"{algorithm!r} is not a pipelined algorithm")
+    return record.shape(p, serial)
 
 
 def _sum(messages, link: Link, overhead: float, scale: float = 1.0) -> tuple[float, float]:
@@ -169,8 +211,7 @@ def _flat(algorithm: str, nbytes: float, p: int, link: Link, machine: Machine, o
         return ZERO
     if algorithm == "mpi":  # MPICH's own choice, executed in C
         algorithm, overhead = mpich_choice(int(nbytes), p), 0.0
-    plan = schedule(algorithm, nbytes, p, link.serial, options.get("chunk_bytes"), options.get("radix") or 4,
-                    cost=MessageCost(link, overhead))
+    plan = plan_of(algorithm, nbytes, p, link.serial, MessageCost(link, overhead), **options)
     ranks = ranks or p
     slow = stretch(machine, ranks)
     if link is machine.inter and machine.notes.get("nodes_from") == "split_type":
@@ -242,10 +283,12 @@ def best_chunk(algorithm: str, nbytes: int, p: int, machine: Machine | None = No
     regime edges are compared with the full model, so the answer is no worse
     than any other chunk size by ``predict``.
     """
-    if algorithm not in PIPELINED:
-        raise ValueError(f"best_chunk is for the pipelined algorithms {PIPELINED}, not {algorithm!r}")
+    record = registry.get(algorithm)
+    if not record.pipelined:
+        raise ValueError(f"best_chunk is for the pipelined algorithms {registry.pipelined_names()}, "
+                         f"not {algorithm!r}")
     machine = machine or load_machine()
-    n = nbytes / 2 if algorithm == "split_binary_tree" else nbytes
+    n = nbytes * record.share  # the bytes one pipeline carries (the split tree's: half)
     if n < 1 or p < 2:
         return max(1, int(math.ceil(n)))
     link = machine.link(p)
@@ -253,7 +296,7 @@ def best_chunk(algorithm: str, nbytes: int, p: int, machine: Machine | None = No
     regimes = [(link.small, 1, math.inf)] if link.switch is None else [
         (link.small, 1, link.switch - 1), (link.large or link.small, link.switch, math.inf)]
     for h, lo, hi in regimes:
-        d, f = pipeline_shape(algorithm, p, link.serial(lo))
+        d, f = record.shape(p, link.serial(lo))
         alpha = h.alpha + machine.overhead
         k_star = math.sqrt(max(d - f, 0) * n * h.beta / (f * alpha)) if alpha > 0 and f else 1.0
         for k in (math.floor(k_star) - 1, math.floor(k_star), math.ceil(k_star), math.ceil(k_star) + 1):
@@ -265,11 +308,10 @@ def best_chunk(algorithm: str, nbytes: int, p: int, machine: Machine | None = No
     return min(candidates, key=lambda c: (predict(algorithm, nbytes, p, machine, chunk_bytes=c), -c))
 
 
-def candidates(nbytes: int, p: int, machine: Machine) -> list[tuple[str, dict]]:
-    """Every (algorithm, options) the model-based choice considers, with model-optimal chunks."""
-    out = [("mpi", {}), ("linear", {}), ("binomial", {}), ("scatter_allgather_rd", {}), ("scatter_allgather_ring", {})]
-    out += [("knomial", {"radix": r}) for r in (3, 4, 8) if r < p]
-    out += [(a, {"chunk_bytes": best_chunk(a, nbytes, p, machine)}) for a in PIPELINED]
+def choices(nbytes: int, p: int, machine: Machine) -> list[tuple[str, dict]]:
+    """Every (algorithm, options) the model-based choice considers: the registry's candidates at
+    model-optimal chunks, and on a machine of several nodes the hierarchical broadcasts."""
+    out = registry.candidates(nbytes, p, best_chunk=lambda a: best_chunk(a, nbytes, p, machine))
     if machine.ranks_per_node is not None and machine.ranks_per_node < p:
         nodes, local = math.ceil(p / machine.ranks_per_node), machine.ranks_per_node
         inter_chunk = best_chunk("chain", nbytes, nodes, level(machine, "inter"))
@@ -289,7 +331,7 @@ def level(machine: Machine, which: str) -> Machine:
 
 def choose(nbytes: int, p: int, machine: Machine) -> tuple[str, dict, list[tuple[float, str, dict]]]:
     """The model's pick: (algorithm, options, ranking as (seconds, algorithm, options), fastest first)."""
-    ranking = sorted(((predict(a, nbytes, p, machine, **o), a, o) for a, o in candidates(nbytes, p, machine)),
+    ranking = sorted(((predict(a, nbytes, p, machine, **o), a, o) for a, o in choices(nbytes, p, machine)),
                      key=lambda r: r[0])
     return ranking[0][1], ranking[0][2], ranking
 

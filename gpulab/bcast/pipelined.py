@@ -6,7 +6,7 @@ while chunk c+1 is still arriving, so every link is busy at once. Costs
 2(h + k - 1)(a + nb/k) for height h. Small chunks hide more latency per hop
 but pay alpha more often; ``gpulab.bcast.model.best_chunk`` gives the optimum.
 
-Each function returns one rank's schedule (``group.Op``s in group indices),
+Each function returns one rank's schedule (``executor.Op``s in group indices),
 built once per (p, root, rank, size, chunk) and cached. Sends are posted as
 soon as their chunk is there (Isend) and receives RECV_WINDOW chunks ahead:
 overlap is the point of a pipeline.
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import functools
 
-from gpulab.bcast.group import ISEND, POST, RECV, SENDRECV, WAIT, WAITALL, Op
-from gpulab.bcast.layouts import DEFAULT_CHUNK, heap, heap_subtree
+from gpulab.bcast.executor import ISEND, POST, RECV, SENDRECV, WAIT, WAITALL, Op
+from gpulab.bcast.tree_shapes import DEFAULT_CHUNK, heap, heap_subtree
 from gpulab.bcast.trees import absolute
 
 RECV_WINDOW = 8  # receives posted ahead, so a chunk never waits for its buffer to be posted

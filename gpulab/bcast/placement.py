@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import math
 
-from gpulab.bcast import pipelined, trees
-from gpulab.bcast.group import SEND
-from gpulab.bcast.layouts import DEFAULT_CHUNK
+from gpulab.bcast import registry
+from gpulab.bcast.executor import SEND
+from gpulab.bcast.tree_shapes import DEFAULT_CHUNK
 
 PLACED = ("linear", "binomial", "knomial", "chain")  # the flat algorithms priced message by message
 
 
 def _schedule(algorithm: str, p: int, root: int, me: int, nbytes: int, options: dict):
-    if algorithm == "chain":
-        return pipelined.chain(p, root, me, nbytes, options.get("chunk_bytes") or DEFAULT_CHUNK)
-    if algorithm == "knomial":
-        return trees.knomial(p, root, me, nbytes, options.get("radix") or 4)
-    return getattr(trees, algorithm)(p, root, me, nbytes)
+    record = registry.get(algorithm)  # options left unset (None) take the builder's defaults
+    return record.build(p, root, me, nbytes, **{k: v for k, v in options.items() if v and k in record.options})
 
 
 def _sends(algorithm: str, p: int, root: int, me: int, nbytes: int, options: dict) -> list[tuple[int, int, bool]]:

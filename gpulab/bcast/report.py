@@ -11,8 +11,9 @@ from functools import partial
 
 import numpy as np
 
+from gpulab.bcast import registry
 from gpulab.bcast.fit import summary
-from gpulab.bcast.model import PIPELINED, Machine, best_chunk, load_machine, predict, textbook
+from gpulab.bcast.model import Machine, best_chunk, load_machine, predict, textbook
 from gpulab.bcast.sizes import format_size
 from gpulab.bcast.tuning import table_path, update
 
@@ -147,7 +148,7 @@ def crossovers(machine, p: int, algorithms, lo: int = 1 << 10, hi: int = 64 << 2
 def fastest_algorithm(machine, p: int, algorithms, nbytes: int) -> str:
     """The one of ``algorithms`` that the model predicts fastest (pipelined ones at their best chunk)."""
     def t(a):
-        opts = {"chunk_bytes": best_chunk(a, nbytes, p, machine)} if a in PIPELINED else {}
+        opts = {"chunk_bytes": best_chunk(a, nbytes, p, machine)} if registry.get(a).pipelined else {}
         return predict(a, nbytes, p, machine, **opts)
     return min(algorithms, key=t)
 

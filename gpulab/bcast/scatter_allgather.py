@@ -6,7 +6,7 @@ rank sends and receives about 2n(p-1)/p bytes in total instead of n per tree
 level, which is why MPICH switches to these for long messages:
   recursive doubling: 2 log2(p) a + 2((p-1)/p) n b   (power-of-two p)
   ring:               (log2 p + p - 1) a + 2((p-1)/p) n b
-Each function returns one rank's schedule (``group.Op``s in group indices),
+Each function returns one rank's schedule (``executor.Op``s in group indices),
 built once per (p, root, rank, size) and cached. Every step is one blocking
 Send, Recv or Sendrecv: each depends on the one before, so there is nothing to overlap.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 
-from gpulab.bcast.group import RECV, SEND, SENDRECV, Op
+from gpulab.bcast.executor import RECV, SEND, SENDRECV, Op
 from gpulab.bcast.trees import absolute
 
 

@@ -5,7 +5,7 @@ latency per level: good for short messages, where latency dominates.
 Ranks are renumbered relative to the root, ``vr = (me - root) % p``, so the
 root is always vr = 0 (mpi4py's demo/reductions and MPICH do the same).
 
-Each function returns one rank's schedule (``group.Op``s in group indices),
+Each function returns one rank's schedule (``executor.Op``s in group indices),
 built once per (p, root, rank, size, options) and cached; ``algorithms``
 runs it. Who sends concurrently, and why:
 - binomial sends to its children one after another, largest subtree first,
@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import functools
 
-from gpulab.bcast.group import ISEND, RECV, SEND, Op
-from gpulab.bcast.layouts import knomial_tree
+from gpulab.bcast.executor import ISEND, RECV, SEND, Op
+from gpulab.bcast.tree_shapes import knomial_tree
 
 
 def absolute(v: int, root: int, p: int) -> int:
@@ -54,7 +54,7 @@ def knomial(p: int, root: int, me: int, nbytes: int, radix: int = 4) -> tuple[Op
 
 
 def _tree(p: int, root: int, me: int, nbytes: int, radix: int, send: str) -> tuple[Op, ...]:
-    """The k-nomial tree of ``layouts.knomial_tree``: receive from the parent, then send to the children."""
+    """The k-nomial tree of ``tree_shapes.knomial_tree``: receive from the parent, then send to the children."""
     vr = (me - root) % p
     parent, children = knomial_tree(p, radix)[vr]
     ops = [] if parent is None else [Op(RECV, absolute(parent, root, p), 0, nbytes)]

@@ -24,8 +24,8 @@ from pathlib import Path
 
 VERSION = 1
 ENV = "GPULAB_TUNING_TABLE"
-CHUNKS = (16 << 10, 64 << 10, 256 << 10, 1 << 20)
-RADICES = (3, 4, 8)
+CHUNKS = (16 << 10, 64 << 10, 256 << 10, 1 << 20)  # chunk sizes the sweep measures (gpulab.bcast.registry)
+RADICES = (3, 4, 8)  # radices the sweep measures and the model compares, those below p
 MARGIN = 0.10  # an algorithm must beat MPI_Bcast by this much, in the sweep and in the confirmation, to replace it
 
 
@@ -103,16 +103,6 @@ def lookup(data: dict | None, nbytes: int, p: int) -> dict | None:
         if entry["lo"] <= nbytes and (entry["hi"] is None or nbytes < entry["hi"]):
             return entry
     return None
-
-
-def candidates(nbytes: int, p: int, chunks=CHUNKS, radices=RADICES, extra_chunks=()) -> list[tuple[str, dict]]:
-    """What the sweep measures at one size: every algorithm, chunk sizes below the message, radices below p."""
-    out = [("mpi", {}), ("linear", {}), ("binomial", {}), ("scatter_allgather_rd", {}),
-           ("scatter_allgather_ring", {})]
-    out += [("knomial", {"radix": r}) for r in radices if r < p]
-    sizes = sorted({c for c in (*chunks, *extra_chunks) if c < nbytes}) or [nbytes]
-    out += [(a, {"chunk_bytes": int(c)}) for a in ("chain", "binary_tree", "split_binary_tree") for c in sizes]
-    return out
 
 
 def _key(name: str, options: dict) -> str:

@@ -13,7 +13,8 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from gpulab.bcast.model import PIPELINED, best_chunk, Machine, predict
+from gpulab.bcast import registry
+from gpulab.bcast.model import best_chunk, Machine, predict
 from gpulab.bcast.report import compare_rows
 from gpulab.bcast.sizes import format_size
 
@@ -140,7 +141,7 @@ def scale_plot(machine, nbytes: int, p_values, algorithms, ax=None, **options_by
         times = []
         for p in p_values:
             opts = dict(options_by_algorithm.get(algorithm, {}))
-            if algorithm in PIPELINED and "chunk_bytes" not in opts:
+            if registry.get(algorithm).pipelined and "chunk_bytes" not in opts:
                 opts["chunk_bytes"] = best_chunk(algorithm, nbytes, p, machine)
             times.append(predict(algorithm, nbytes, p, machine, **opts) * 1e3)
         ax.plot(p_values, times, "o-", ms=3, label=algorithm)

@@ -16,10 +16,9 @@ import json
 import sys
 
 from gpulab.backend import DEVICES
-from gpulab.bcast import nccl
+from gpulab.bcast import nccl, registry
 from gpulab.bcast.algorithms import ALGORITHMS
 from gpulab.bcast.measure import sweep
-from gpulab.bcast.model import PIPELINED
 from gpulab.bcast.sizes import format_size
 from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
                                radix, size, sizes, usage_error)
@@ -32,7 +31,17 @@ from gpulab.jobsite import record_topology
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
 
 
-LEVEL_ALGORITHMS = tuple(sorted(name for name in ALGORITHMS if name != "hierarchical"))
+class _LevelAlgorithms:
+    """--inter/--intra's choices: the registry's flat algorithms when parsing, not when this module loaded."""
+
+    def __contains__(self, name) -> bool:
+        return name in registry.level_names()
+
+    def __iter__(self):
+        return iter(sorted(registry.level_names()))
+
+
+LEVEL_ALGORITHMS = _LevelAlgorithms()
 
 
 def add_parser(subparsers) -> None:
@@ -128,7 +137,7 @@ def _level_options(args) -> dict:
         name = getattr(args, level)
         if name:
             options[level] = name
-            if name in PIPELINED and args.chunk_bytes:
+            if registry.get(name).pipelined and args.chunk_bytes:
                 options[level + "_options"] = {"chunk_bytes": args.chunk_bytes}
     return options
 

@@ -15,7 +15,7 @@ from importlib import import_module
 _HOMES = {
     "pattern_figure": "gpulab.bcast.drawings", "sweep_figure": "gpulab.bcast.drawings",
     "ClusterPanel": "gpulab.widgets.cluster_panel", "notebook_engines": "gpulab.widgets.cluster_panel",
-    "BcastExplorer": "gpulab.widgets.explorer", "crossover": "gpulab.widgets.explorer",
+    "BcastExplorer": "gpulab.widgets.explorer", "crossover": "gpulab.bcast.results",
     "PatternView": "gpulab.widgets.pattern", "patterns_figure": "gpulab.widgets.pattern",
     "show_patterns": "gpulab.widgets.pattern",
     "as_image": "gpulab.widgets.plots", "size_label": "gpulab.widgets.plots",

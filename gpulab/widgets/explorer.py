@@ -23,19 +23,19 @@ buffers are labelled with the device and the path taken.
 from __future__ import annotations
 
 import html
-import statistics
 import time
 
 import ipywidgets as W
 from IPython.display import display
 
 from gpulab.backend import DEVICES
+from gpulab.bcast import registry
 from gpulab.bcast.drawings import series_of, sweep_figure
+from gpulab.bcast.results import median_row
 from gpulab.widgets.plots import as_image, size_label
 
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
-DEFAULT_ALGORITHMS = ("binomial", "chain", "scatter_allgather_ring")
 ROUNDS = 3  # rounds per point by default: the least that has a median and a spread
 # A redraw renders the figure to PNG, about half a CPU-second: during a run, at most one a second (a
 # run of small sizes once redrew after every curve of every round and spent most of its time drawing)
@@ -45,7 +45,9 @@ REDRAW_EVERY_S = 1.0
 class BcastExplorer(W.VBox):
     """Controls + progress + plot + table over a runner (see gpulab.cluster.bcast_runner)."""
 
-    def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=DEFAULT_ALGORITHMS, rounds: int = ROUNDS):
+    def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=None, rounds: int = ROUNDS):
+        """``algorithms``: those chosen at first (default: the registry's featured ones)."""
+        algorithms = registry.featured_names() if algorithms is None else algorithms
         self.runner, self.results, self._runs = runner, [], 0
         self._drawn = (0.0, None)  # when the figure was last drawn, and after which measurement
         names = [a for a in runner.algorithms if a != "mpi"]
@@ -158,16 +160,6 @@ class BcastExplorer(W.VBox):
         self._drawn = (time.monotonic(), (self._runs, self.progress.value))
 
 
-def median_row(rounds: list[dict], run: int) -> dict:
-    """One point from its rounds: the median round's time (and bandwidth from it), the rounds' times kept
-    for the spread; valid only if every round was."""
-    times = [r["avg_us"] for r in rounds]
-    median = statistics.median(times)
-    bandwidth = rounds[0]["nbytes"] / median / 1e3 if median > 0 else 0.0  # GB/s; broadcast: busbw = algbw
-    return dict(rounds[0], run=run, avg_us=median, algbw_GBps=bandwidth, busbw_GBps=bandwidth, rounds_us=times,
-                valid=all(r["valid"] for r in rounds))
-
-
 def results_html(rows: list[dict], last: int = 12) -> str:
     """The last few result rows as a small HTML table."""
     head = "<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th><th>valid</th></tr>"
@@ -176,10 +168,3 @@ def results_html(rows: list[dict], last: int = 12) -> str:
                    f"<td>{r['valid']}</td></tr>" for r in rows[-last:])
     return f"<table>{head}{body}</table>" if rows else ""
 
-
-def crossover(rows: list[dict], fast: str, slow: str) -> int | None:
-    """Smallest size from which algorithm `fast` beats `slow` at every larger size measured (None: never)."""
-    avg = {(r["algorithm"], r["nbytes"]): r["avg_us"] for r in rows}
-    sizes = sorted(n for a, n in avg if a == fast and (slow, n) in avg)
-    wins = [avg[fast, n] < avg[slow, n] for n in sizes]
-    return next((n for i, n in enumerate(sizes) if all(wins[i:])), None)

@@ -156,7 +156,7 @@ def size_mismatch(world: MPI.Comm, algorithm: str, extra_bytes: int, nbytes: int
 def user_messages_untouched(world: MPI.Comm) -> list:
     """Messages of the user's own, pending on the same communicator with any tag (gpulab's included),
     are neither taken nor disturbed by broadcasts, pipelined or not."""
-    from gpulab.bcast.group import LAST_TAG, TAG
+    from gpulab.bcast.executor import LAST_TAG, TAG
 
     tags = [TAG, LAST_TAG, 7]
     sent = [world.isend(f"user {tag}", dest=1, tag=tag) for tag in tags] if world.rank == 0 else []
@@ -173,14 +173,14 @@ def user_messages_untouched(world: MPI.Comm) -> list:
 
 def freed_communicators_free_their_duplicates(world: MPI.Comm) -> int:
     """Each communicator broadcast over gets a private duplicate; freeing it frees that too."""
-    from gpulab.bcast import group
+    from gpulab.bcast import executor
 
-    before = len(group._private)
+    before = len(executor._private)
     for _ in range(100):
         comm = world.Dup()
         bcast(np.zeros(10), comm=comm, algorithm="chain")
         comm.Free()
-    return len(group._private) - before
+    return len(executor._private) - before
 
 
 def trace_pattern(world: MPI.Comm, algorithm: str, nbytes: int, options: dict) -> list | None:

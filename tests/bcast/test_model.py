@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from gpulab.bcast import ALGORITHMS, report
-from gpulab.bcast.model import (Hockney, Link, Machine, PIPELINED, best_chunk, breakdown, choose, mpich_choice,
+from gpulab.bcast import ALGORITHMS, registry, report
+from gpulab.bcast.model import (Hockney, Link, Machine, best_chunk, breakdown, choose, mpich_choice,
                                 predict, stretch, textbook)
 from gpulab.bcast.profiles import PROFILES, profile, table
 
@@ -59,7 +59,7 @@ def test_mpi_is_mpich_rule_in_c():
 
 
 @pytest.mark.parametrize("machine", [PLAIN, REAL, TWO_LEVEL])
-@pytest.mark.parametrize("algorithm", PIPELINED)
+@pytest.mark.parametrize("algorithm", registry.pipelined_names())
 @pytest.mark.parametrize("p", [2, 3, 6, 9])
 def test_best_chunk_is_no_worse_than_any_chunk(machine, algorithm, p):
     n = 3000 if machine is not REAL else 40_000  # brute force over every chunk size
@@ -152,17 +152,19 @@ def test_replayed_scatter_allgather_path_equals_the_closed_form_used_at_scale():
     """Up to REPLAY_MAX_P ranks the model replays the scatter-allgather schedules; beyond, closed
     forms stand in for them: both must charge the same critical path (within 0.1%: the closed
     forms round a few block edges differently)."""
-    from gpulab.bcast import schedules as S
+    from gpulab.bcast import critical_path as cp
     from gpulab.bcast.model import Link, MessageCost
 
     cost = MessageCost(Link.plain(2e-6, 1e-9))
-    for algorithm in S.BLOCKING:
-        for p in [*range(2, 18), 24, 31, 48, S.REPLAY_MAX_P]:
+    replayed_ones = [a for a in registry.REGISTRY.values() if a.replayed]
+    assert {a.name for a in replayed_ones} == {"scatter_allgather_rd", "scatter_allgather_ring"}
+    for algorithm in replayed_ones:
+        for p in [*range(2, 18), 24, 31, 48, cp.REPLAY_MAX_P]:
             for n in (1000, 65536, 3_000_001):
-                replayed = S.blocking_path(algorithm, n, p, cost)
-                closed = S._plan(algorithm, float(n), p, True, True, None, 4)
+                replayed = cp.replay(algorithm.build, n, p, cost)
+                closed = algorithm.plan(float(n), p, True, True)
                 seconds = [sum(k * cost(s) for k, s in plan.path) for plan in (replayed, closed)]
-                assert seconds[0] == pytest.approx(seconds[1], rel=1e-3), (algorithm, p, n)
+                assert seconds[0] == pytest.approx(seconds[1], rel=1e-3), (algorithm.name, p, n)
 
 
 @pytest.mark.parametrize("name", sorted(PROFILES))

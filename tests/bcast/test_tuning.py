@@ -9,7 +9,8 @@ import pytest
 from gpulab.bcast import Decision
 from gpulab.bcast.auto import reload, select
 from gpulab.bcast.model import Hockney, Link, Machine
-from gpulab.bcast.tuning import ENV, build_table, candidates, choose_measured, load, lookup, table_path, update
+from gpulab.bcast.registry import candidates
+from gpulab.bcast.tuning import ENV, build_table, choose_measured, load, lookup, table_path, update
 from tests.mpi_harness import ROOT, run_mpi
 
 MACHINE = Machine("m", Link(Hockney(2e-6, 2e-10), Hockney(5e-6, 7e-11), 8192, True),

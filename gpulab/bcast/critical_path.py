@@ -1,24 +1,27 @@
-"""Message schedules of the broadcast algorithms: what the cost model charges for.
+"""The critical paths of the broadcasts' schedules: the messages the cost model charges for.
 
-For each algorithm of ``gpulab.bcast.ALGORITHMS`` this returns a ``Plan``:
-the messages on the critical path (the chain of messages the last rank waits
-for) and all messages sent by all ranks (the total work), as lists of
-``(count, bytes each)``. ``gpulab.bcast.model`` turns a plan into seconds with
-alpha-beta (Hockney) costs. Everything is read from the algorithms' own
-schedules (the ops ``execute`` runs), not from textbook approximations: the
-trees' depths from their send lists (a k-nomial root with fewer than radix-1
-children at a level is charged only for the children it has); the pipelines'
-(D, F) from the path one chunk takes through every rank's schedule; and the scatter-allgather
-algorithms, made of blocking Send, Recv and Sendrecv only, by replaying every
-rank's schedule message by message (``blocking_path``), so uneven blocks,
-fold/unfold steps and empty messages are charged as they run.
+For a flat algorithm this gives a ``Plan``: the messages on the critical path
+(the chain of messages the last rank waits for) and all messages sent by all
+ranks (the total work), as lists of ``(count, bytes each)``.
+``gpulab.bcast.model`` turns a plan into seconds with alpha-beta (Hockney)
+costs. Everything is read from the algorithms' own schedule builders (the ops
+``execute`` runs), not from textbook approximations: a tree's depth from its
+send lists (a k-nomial root with fewer than radix-1 children at a level is
+charged only for the children it has); a pipeline's (D, F) from the path one
+chunk takes through every rank's schedule; and schedules made of blocking
+Send, Recv and Sendrecv only (the scatter-allgathers) by replaying every
+rank's schedule message by message (``replay``), so uneven blocks, fold/unfold
+steps and empty messages are charged as they run.
 
-``serial(nbytes)`` says whether one rank's concurrent sends of that size queue
-behind each other (the sender copies: single-port Hockney) or overlap (the
-receiver copies, as MPICH's single-copy CMA path does on one node). Sends a
-schedule makes one after another (binomial's) are serial whatever the link.
+The functions here take the schedule builder itself (``builder(p, root, me,
+nbytes, **options)``); each algorithm's record in ``gpulab.bcast.registry``
+says which of them prices it. ``serial`` says whether one rank's concurrent
+sends queue behind each other (the sender copies: single-port Hockney) or
+overlap (the receiver copies, as MPICH's single-copy CMA path does on one
+node). Sends a schedule makes one after another (binomial's) are serial
+whatever the link.
 
-    plan = schedule("chain", 1 << 20, 8, serial=lambda s: True, chunk_bytes=65536)
+    tree_plan(trees.binomial, 1 << 20, 8, serial_n=True, serial_chunk=True)
 """
 
 from __future__ import annotations
@@ -28,20 +31,14 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
-from gpulab.bcast import pipelined, scatter_allgather, trees
-from gpulab.bcast.group import SEND, SENDRECV
-from gpulab.bcast.layouts import DEFAULT_CHUNK
-
-
-# the algorithms made only of blocking Send, Recv and Sendrecv: their model replays their schedules
-BLOCKING = {"scatter_allgather_rd": scatter_allgather.scatter_allgather_rd,
-            "scatter_allgather_ring": scatter_allgather.scatter_allgather_ring}
-
+from gpulab.bcast.executor import SEND, SENDRECV
+from gpulab.bcast.tree_shapes import DEFAULT_CHUNK
 
 REPLAY_MAX_P = 64
 
 
-def _nominal(nbytes: float) -> float:
+def nominal(nbytes: float) -> float:
+    """A message's cost when none is given: its bytes plus a 1 KiB-equivalent latency."""
     return 1024.0 + nbytes
 
 
@@ -68,12 +65,13 @@ def _sent_to(schedule) -> list[int]:
 
 
 @functools.lru_cache(maxsize=4096)
-def knomial_depth(p: int, radix: int, serial: bool) -> int:
-    """Depth of the tree the binomial (radix 2) or k-nomial schedules send along, root 0."""
-    build = trees.binomial if radix == 2 else functools.partial(trees.knomial, radix=radix)
-    root_sends = build(p, 0, 0, 1)
+def tree_depth(build: Callable, p: int, serial: bool, options: tuple = ()) -> int:
+    """Depth of the tree an unsegmented schedule builder sends along, root 0 (``options``: its
+    keyword options as sorted (name, value) pairs)."""
+    kwargs = dict(options)
+    root_sends = build(p, 0, 0, 1, **kwargs)
     serial = serial or any(op.kind == SEND for op in root_sends)
-    return _tree_depth(lambda vr: _sent_to(build(p, 0, vr, 1)), p, serial)
+    return _tree_depth(lambda vr: _sent_to(build(p, 0, vr, 1, **kwargs)), p, serial)
 
 
 def _chunks(nbytes: float, chunk_bytes: int | None) -> tuple[int, float]:
@@ -83,29 +81,24 @@ def _chunks(nbytes: float, chunk_bytes: int | None) -> tuple[int, float]:
     return k, nbytes / k
 
 
-# the pipelined algorithms: their model reads (D, F) from the path one chunk takes through their schedules
-PIPELINES = {"chain": pipelined.chain, "binary_tree": pipelined.binary_tree,
-             "split_binary_tree": pipelined.split_binary_tree}
-
-
 @functools.lru_cache(maxsize=4096)
-def pipeline_shape(algorithm: str, p: int, serial: bool) -> tuple[int, int]:
+def pipeline_shape(build: Callable, p: int, serial: bool, halves: int = 1,
+                   stand_in: Callable | None = None) -> tuple[int, int]:
     """(D, F) of a pipelined tree: the first chunk needs D message times to reach the last rank,
     and each later chunk F more (the busiest forwarder sends F messages per chunk).
     Time = (D + (k - 1) F) t(n/k), minimised at k* = sqrt((D - F) n beta / (F alpha)).
 
-    Both are read from every rank's schedule of a one-chunk message (the split tree: one chunk
-    per half), the pipeline phase only; with ``serial`` sends a forwarder's j-th child waits for j.
-    Building the split tree's schedules takes O(p^2) steps, so beyond ``REPLAY_MAX_P`` ranks the
-    binary tree's, whose heap its halves travel down, stand in (a test checks they agree up to there).
+    Both are read from every rank's schedule of a message of one chunk per pipeline (``halves``
+    pipelines: the split tree's two), the pipeline phase only; with ``serial`` sends a forwarder's
+    j-th child waits for j. Building some schedules takes O(p^2) steps (the split tree's), so
+    beyond ``REPLAY_MAX_P`` ranks the one-pipeline ``stand_in`` (whose tree the halves travel
+    down) is read instead (a test checks they agree up to there).
     """
-    if algorithm not in PIPELINES:
-        raise ValueError(f"{algorithm!r} is not a pipelined algorithm")
     if p < 2:
         return 0, 0
-    split = algorithm == "split_binary_tree" and p <= REPLAY_MAX_P
-    build = PIPELINES["binary_tree" if algorithm == "split_binary_tree" and not split else algorithm]
-    sends = [[op.peer for op in build(p, 0, vr, 2 if split else 1, chunk_bytes=1)
+    if stand_in is not None and p > REPLAY_MAX_P:
+        build, halves = stand_in, 1
+    sends = [[op.peer for op in build(p, 0, vr, halves, chunk_bytes=1)
               if op.phase and op.phase != "exchange"] for vr in range(p)]
     return _tree_depth(sends.__getitem__, p, serial), max(map(len, sends)) if serial else 1
 
@@ -119,7 +112,7 @@ def _messages_of(ops) -> tuple[list, list]:
 
 
 @functools.lru_cache(maxsize=4096)
-def blocking_path(algorithm: str, nbytes: int, p: int, cost: Callable[[float], float]) -> Plan:
+def replay(build: Callable, nbytes: int, p: int, cost: Callable[[float], float]) -> Plan:
     """The critical path and the work of a schedule of blocking ops, read from every rank's schedule.
 
     Replays the schedules with each message taking ``cost(bytes)`` seconds:
@@ -130,7 +123,7 @@ def blocking_path(algorithm: str, nbytes: int, p: int, cost: Callable[[float], f
     Each message is handled once (a rank that moves on wakes only itself and
     the rank sending to it), so a replay costs O(messages), not O(p) per step.
     """
-    ops = [BLOCKING[algorithm](p, 0, me, nbytes) for me in range(p)]
+    ops = [build(p, 0, me, nbytes) for me in range(p)]
     sends, receives = zip(*map(_messages_of, ops))
     pos, clock = [0] * p, [(0.0, None)] * p  # per rank: (seconds, its path as (size, previous) links)
     arrived: list[list] = [[] for _ in range(p)]  # arrivals of each rank's current op so far
@@ -162,7 +155,7 @@ def blocking_path(algorithm: str, nbytes: int, p: int, cost: Callable[[float], f
                     if receives[rank][pos[rank]] is not None:
                         ready.append(receives[rank][pos[rank]][0])
     if any(pos[me] < len(ops[me]) for me in range(p)):
-        raise RuntimeError(f"{algorithm} on {p} ranks: the schedules wait for each other (deadlock)")
+        raise RuntimeError(f"{build.__name__} on {p} ranks: the schedules wait for each other (deadlock)")
     node = max(clock, key=lambda c: c[0])[1]
     work = [op.hi - op.lo for rank_ops in ops for op in rank_ops if op.kind in (SEND, SENDRECV)]
     path = []
@@ -215,55 +208,49 @@ def _allgather_rd(nbytes: float, p: int) -> tuple[list, list]:
     return path, work
 
 
-@functools.lru_cache(maxsize=65536)
-def _plan(algorithm: str, nbytes: float, p: int, serial_n: bool, serial_chunk: bool,
-          chunk_bytes: int | None, radix: int) -> Plan:
-    n = float(nbytes)
-    if p < 2 or algorithm == "mpi":
-        return Plan((), ())
-    if algorithm == "linear":
-        return Plan(((p - 1 if serial_n else 1, n),), ((p - 1, n),))
-    if algorithm in ("binomial", "knomial"):
-        depth = knomial_depth(p, 2 if algorithm == "binomial" else radix, serial_n)
-        return Plan(((depth, n),), ((p - 1, n),))
-    if algorithm in ("chain", "binary_tree"):
-        k, s = _chunks(n, chunk_bytes)
-        d, f = pipeline_shape(algorithm, p, serial_chunk)
-        return Plan(((d + (k - 1) * f, s),), ((k * (p - 1), s),))
-    if algorithm == "split_binary_tree":
-        k, s = _chunks(n / 2, chunk_bytes)
-        d, f = pipeline_shape(algorithm, p, serial_chunk)
-        # then each rank swaps halves with its partner (or gets the missing half from the root)
-        return Plan(((d + (k - 1) * f, s), (1, n / 2)), ((k * (p - 1), s), (p - 1, n / 2)))
-    if algorithm in ("scatter_allgather_rd", "scatter_allgather_ring"):  # at scale (see schedule())
-        path, work = _scatter(n, p)
-        if algorithm == "scatter_allgather_ring":
-            ss = math.ceil(n / p)
-            block = lambda b: max(0.0, min((b + 1) * ss, n) - min(b * ss, n))  # noqa: E731
-            path, work = path + [(p - 1, min(ss, n))], work + [(p - 1, block(b)) for b in range(p)]
-        else:
-            more_path, more_work = _allgather_rd(n, p)
-            path, work = path + more_path, work + more_work
-        return Plan(tuple(path), tuple(work))
-    raise ValueError(f"no schedule for algorithm {algorithm!r}")
+# The plans of the algorithms' records (``gpulab.bcast.registry``): plan(nbytes, p, serial_n,
+# serial_chunk, **options), ``serial_n`` for whole messages and ``serial_chunk`` for one chunk.
+
+def linear_plan(nbytes: float, p: int, serial_n: bool, serial_chunk: bool) -> Plan:
+    """The root sends the whole message p - 1 times: one after another unless sends overlap."""
+    return Plan(((p - 1 if serial_n else 1, nbytes),), ((p - 1, nbytes),))
 
 
-def schedule(algorithm: str, nbytes: float, p: int, serial: Callable[[float], bool],
-             chunk_bytes: int | None = None, radix: int = 4,
-             cost: Callable[[float], float] | None = None) -> Plan:
-    """The Plan of one flat algorithm (not 'hierarchical', which the model composes from two).
+def tree_plan(build: Callable, nbytes: float, p: int, serial_n: bool, serial_chunk: bool, **options) -> Plan:
+    """An unsegmented tree: the whole message once per level of the tree ``build`` sends along."""
+    depth = tree_depth(build, p, serial_n, tuple(sorted(options.items())))
+    return Plan(((depth, nbytes),), ((p - 1, nbytes),))
 
-    ``cost(bytes)``, the seconds of one message, picks the critical path of the
-    algorithms replayed from their schedules (``BLOCKING``); without it a
-    message costs its bytes plus a 1 KiB-equivalent latency. Replaying costs
-    O(p^2) Python steps for the ring, so beyond ``REPLAY_MAX_P`` ranks (profiles
-    of large machines) the closed forms of ``_scatter`` and ``_allgather_rd``
-    are used for the path (tests/bcast/test_model.py checks they charge the
-    replay's seconds within 0.1% at every p up to ``REPLAY_MAX_P``); the total work, which
-    only matters where ranks outnumber cores, is charged approximately there.
-    """
-    if algorithm in BLOCKING and 2 <= p <= REPLAY_MAX_P:
-        return blocking_path(algorithm, int(math.ceil(nbytes)), int(p), cost or _nominal)
-    chunk = DEFAULT_CHUNK if chunk_bytes is None else chunk_bytes
-    return _plan(algorithm, float(nbytes), int(p), bool(serial(nbytes)),
-                 bool(serial(min(chunk, nbytes))), chunk_bytes, int(radix))
+
+def pipeline_plan(shape: Callable, nbytes: float, p: int, serial_n: bool, serial_chunk: bool,
+                  chunk_bytes: int | None = None) -> Plan:
+    """k chunks down a pipelined tree of shape (D, F) = ``shape(p, serial)``: D + (k - 1) F chunk times."""
+    k, s = _chunks(nbytes, chunk_bytes)
+    d, f = shape(p, serial_chunk)
+    return Plan(((d + (k - 1) * f, s),), ((k * (p - 1), s),))
+
+
+def split_pipeline_plan(shape: Callable, nbytes: float, p: int, serial_n: bool, serial_chunk: bool,
+                        chunk_bytes: int | None = None) -> Plan:
+    """Each half pipelined down its own subtree at once, then each rank swaps halves with its partner
+    (or gets the missing half from the root)."""
+    k, s = _chunks(nbytes / 2, chunk_bytes)
+    d, f = shape(p, serial_chunk)
+    return Plan(((d + (k - 1) * f, s), (1, nbytes / 2)), ((k * (p - 1), s), (p - 1, nbytes / 2)))
+
+
+def scatter_allgather_rd_plan(nbytes: float, p: int, serial_n: bool, serial_chunk: bool) -> Plan:
+    """Closed form at scale (``replay`` prices it up to ``REPLAY_MAX_P`` ranks): binomial scatter,
+    recursive-doubling allgather."""
+    path, work = _scatter(nbytes, p)
+    more_path, more_work = _allgather_rd(nbytes, p)
+    return Plan(tuple(path + more_path), tuple(work + more_work))
+
+
+def scatter_allgather_ring_plan(nbytes: float, p: int, serial_n: bool, serial_chunk: bool) -> Plan:
+    """Closed form at scale (``replay`` prices it up to ``REPLAY_MAX_P`` ranks): binomial scatter,
+    ring allgather (p - 1 steps of one block)."""
+    path, work = _scatter(nbytes, p)
+    ss = math.ceil(nbytes / p)
+    block = lambda b: max(0.0, min((b + 1) * ss, nbytes) - min(b * ss, nbytes))  # noqa: E731
+    return Plan(tuple(path + [(p - 1, min(ss, nbytes))]), tuple(work + [(p - 1, block(b)) for b in range(p)]))

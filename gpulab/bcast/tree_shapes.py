@@ -1,4 +1,4 @@
-"""Tree layouts of the broadcasts, on ranks relative to the root (``vr = (me - root) % p``).
+"""The tree shapes of the broadcasts, on ranks relative to the root (``vr = (me - root) % p``).
 
 One description of each tree, used by the schedules that send along it
 (``trees``, ``pipelined``); the cost model and the drawings read those
