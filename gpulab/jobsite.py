@@ -22,6 +22,9 @@ import math
 import os
 import tempfile
 from pathlib import Path
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 ENV_STATE = "GPULAB_CLUSTER"  # path (or name) of the state file of the cluster that launches use
 ENV_TOPOLOGY = "GPULAB_TOPOLOGY"  # JSON layout, set in every rank of a job launched onto such a cluster
@@ -137,8 +140,6 @@ _RECORDED: dict | None = None
 def record_topology(comm) -> dict:
     """Collective: nodes and ranks per node as MPI sees them (Split_type), plus how the job was launched."""
     global _RECORDED
-    from mpi4py import MPI
-
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
     first = comm.allgather(shared.allreduce(comm.rank, op=MPI.MIN))
     local_sizes = comm.allgather(shared.size)

@@ -5,8 +5,7 @@ A cluster user points gpulab at the site's MPI with ``GPULAB_MPIEXEC``
 flags go in ``GPULAB_MPIEXEC_ARGS``. ``relaunch`` is how a ``gpulab`` command
 started outside an MPI job re-runs itself on N ranks; ``pin_gpu`` gives each
 rank of a job the GPU of its node-local rank (engines, ``gpulab train``,
-``gpulab bench``); ``first_ranks`` runs work on part of a job; ``lazy_mpi``
-lets a module that communicates be imported without initialising MPI.
+``gpulab bench``); ``first_ranks`` runs work on part of a job.
 """
 
 from __future__ import annotations
@@ -27,6 +26,9 @@ from pathlib import Path
 
 from gpulab import jobsite
 from gpulab.procfs import mpi_scratch_held, remove_files
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 # Environment variables that MPI launchers set in every rank they start.
 _LAUNCHER_VARS = ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
@@ -113,8 +115,6 @@ def run_on_ranks(main, *args) -> int:
     try:
         return main(*args)
     except BaseException as err:  # noqa: BLE001 - whatever it is, the peers must not block
-        from mpi4py import MPI
-
         if isinstance(err, SystemExit) and err.code in (None, 0):
             raise
         what = err.code if isinstance(err, SystemExit) else f"{type(err).__name__}: {err}"
@@ -172,8 +172,6 @@ def pin_gpu(comm=None) -> dict:
     runtime reads CUDA_VISIBLE_DEVICES once. GPUs are counted from the driver's
     /proc entries, because asking CUDA would initialise it.
     """
-    from mpi4py import MPI
-
     comm = comm or MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)  # the ranks sharing this node's memory
     local_rank, local_size = local.Get_rank(), local.Get_size()
@@ -197,34 +195,6 @@ def first_ranks(comm, p: int):
 
     The caller frees it. Lets one fixed job (a notebook's engines) run work on fewer ranks.
     """
-    from mpi4py import MPI
-
     sub = comm.Split(0 if comm.rank < p else MPI.UNDEFINED, comm.rank)
     return None if sub == MPI.COMM_NULL else sub
-
-
-class _LazyMPI:
-    """Stands for mpi4py.MPI in one module until that module first uses it (see ``lazy_mpi``)."""
-
-    __slots__ = ("_namespace",)
-
-    def __init__(self, namespace: dict):
-        self._namespace = namespace
-
-    def __getattr__(self, name: str):
-        from mpi4py import MPI
-
-        self._namespace["MPI"] = MPI  # from now on the module's global is the real module
-        return getattr(MPI, name)
-
-
-def lazy_mpi(namespace: dict):
-    """``MPI = lazy_mpi(globals())``: mpi4py.MPI, imported at the module's first ``MPI.x``, not at its import.
-
-    Importing mpi4py.MPI initialises MPI. The modules that communicate use this
-    so that a notebook kernel (which on a cluster runs inside a Slurm job and
-    must never call MPI_Init) can still import them, to draw or model. After
-    the first lookup the global is the real module: no cost on the hot path.
-    """
-    return _LazyMPI(namespace)
 

@@ -20,6 +20,9 @@ import ctypes
 import functools
 import os
 import re
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 PATHS = ("cuda-aware", "staged")
 
@@ -59,8 +62,6 @@ def mpi_cuda_support() -> tuple[bool, str]:
        GPU support), then ``MPIX_Query_cuda_support()`` (Open MPI, MVAPICH).
     Both report run-time support, e.g. 0 when MPIR_CVAR_ENABLE_GPU=0.
     """
-    from mpi4py import MPI
-
     kinds = None
     try:
         info = MPI.COMM_WORLD.Get_info()

@@ -26,7 +26,7 @@ from gpulab.bcast import agreement, gpu, registry, tuning
 from gpulab.bcast.auto import select
 from gpulab.bcast.executor import Group, execute, on_free, private_comm
 from gpulab.bcast.registry import REGISTRY
-from gpulab.launch import lazy_mpi
+from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 

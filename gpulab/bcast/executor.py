@@ -46,7 +46,7 @@ import numpy as np
 
 from gpulab.backend import mpi_view
 from gpulab.bcast import trace
-from gpulab.launch import lazy_mpi
+from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 

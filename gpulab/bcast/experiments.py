@@ -23,6 +23,9 @@ from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
 from gpulab.bcast.model import Machine, best_chunk
 from gpulab.bcast.tuning import CHUNKS, MARGIN, RADICES, build_table, choose_measured
 from gpulab.launch import first_ranks
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 CONFIRM = 4  # interleaved confirmation rounds of the sweep's winner against MPI_Bcast
 MAX_CONFIRMS = 3  # candidates confirmed per size before MPI_Bcast is kept
@@ -201,6 +204,4 @@ def sub_tables(comm, sizes, process_counts, *, time_budget=0.01, chunks=(64 << 1
 def on_world(experiment, *args, **kwargs):
     """Run ``experiment(MPI.COMM_WORLD, *args, **kwargs)`` (one of these functions, or any taking a
     communicator first): for ``Engines.run`` from a notebook kernel, which must not initialise MPI itself."""
-    from mpi4py import MPI
-
     return experiment(MPI.COMM_WORLD, *args, **kwargs)

@@ -29,6 +29,9 @@ from gpulab.bcast.executor import Group
 from gpulab.bcast.hierarchical import node_of_rank
 from gpulab.bcast.model import Hockney, Link, Machine
 from gpulab.machines.linefit import relative_line
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 SIZES = [8, 64, 512, 1024, 2048, 4096, 6144, 8191, 8192, 12288, 16384, 32768, 65536, 131072, 262144,
          524288, 1 << 20, 2 << 20, 4 << 20, 16 << 20, 64 << 20]  # up to the largest broadcast predicted
@@ -43,8 +46,6 @@ _TAG = 26467
 
 def _exchange(comm, me: int, peer: int, buf, iters: int, via: str) -> float:
     """One-way seconds per message, from ``iters`` round trips (timed on the initiating rank)."""
-    from mpi4py import MPI
-
     g = Group(comm, list(range(comm.size)), comm.rank)
     send = (lambda b, dst: g.send(dst, b, "pingpong", 0)) if via == "python" else \
         (lambda b, dst: comm.Send([b, MPI.BYTE], dst, _TAG))
@@ -98,8 +99,6 @@ def call_overhead(repeats: int = 5, calls: int = 2000) -> float:
     """Seconds of Python in one ``bcast`` call before any message: a 0-byte broadcast on COMM_SELF
     (argument checks, byte view, group set-up), fastest of ``repeats`` loops. No communication."""
     import time
-
-    from mpi4py import MPI
 
     buf = np.empty(0, np.uint8)
     best = float("inf")
@@ -164,8 +163,6 @@ def fit_link(nbytes, seconds, *, switch: int | str | None = "auto", min_points: 
 
 def library_switch() -> int | None:
     """The MPI library's eager/single-copy switch: MPICH's CVAR (or its default), None for other MPIs."""
-    from mpi4py import MPI
-
     if not MPI.Get_library_version().startswith("MPICH"):
         return None
     return int(os.environ.get("MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD", MPICH_SINGLE_COPY))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 
 from gpulab.bcast.executor import Group
-from gpulab.launch import lazy_mpi
+from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 

@@ -24,7 +24,7 @@ from gpulab.bcast.algorithms import ALGORITHMS, bcast, option_names
 from gpulab.bcast.auto import select
 from gpulab.bcast.gpu import DEVICE_OPTIONS, path_of
 from gpulab.bcast.nccl import nccl_bcast
-from gpulab.launch import lazy_mpi
+from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 

@@ -20,7 +20,7 @@ import functools
 
 from gpulab.backend import cupy_or_none, is_device_array
 from gpulab.bcast.algorithms import byte_view
-from gpulab.launch import lazy_mpi
+from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 

@@ -29,6 +29,9 @@ from gpulab.engine.parallel.overlap import PROGRESS, Overlap
 from gpulab.engine.perf.timing import bench_config, measure
 from gpulab.jobsite import record_topology
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 class _LevelAlgorithms:
@@ -97,8 +100,6 @@ def run(args) -> int:
 
 
 def _measure(args) -> int:
-    from mpi4py import MPI
-
     comm = MPI.COMM_WORLD
     record_topology(comm)
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
@@ -226,7 +227,6 @@ def run_engine(args) -> int:
         return relaunch(args.ranks, sys.argv[1:], env=env)
     import os
 
-    from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD

@@ -29,6 +29,9 @@ from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import model_config, predict, rank
 from gpulab.launch import inside_mpi_job, relaunch
 from gpulab.machines.resolver import ENV, resolve
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 DEFAULT_OVERLAP = "oar,ors,oag,buckets"
 DEFAULT_MACHINE = "perlmutter"
@@ -148,7 +151,6 @@ def fit(args) -> int:
         return relaunch(args.nprocs, ["model", "fit", "--out", out, "--reps", str(args.reps)])
     from dataclasses import asdict
 
-    from mpi4py import MPI
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD

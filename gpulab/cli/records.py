@@ -8,6 +8,9 @@ import platform
 import sys
 
 from gpulab.jobsite import topology_metadata
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def metadata(ranks: int) -> dict:
@@ -15,8 +18,6 @@ def metadata(ranks: int) -> dict:
 
     Call it inside the MPI job (it asks the MPI library for its version).
     """
-    from mpi4py import MPI
-
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "command": "gpulab " + " ".join(a for a in sys.argv[1:] if not a.startswith("--inner-out")
                                             and "gpulab-tune-" not in a),

@@ -18,6 +18,9 @@ from gpulab.cli.records import metadata
 from gpulab.jobsite import record_topology
 from gpulab.workloads.startup import broadcast_model
 from gpulab.workloads.startup import report as workload_report
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def _progress(comm, args):
@@ -31,8 +34,6 @@ def _progress(comm, args):
 
 
 def inner(args) -> int:
-    from mpi4py import MPI
-
     comm = MPI.COMM_WORLD
     record_topology(comm)
     meta = {**metadata(comm.size), "load_before": os.getloadavg()} if comm.rank == 0 else None

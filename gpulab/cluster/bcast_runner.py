@@ -24,6 +24,9 @@ from gpulab.bcast.algorithms import ALGORITHMS, bcast, option_names
 from gpulab.bcast.measure import measure_bcast
 from gpulab.bcast.trace import gather_trace, tracing
 from gpulab.launch import first_ranks
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def _algorithms_on_engine() -> dict:
@@ -47,15 +50,12 @@ def _devices_on_engine() -> list:
 
 
 def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_budget, device):
-    from mpi4py import MPI
-
     return measure_bcast(MPI.COMM_WORLD, algorithm, nbytes, root=root, iters=iters, warmup=warmup,
                          validate=True, time_budget=time_budget, device=device, **options)
 
 
 def _trace_on_engine(algorithm, p, nbytes, root, options):
     import numpy as np
-    from mpi4py import MPI
 
     world = MPI.COMM_WORLD
     comm = first_ranks(world, p)

@@ -11,6 +11,9 @@ import faulthandler
 import json
 import re
 from pathlib import Path
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 
@@ -59,7 +62,6 @@ def arm_cell_watchdog(timeout: float, dump_dir: str) -> None:
     Tasks sent by ``Engines.run`` are not cells and have their own bound.
     """
     from IPython import get_ipython
-    from mpi4py import MPI
 
     shell = get_ipython()  # the engine's own shell: runs %%px cells, fires pre/post_execute
     dump = open(Path(dump_dir, f"engine{MPI.COMM_WORLD.Get_rank()}-px.txt"), "w")  # noqa: SIM115 (fd used later)

@@ -20,11 +20,12 @@ from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.fit import FittedMachine, fit
 from gpulab.engine.perf.timing import measure
 from gpulab.launch import first_ranks
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup, device, options):
-    from mpi4py import MPI
-
     comm = first_ranks(MPI.COMM_WORLD, world)
     if comm is None:
         return None
@@ -36,8 +37,6 @@ def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup,
 
 
 def _fit_on_engine(reps):
-    from mpi4py import MPI
-
     machine = fit(MPI.COMM_WORLD, reps=reps)
     return None if machine is None else machine.__dict__
 

@@ -25,6 +25,9 @@ from gpulab.bcast.experiments import auto_registered
 from gpulab.bcast.model import ZERO, breakdown
 from gpulab.bcast.report import print_rows
 from gpulab.workloads.networks import layer_bytes
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def _offsets(sizes: list[int]) -> list[slice]:
@@ -49,8 +52,6 @@ def broadcast_model(comm, network: str | list[int], algorithms, *, repeats: int 
     Returns on every rank one row per (algorithm, mode): mean/min seconds over
     ``repeats`` (the slowest rank's time of each repeat), tensors, bytes, valid.
     """
-    from mpi4py import MPI
-
     sizes = layer_bytes(network, itemsize) if isinstance(network, str) else [int(s) for s in network]
     buf = np.empty(sum(sizes), dtype=np.uint8)
     views = [buf[s] for s in _offsets(sizes)]

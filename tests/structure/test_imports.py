@@ -17,7 +17,7 @@ def test_importing_the_library_leaves_mpi_unloaded():
 
 
 def test_importing_any_module_leaves_mpi_unloaded():
-    """Even the modules that communicate: they import mpi4py.MPI at their first MPI call (``lazy_mpi``)."""
+    """Even the modules that communicate: they import mpi4py.MPI at their first MPI call (``gpulab.lazy_mpi``)."""
     names = sorted(_module_name(p) for p in PACKAGE.rglob("*.py") if p.name != "__main__.py")
     code = f"import importlib, sys\nfor name in {names!r}:\n    importlib.import_module(name)\n" \
            "print('mpi4py.MPI' in sys.modules)"
@@ -108,7 +108,8 @@ def _within(module: str, packages) -> bool:
 
 
 # The floor: what every MPI rank and the emulated cluster's keeper import, beneath everything else.
-FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.backend", "gpulab.fakedevice")
+FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.lazy_mpi", "gpulab.backend",
+         "gpulab.fakedevice")
 # What may start emulated clusters, and so import gpulab.emulated: the commands (--nodes, `gpulab cluster`),
 # the notebook widgets (the cluster panel) and the engines (start_engines(nodes=...), the Slurm testbed's
 # nodes). Everything else learns where a job runs from gpulab.jobsite, which the cluster's state file feeds.
@@ -136,4 +137,15 @@ def test_launching_loads_only_the_floor():
     code = ("import sys, gpulab.launch\n"
             "print(sorted(m for m in sys.modules if m.startswith('gpulab') or m == 'numpy'))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['gpulab', 'gpulab.jobsite', 'gpulab.launch', 'gpulab.procfs']"
+    assert out.stdout.strip() == "['gpulab', 'gpulab.jobsite', 'gpulab.launch', 'gpulab.lazy_mpi', 'gpulab.procfs']"
+
+
+def test_mpi_is_imported_in_one_place():
+    """Every module that communicates defers MPI the same way (``MPI = lazy_mpi(globals())``): a
+    function-level ``from mpi4py import MPI`` elsewhere is a second idiom to learn and to keep lazy."""
+    places = [f"{p.relative_to(PACKAGE.parent)}:{node.lineno}"
+              for p in PACKAGE.rglob("*.py") if p.name != "lazy_mpi.py"
+              for node in ast.walk(ast.parse(p.read_text()))
+              if isinstance(node, ast.ImportFrom) and node.module == "mpi4py" and any(a.name == "MPI" for a in node.names)
+              or isinstance(node, ast.Import) and any(a.name == "mpi4py.MPI" for a in node.names)]
+    assert not places, f"import MPI through gpulab.lazy_mpi instead: {places}"

@@ -40,6 +40,9 @@ from time import perf_counter
 from gpulab.backend import array_module
 from gpulab.engine.parallel import timeline
 from gpulab.engine.parallel.exchange import Exchange
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 _records: list | None = None
 _in_flight: list["Handle"] = []  # non-blocking collectives not yet seen complete
@@ -75,8 +78,6 @@ def _note(op: str, comm, nbytes: int, path: str) -> None:
 
 
 def _mpi():
-    from mpi4py import MPI  # imported on first use: the CLI must stay free of MPI at import
-
     return MPI
 
 

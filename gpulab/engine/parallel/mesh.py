@@ -37,6 +37,9 @@ from __future__ import annotations
 from itertools import product
 from numbers import Integral
 from typing import NamedTuple
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 AXES = ("row", "col", "depth", "data")
 GROUPS = (*AXES, "batch", "tensor", "pipe", "stage", "embed")
@@ -103,8 +106,6 @@ class Mesh:
 
     def __init__(self, row: int, col: int, depth: int = 1, data: int = 1, comm=None, pipe: int = 1):
         if comm is None:
-            from mpi4py import MPI  # imported here: importing gpulab must not start MPI
-
             comm = MPI.COMM_WORLD
         self.shape = check_shape(row, col, depth, data, comm.Get_size(), pipe)
         self.pipe = int(pipe)

@@ -35,6 +35,9 @@ import numpy as np
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.perf.timing import alone
 from gpulab.machines.linefit import relative_line
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 SIZES = [1 << k for k in (10, 14, 16, 18, 20, 22)]  # 1 KiB .. 4 MiB
@@ -184,6 +187,4 @@ def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
 
 
 def _mpi_max():
-    from mpi4py import MPI
-
     return MPI.MAX

@@ -39,6 +39,9 @@ from gpulab.engine.parallel.mesh import Mesh
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.flops import model_flops
 from gpulab.engine.training.optim import AdamW, train_step
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def peak_matmul(n: int | None = None, dtype: str = "float32", repeats: int = 5, device: str = "host") -> float:
@@ -151,8 +154,6 @@ def _bytes_by_group(calls) -> dict:
 
 
 def _max():
-    from mpi4py import MPI
-
     return MPI.MAX
 
 

@@ -41,6 +41,9 @@ from gpulab.engine.training import checkpoint
 from gpulab.engine.training.optim import AdamW, LossScaler, train_step
 from gpulab.jobsite import record_topology, topology_metadata
 from gpulab.launch import pin_gpu
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 WARMUP_STEPS = 3  # steps left out of the timeline summary (caches, thread pools, first allocations)
 
@@ -90,7 +93,6 @@ class _Interrupt:
 
 
 def train(args, shape) -> int:
-    from mpi4py import MPI
     from threadpoolctl import threadpool_limits
     from tqdm import tqdm
 

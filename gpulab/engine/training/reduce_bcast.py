@@ -27,7 +27,7 @@ from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.gpt.corpus import CharTokenizer, get_batch, load_text
 from gpulab.engine.gpt.model import init_params, loss_and_grads
 from gpulab.engine.training.optim import AdamW
-from gpulab.launch import lazy_mpi
+from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 
