@@ -3,6 +3,8 @@
     from gpulab.scoreboard import run, table
     rows = run(claims=("a", "b"), quick=True)      # measured here, read from docs/results, modelled, judged
     table(rows)                                     # an HTML table in a notebook, aligned text elsewhere
+    show(("e", "f"))                                # both in one call, a line per claim as it runs
+    table(load("docs/results/scoreboard_quick.json"))   # a recorded run's rows
 
 Claims (a)-(d) and (i) are the broadcast paper's (Awan et al. 2018), measured on an emulated
 cluster where this machine can make one; (e)-(h) the AxoNN paper's (Singh et al. 2023), measured
@@ -16,8 +18,8 @@ from __future__ import annotations
 
 import importlib
 
-_PUBLIC = {"run": "board", "table": "board", "format_rows": "board", "write_json": "board", "all_claims": "board",
-           "SCHEMA_VERSION": "board", "VERDICTS": "claim"}
+_PUBLIC = {name: "board" for name in ("run", "table", "show", "load", "format_rows", "write_json", "all_claims",
+                                      "SCHEMA_VERSION")} | {"VERDICTS": "claim"}
 
 
 def __getattr__(name: str):

@@ -69,6 +69,20 @@ def run(claims=None, quick: bool = True, progress=None) -> list[dict]:
     return [evaluate(known[c], bench) for c in wanted]
 
 
+def show(claims=None, quick: bool = True):
+    """A notebook's one call: run ``claims`` (printing a line as each starts and ends) and return their table."""
+    return table(run(claims, quick=quick, progress=print))
+
+
+def load(path) -> list[dict]:
+    """The rows of a record that ``write_json`` wrote (``gpulab scoreboard --json``), for ``table``."""
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: scoreboard schema {data.get('schema_version')}, this gpulab reads {SCHEMA_VERSION}")
+    return data["rows"]
+
+
 def _cell(part: dict | None, reason: str | None) -> str:
     return part["text"] if part else f"- ({reason})"
 

@@ -1,5 +1,7 @@
 """How a row is put together: live first, else the record, else why not; 'needs a GPU' only for GPU claims."""
 
+import json
+
 import pytest
 
 from gpulab.scoreboard import board
@@ -51,3 +53,13 @@ def test_run_refuses_unknown_claims_and_table_renders():
     html = board.table([row])._repr_html_()
     assert "<table>" in html and "two" in html and HOLDS in html
     assert "(z) a made-up claim" in repr(board.table([row]))
+
+
+def test_a_written_record_loads_back(tmp_path):
+    row = board.evaluate(fake(None, {"value": {"x": 2}, "text": "two", "source": "docs"}), Bench())
+    board.write_json(tmp_path / "s.json", [row], quick=True, seconds=1.0)
+    assert board.load(tmp_path / "s.json") == [row]
+    data = json.loads((tmp_path / "s.json").read_text())
+    (tmp_path / "old.json").write_text(json.dumps({**data, "schema_version": 0}))
+    with pytest.raises(ValueError, match="schema 0"):
+        board.load(tmp_path / "old.json")

@@ -2,13 +2,37 @@
 
 import pytest
 
-from gpulab.scoreboard.bcast_claims import (CHUNK_TOLERANCE, CROSSOVER_FACTOR, HIER_MARGIN, chunk_judge, chunk_value,
-                                            crossover_interval, crossover_judge, placement_judge, placement_value)
+from gpulab.scoreboard.bcast_claims import (
+    CHUNK_TOLERANCE,
+    CROSSOVER_FACTOR,
+    HIER_MARGIN,
+    chunk_judge,
+    chunk_value,
+    crossover_interval,
+    crossover_judge,
+    placement_judge,
+    placement_value,
+)
 from gpulab.scoreboard.claim import DOES_NOT_HOLD, HOLDS, NEEDS_GPU, VERDICTS
-from gpulab.scoreboard.engine_claims import GROUP_MARGIN, HIDE_MIN, SLOWER_BY, STRATEGY_MARGIN, groups_judge
+from gpulab.scoreboard.engine_claims import (
+    GROUP_MARGIN,
+    HIDE_MIN,
+    SLOWER_BY,
+    STRATEGY_MARGIN,
+    groups_judge,
+)
 from gpulab.scoreboard.grid_claims import overlap_judge, pick_judge, strategies_judge
-from gpulab.scoreboard.training_claim import TRAIN_MARGIN, training_judge, training_value
-from gpulab.scoreboard.tuned_claims import TUNED_MARGIN, nccl_judge, nccl_value, tuned_judge
+from gpulab.scoreboard.training_claim import (
+    TRAIN_MARGIN,
+    training_judge,
+    training_value,
+)
+from gpulab.scoreboard.tuned_claims import (
+    TUNED_MARGIN,
+    nccl_judge,
+    nccl_value,
+    tuned_judge,
+)
 
 K, M = 1 << 10, 1 << 20
 SIZES = [64 * K, 256 * K, M, 4 * M]
