@@ -145,7 +145,8 @@ def strategies_value(rows: list[dict]) -> dict:
 
 def _strategies_text(v: dict) -> str:
     return (f"AxoNN's pick {tuple(v['axonn_pick'])} {v['axonn_ms']:.0f} ms; Megatron-LM's best "
-            f"{tuple(v['megatron_shape'])} takes {v['speedup_vs_megatron']:+.0%}, ZeRO-3's {v['speedup_vs_zero3']:+.0%}")
+            f"{tuple(v['megatron_shape'])} takes {v['speedup_vs_megatron']:+.0%}, "
+            f"ZeRO-3's {v['speedup_vs_zero3']:+.0%}")
 
 
 def strategies_model(bench) -> dict:
