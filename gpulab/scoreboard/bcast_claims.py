@@ -18,8 +18,8 @@ CHUNK_SIZE = {True: 2 * M, False: 32 * M}
 CHUNKS = [16 * K, 64 * K, 256 * K, M, 4 * M]  # the scan of docs/emulated_bcast.md; the model's own chunk is added
 DENSE = {True: (2, 2, [M]), False: (4, 2, [M, 8 * M, 32 * M])}  # nodes, ranks per node, sizes
 
-# Verdict thresholds. Times on 2 shared cores move by ~10% between runs (docs/emulated_bcast.md's load columns),
-# so a "win" must be larger than that, and a size "match" may be off by one step of the scanned grid.
+# Verdict thresholds. Other jobs on the 2 shared cores change every time from run to run, so a "win" must be
+# clearly larger than a tie (10%), and a size "match" may be off by about one step of the scanned sizes.
 CROSSOVER_FACTOR = 2.0  # the model's crossover may lie a factor 2 outside the measured bracket (sizes step 4x)
 CHUNK_TOLERANCE = 0.10  # the chain at the model's chunk may be 10% slower than at the best scanned chunk
 HIER_MARGIN = 0.10  # hierarchical must be 10% faster than the flat binomial tree

@@ -13,10 +13,12 @@ TENSOR_GROUPS = ("row", "col", "depth")
 PAPER_RUN = {"model": "gpt-80b", "world": 1024, "machine": "perlmutter",
              "bucket_bytes": 64 << 20}  # gradient buckets as `gpulab model compare` sizes them by default
 
-GROUP_MARGIN = 0.10  # the 3D grid must spend 10% less time communicating (round-to-round spread ~10%)
+# Each time below is the best of its rounds (other jobs only add time), yet repeated quick runs still move
+# ratios by tens of percent under load (docs/scoreboard.md): a margin separates a win from a tie, not noise.
+GROUP_MARGIN = 0.10  # the 3D grid must spend at least 10% less time communicating
 HIDE_MIN = 0.20  # overlap must take at least a fifth of the exposed communication off the critical path...
-SLOWER_BY = 0.05  # ...without making the iteration more than 5% (the timing's spread) slower
-STRATEGY_MARGIN = 0.05  # AxoNN's pick must beat each baseline's best grid by more than the 5% spread
+SLOWER_BY = 0.05  # ...without making the iteration more than 5% slower (hidden but paid for elsewhere)
+STRATEGY_MARGIN = 0.05  # AxoNN's pick must beat each baseline's best grid by at least 5% (the paper: 26%)
 
 
 def engine_fit(bench):
