@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
+from gpulab.bcast.link_floor import at_most_link_rate  # noqa: E402
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
 from mpi_job import cpu_ticks, stolen  # noqa: E402
@@ -64,25 +65,6 @@ def fit_in_ranks(out: str) -> None:
     machine = experiments.fit(MPI.COMM_WORLD, FIT_SIZES, time_budget=0.01)
     if MPI.COMM_WORLD.rank == 0:
         Path(out).write_text(json.dumps(machine))
-
-
-def at_most_link_rate(machine: dict, rate: float | None) -> dict:
-    """The fit with no inter-node byte cheaper than the link's rate allows.
-
-    tbf lets a message below its burst through at full speed, so the small-message beta fitted
-    between nodes is faster than the link, and a fit taken while other jobs hold the cores can
-    come out faster too; a chain of thousands of such chunks would be predicted faster than the
-    link can carry them. A stream over the link never beats its rate: that is the floor.
-    """
-    if rate is None:
-        return machine
-    floor = 1.0 / rate
-    for regime in ("small", "large"):
-        hockney = machine["inter"].get(regime)
-        if hockney and hockney["beta"] < floor:
-            machine["notes"].setdefault("beta_raised_to_link_rate", {})[regime] = hockney["beta"]
-            hockney["beta"] = floor
-    return machine
 
 
 def label(record: dict) -> str:

@@ -33,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-import emulated_bcast  # noqa: E402  (the benchmark next to this one: its fit and link-rate floor)
+import emulated_bcast  # noqa: E402  (the benchmark next to this one: its fit)
+from gpulab.bcast.link_floor import at_most_link_rate  # noqa: E402
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
 
@@ -88,8 +89,7 @@ def measure(nodes: int, rpn: int, link: str) -> dict:
         subprocess.run(mpiexec_command(ranks, [emulated_bcast.__file__, "fit", fit_out]), check=True, env=env,
                        cwd=ROOT)
         topology = cluster.topology(ranks)
-        machine = emulated_bcast.at_most_link_rate(json.loads(Path(fit_out).read_text()),
-                                                   topology["link_bytes_per_s"])
+        machine = at_most_link_rate(json.loads(Path(fit_out).read_text()), topology["link_bytes_per_s"])
         machine.get("notes", {}).pop("samples", None)
         Path(tuning).write_text(json.dumps({"version": 1, "models": {str(ranks): machine}, "tables": {}}))
         env["GPULAB_TUNING_TABLE"] = tuning

@@ -24,32 +24,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
+from gpulab.engine.perf.agreement import validate  # noqa: E402
 from gpulab.launch import mpiexec_command  # noqa: E402
 
 SETTINGS = {"none": "overlap off", "all": "overlap on (all four, MPI_Test progress)"}
-
-
-def spearman(a, b) -> float:
-    ra, rb = np.argsort(np.argsort(a)), np.argsort(np.argsort(b))
-    return float(np.corrcoef(ra, rb)[0, 1])
-
-
-def validate(rows: list[dict]) -> dict:
-    """Rank correlation and top-1 check over the rows of one overlap setting."""
-    meas = [r["iter_s"] for r in rows]
-    pred = [r["prediction"]["iter_s"] for r in rows]
-    pick, best = int(np.argmin(pred)), int(np.argmin(meas))
-    return {"shapes": len(rows), "spearman": spearman(meas, pred),
-            "model_pick": rows[pick]["shape"], "model_pick_measured_s": meas[pick],
-            "measured_best": rows[best]["shape"], "measured_best_s": meas[best],
-            "pick_over_best": meas[pick] / meas[best], "top1_within_10pct": meas[pick] <= 1.10 * meas[best],
-            "median_abs_rel_error": float(np.median([abs(p - m) / m for p, m in zip(pred, meas)]))}
 
 
 def run(args) -> None:

@@ -17,6 +17,7 @@ COMMANDS = {
     "bench": "gpulab.cli.bench",
     "cluster": "gpulab.cli.cluster",
     "model": "gpulab.cli.model",
+    "scoreboard": "gpulab.cli.scoreboard",
     "train": "gpulab.cli.train",
     "tune": "gpulab.cli.tune",
 }

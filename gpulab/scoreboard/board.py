@@ -1,0 +1,125 @@
+"""The scoreboard: every claim's row (paper, this run, the record, the model, a verdict), as text, a Table or JSON."""
+
+from __future__ import annotations
+
+import datetime
+import importlib
+import json
+import platform
+import time
+
+from gpulab.scoreboard.claim import DOES_NOT_HOLD, NEEDS_GPU, NotMeasured
+from gpulab.scoreboard.jobs import Bench, JobFailed
+
+SCHEMA_VERSION = 1
+MODULES = ("bcast_claims", "tuned_claims", "engine_claims", "grid_claims", "training_claim")
+RECORD_ERRORS = (NotMeasured, KeyError, StopIteration, ZeroDivisionError)  # a record without what a claim reads
+
+
+def all_claims() -> dict:
+    """{id: Claim} in the issue's order: a, b, c, d, d-gpu, e ... i."""
+    found = [c for m in MODULES for c in importlib.import_module(f"gpulab.scoreboard.{m}").CLAIMS]
+    return {c.id: c for c in sorted(found, key=lambda c: c.id)}
+
+
+def _attempt(fn, errors=(NotMeasured, JobFailed)) -> tuple[dict | None, str | None]:
+    try:
+        return fn(), None
+    except errors as err:
+        return None, str(err) or type(err).__name__
+
+
+def evaluate(claim, bench: Bench) -> dict:
+    """One claim's row; a part that cannot be had here says why instead (``*_reason``)."""
+    start = time.monotonic()
+    bench.progress(f"[{claim.id}] {claim.claim} ...")
+    live, live_reason = _attempt(lambda: claim.live(bench))
+    recorded, recorded_reason = _attempt(claim.recorded, RECORD_ERRORS)
+    if live is not None and live.get("model") is not None:
+        model, model_reason = live.pop("model"), None
+    else:
+        if live is not None:
+            live.pop("model", None)
+        model, model_reason = _attempt(lambda: claim.model(bench), RECORD_ERRORS)
+    basis, source = ("this run", live) if live is not None else ("the recorded run", recorded)
+    if source is None:
+        verdict = NEEDS_GPU if claim.gpu else DOES_NOT_HOLD
+        why = f"nothing measured: {live_reason}; {recorded_reason}"
+    else:
+        verdict, why = claim.judge(source["value"], model["value"] if model else None)
+        why = f"{why}; from {basis}" + (f" ({live_reason})" if live is None else f", {source['where']}")
+    row = {"id": claim.id, "claim": claim.claim, "paper": claim.paper, "live": live, "recorded": recorded,
+           "model": model, "verdict": verdict, "why": why, "verdict_from": basis if source else None,
+           "seconds": round(time.monotonic() - start, 1)}
+    for part, reason in (("live", live_reason), ("recorded", recorded_reason), ("model", model_reason)):
+        if reason:
+            row[f"{part}_reason"] = reason
+    bench.progress(f"[{claim.id}] {verdict} ({row['seconds']:.0f} s)")
+    return row
+
+
+def run(claims=None, quick: bool = True, progress=None) -> list[dict]:
+    """The rows of ``claims`` (ids, default all), measured in quick or full mode; ``progress(line)`` per step."""
+    known = all_claims()
+    wanted = list(known) if claims is None else list(claims)
+    unknown = [c for c in wanted if c not in known]
+    if unknown:
+        raise ValueError(f"unknown claim(s) {unknown}; known: {', '.join(known)}")
+    bench = Bench(quick=quick, progress=progress)
+    return [evaluate(known[c], bench) for c in wanted]
+
+
+def show(claims=None, quick: bool = True):
+    """A notebook's one call: run ``claims`` (printing a line as each starts and ends) and return their table."""
+    return table(run(claims, quick=quick, progress=print))
+
+
+def load(path) -> list[dict]:
+    """The rows of a record that ``write_json`` wrote (``gpulab scoreboard --json``), for ``table``."""
+    with open(path) as f:
+        data = json.load(f)
+    if data.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: scoreboard schema {data.get('schema_version')}, this gpulab reads {SCHEMA_VERSION}")
+    return data["rows"]
+
+
+def _cell(part: dict | None, reason: str | None) -> str:
+    return part["text"] if part else f"- ({reason})"
+
+
+def table(rows: list[dict]):
+    """A notebook's table of the rows (HTML in Jupyter, aligned text elsewhere)."""
+    from gpulab.widgets.tables import Table
+
+    return Table([{"claim": f"({r['id']}) {r['claim']}", "paper": r["paper"]["value"],
+                   "this run": _cell(r["live"], r.get("live_reason")),
+                   "recorded": _cell(r["recorded"], r.get("recorded_reason")),
+                   "model": _cell(r["model"], r.get("model_reason")), "verdict": r["verdict"], "why": r["why"]}
+                  for r in rows])
+
+
+def format_rows(rows: list[dict]) -> str:
+    """The rows for a terminal: one block per claim, each source with where it comes from."""
+    lines = []
+    for r in rows:
+        lines.append(f"({r['id']}) {r['claim']}")
+        lines.append(f"    paper:     {r['paper']['value']}  [{r['paper']['source']}]")
+        for label, part, where in (("this run", "live", "where"), ("recorded", "recorded", "source"),
+                                   ("model", "model", "source")):
+            x = r[part]
+            lines.append(f"    {label + ':':<10} " + (f"{x['text']}  [{x[where]}]" if x else
+                                                    f"- ({r.get(part + '_reason')})"))
+        lines.append(f"    verdict:   {r['verdict'].upper()}: {r['why']}")
+    return "\n".join(lines)
+
+
+def record(rows: list[dict], quick: bool, seconds: float) -> dict:
+    """The JSON record of a run (``SCHEMA_VERSION`` says how to read it)."""
+    return {"schema_version": SCHEMA_VERSION, "quick": quick, "seconds": round(seconds, 1),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "host": platform.node(), "rows": rows}
+
+
+def write_json(path, rows: list[dict], quick: bool, seconds: float) -> None:
+    with open(path, "w") as f:
+        json.dump(record(rows, quick, seconds), f, indent=1)
