@@ -13,6 +13,10 @@ import json
 import sys
 from pathlib import Path
 
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
+
 VALIDATE_UP_TO = 4 << 20  # bytes: checking a broadcast's content costs as much as one more broadcast
 
 
@@ -65,8 +69,6 @@ TASKS = {"fit": fit, "times": times, "train": train}
 
 
 def main(task: str, args: str, out: str) -> None:
-    from mpi4py import MPI
-
     result = TASKS[task](MPI.COMM_WORLD, json.loads(args))
     if MPI.COMM_WORLD.rank == 0:
         Path(out).write_text(json.dumps(result))

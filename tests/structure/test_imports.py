@@ -112,8 +112,8 @@ FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.l
          "gpulab.fakedevice")
 # What may start emulated clusters, and so import gpulab.emulated: the commands (--nodes, `gpulab cluster`),
 # the notebook widgets (the cluster panel) and the engines (start_engines(nodes=...), the Slurm testbed's
-# nodes). Everything else learns where a job runs from gpulab.jobsite, which the cluster's state file feeds.
-STARTS_EMULATED_CLUSTERS = ("gpulab.emulated", "gpulab.cli", "gpulab.widgets", "gpulab.cluster")
+# nodes), and the scoreboard (its live rows run on an emulated cluster). Everything else learns where a job runs from gpulab.jobsite, which the cluster's state file feeds.
+STARTS_EMULATED_CLUSTERS = ("gpulab.emulated", "gpulab.cli", "gpulab.widgets", "gpulab.cluster", "gpulab.scoreboard")
 
 
 def test_only_what_starts_emulated_clusters_imports_them():
