@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import import_module
-from typing import Callable
+from pathlib import Path
 
 HIDE_ANSWERS = "GPULAB_HIDE_ANSWERS"  # a teacher's switch: "1" hides every answer's text and value
 GLOSSARY = "docs/glossary.md"
@@ -157,6 +158,4 @@ class Lesson:
 
 def known() -> list[str]:
     """The notebooks that have answers."""
-    from pathlib import Path
-
     return sorted(p.stem[2:] for p in Path(__file__).parent.glob("nb[0-9][0-9].py"))
