@@ -57,6 +57,9 @@ from gpulab.engine.parallel.timeline import kernel, phase
 from gpulab.engine.parallel.tp3d import Linear3D
 
 
+RECOMPUTE = (None, "selective", "full")
+
+
 def check_divisibility(config, shape, batch_size: int | None = None) -> None:
     """Raise ValueError naming every size that the grid ``shape`` (R, C, D, P) cannot split."""
     R, C, D, P = shape
@@ -79,8 +82,11 @@ def check_divisibility(config, shape, batch_size: int | None = None) -> None:
 
 class ParallelGPT:
     def __init__(self, config, mesh, overlap: Overlap | None = None, micro_batches: int | None = None,
-                 schedule: str = "1f1b"):
+                 schedule: str = "1f1b", recompute: str | None = None):
         check_divisibility(config, mesh.shape)
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"unknown recompute {recompute!r}; choose from {RECOMPUTE}")
+        self.recompute = recompute
         self.micro_batches = mesh.pipe if micro_batches is None else micro_batches
         check_pipeline(config.n_layer, mesh.pipe, self.micro_batches, schedule)
         self.config, self.mesh, self.schedule = config, mesh, schedule
@@ -197,7 +203,8 @@ class ParallelGPT:
 
     def _uses(self, ops) -> list:
         """The weight uses of running ``ops`` (("F" | "B", micro-batch), ...) on this stage, in order."""
-        fwd, bwd = stage_uses(forward_uses(self.config), backward_uses(self.config), self.layers,
+        fwd, bwd = stage_uses(forward_uses(self.config),
+                              backward_uses(self.config, recompute=self.recompute == "full"), self.layers,
                               self.mesh.first_stage, self.mesh.last_stage)
         return [u for op, _ in ops for u in (fwd if op == "F" else bwd)]
 
@@ -208,36 +215,46 @@ class ParallelGPT:
         fetch = fetch or self._fetcher(self._uses([("F", 0)]))
         params, m, lin = self.params, self.mesh, self.linears
         C, T = self.config.n_embd, idx.shape[1]
-
-        def linear(name, x):
-            return lin[name + ".weight"].forward(x, params[name + ".weight"], params[name + ".bias"],
-                                                 W=fetch.get(name + ".weight"))
-
         c_tok = c_lnf = c_head = None
         if m.first_stage:
             x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm)  # (b, T, C/c)
             x = x + params[WPE][:T]  # wpe is split over col like x
         blocks = []
         for i in self.layers:
-            p = f"transformer.h.{i}."
-            h, ln1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
-            qkv, c_qkv = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
-            with kernel(f"h.{i}.attn fwd"):
-                a, att = L.attention_forward(qkv, self.config.n_head // m.shape.row)  # (b, T, C/R)
-            y, attproj = linear(p + "attn.c_proj", a)  # (b, T, C/c)
-            x = x + y  # residual2
-            h, ln2 = TP.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], m.col_comm, C)
-            f, fch = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
-            with kernel(f"h.{i}.gelu fwd"):
-                g, fch_gelu = L.gelu_forward(f)
-            y, fcproj = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
-            x = x + y
-            blocks.append(BlockCache(ln1, c_qkv, att, attproj, ln2, fch, fch_gelu, fcproj))
+            x_in = x
+            x, block = self._block_forward(i, x, fetch.get)
+            blocks.append(x_in if self.recompute == "full" else block)  # full: rebuilt in backward
         if m.last_stage:
             xf, c_lnf = TP.layernorm_forward(
                 x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
             x, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # logits (b, T, V/R)
         return x, ModelCache(c_tok, blocks, c_lnf, c_head)
+
+    def _block_forward(self, i: int, x, get):
+        """Block ``i`` on the residual stream ``x``: its output and its ``BlockCache`` (with
+        ``recompute="selective"`` the attention field keeps only the QKV output; the T x T
+        probabilities are rebuilt in backward). ``get``: the gathered weight of a name."""
+        params, m, lin, C = self.params, self.mesh, self.linears, self.config.n_embd
+
+        def linear(name, x):
+            return lin[name + ".weight"].forward(x, params[name + ".weight"], params[name + ".bias"],
+                                                 W=get(name + ".weight"))
+
+        p = f"transformer.h.{i}."
+        h, ln1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
+        qkv, c_qkv = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
+        with kernel(f"h.{i}.attn fwd"):
+            a, att = L.attention_forward(qkv, self.config.n_head // m.shape.row)  # (b, T, C/R)
+        if self.recompute == "selective":
+            att = qkv  # Korthikanti et al.'s selective recomputation: drop softmax(QK^T), keep QKV
+        y, attproj = linear(p + "attn.c_proj", a)  # (b, T, C/c)
+        x = x + y  # residual2
+        h, ln2 = TP.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], m.col_comm, C)
+        f, fch = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
+        with kernel(f"h.{i}.gelu fwd"):
+            g, fch_gelu = L.gelu_forward(f)
+        y, fcproj = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
+        return x + y, BlockCache(ln1, c_qkv, att, attproj, ln2, fch, fch_gelu, fcproj)
 
     def stage_loss(self, logits, targets):
         """The last stage's cross-entropy of one micro-batch, summed over its tokens, and its cache."""
@@ -336,21 +353,10 @@ class ParallelGPT:
             dx, d = TP.layernorm_backward(dxf, cache.lnf)
             put("transformer.ln_f", d)
         for i, block in zip(reversed(self.layers), reversed(cache.blocks)):
-            p = f"transformer.h.{i}."
-            dg = linear(p + "mlp.c_proj", dx, block.fcproj)
-            with kernel(f"h.{i}.gelu bwd"):
-                df, _ = L.gelu_backward(dg, block.fch_gelu)
-            dh = linear(p + "mlp.c_fc", df, block.fch)
-            dh, d = TP.layernorm_backward(dh, block.ln2)
-            put(p + "ln_2", d)
-            dx = dx + dh
-            da = linear(p + "attn.c_proj", dx, block.attproj)
-            with kernel(f"h.{i}.attn bwd"):
-                dqkv, _ = L.attention_backward(da, block.att)
-            dh = linear(p + "attn.c_attn", dqkv, block.qkv)
-            dh, d = TP.layernorm_backward(dh, block.ln1)
-            put(p + "ln_1", d)
-            dx = dx + dh
+            if self.recompute == "full":  # the block's forward again, from its saved input
+                with phase("recompute", block=i):
+                    _, block = self._block_forward(i, block, fetch.get)
+            dx = self._block_backward(i, dx, block, linear, put)
         if not m.first_stage:
             return dx, dwte
         xp = array_module(dx)
@@ -360,6 +366,28 @@ class ParallelGPT:
         _, d = TP.embedding_backward(dx, cache.encoded)
         dwte = d["weight"] if dwte is None else dwte + d["weight"]  # one reduce-scatter for both uses
         return None, dwte
+
+    def _block_backward(self, i: int, dx, block: BlockCache, linear, put):
+        """Block ``i``'s backward: the gradient of its input from that of its output ``dx``."""
+        p = f"transformer.h.{i}."
+        dg = linear(p + "mlp.c_proj", dx, block.fcproj)
+        with kernel(f"h.{i}.gelu bwd"):
+            df, _ = L.gelu_backward(dg, block.fch_gelu)
+        dh = linear(p + "mlp.c_fc", df, block.fch)
+        dh, d = TP.layernorm_backward(dh, block.ln2)
+        put(p + "ln_2", d)
+        dx = dx + dh
+        da = linear(p + "attn.c_proj", dx, block.attproj)
+        att = block.att
+        if self.recompute == "selective":  # att holds the QKV output: rebuild the probabilities
+            with kernel(f"h.{i}.attn recompute"):
+                _, att = L.attention_forward(att, self.config.n_head // self.mesh.shape.row)
+        with kernel(f"h.{i}.attn bwd"):
+            dqkv, _ = L.attention_backward(da, att)
+        dh = linear(p + "attn.c_attn", dqkv, block.qkv)
+        dh, d = TP.layernorm_backward(dh, block.ln1)
+        put(p + "ln_1", d)
+        return dx + dh
 
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""
