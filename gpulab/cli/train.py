@@ -6,6 +6,7 @@
     gpulab train --mesh 1,2,1,1 --device cupy --dtype float16   # on GPUs, mixed precision
     gpulab train --strategy megatron -n 4         # a named strategy picks the grid (gpulab.engine.strategies)
     gpulab train --mesh 1,1,1,1 --pipe 4 --micro-batches 8 --n-layer 4   # 4 pipeline stages, 1F1B
+    gpulab train --mesh 2,1,1,2 --recompute selective --distributed-optimizer   # Megatron-LM's options
 
 Outside an MPI job the command re-launches itself under ``mpiexec -n N``
 (``gpulab.launch.relaunch``); the loop itself is ``gpulab.engine.training.loop``.
@@ -41,6 +42,11 @@ _OPTIONS = [
     (("--micro-batches",), dict(type=positive_int, default=None,
                                 help="micro-batches per step with --pipe (default: the number of stages)")),
     (("--schedule",), dict(default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")),
+    (("--recompute",), dict(default=None, choices=("selective", "full"),
+                            help="activation recomputation: selective (attention probabilities rebuilt in "
+                                 "backward) or full (each block's forward rerun); default none")),
+    (("--distributed-optimizer",), dict(action="store_true",
+                                        help="AdamW's state split over the data group (ZeRO-1)")),
     (("-n", "--nprocs"), dict(type=positive_int, default=None,
                               help="MPI ranks (default: product of --mesh times --pipe)")),
     (("--steps",), dict(type=positive_int, default=500, help="optimizer steps to run (default 500)")),
