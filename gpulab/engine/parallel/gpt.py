@@ -52,6 +52,7 @@ from gpulab.engine.parallel.overlap_grads import GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import check_pipeline, schedule, stage_layers, stage_params, stage_uses
 from gpulab.engine.parallel.pipeline_step import GradAccumulator, run_micro_batches
+from gpulab.engine.parallel.sequence import all_gather_seq, local_positions
 from gpulab.engine.parallel.shards import assemble, local_piece, owns, param_specs
 from gpulab.engine.parallel.timeline import kernel, phase
 from gpulab.engine.parallel.tp3d import Linear3D
@@ -82,11 +83,12 @@ def check_divisibility(config, shape, batch_size: int | None = None) -> None:
 
 class ParallelGPT:
     def __init__(self, config, mesh, overlap: Overlap | None = None, micro_batches: int | None = None,
-                 schedule: str = "1f1b", recompute: str | None = None):
+                 schedule: str = "1f1b", recompute: str | None = None, sequence_parallel: bool = False):
         check_divisibility(config, mesh.shape)
         if recompute not in RECOMPUTE:
             raise ValueError(f"unknown recompute {recompute!r}; choose from {RECOMPUTE}")
         self.recompute = recompute
+        self.sequence_parallel = sequence_parallel and mesh.shape.row > 1  # nothing to split on one row
         self.micro_batches = mesh.pipe if micro_batches is None else micro_batches
         check_pipeline(config.n_layer, mesh.pipe, self.micro_batches, schedule)
         self.config, self.mesh, self.schedule = config, mesh, schedule
@@ -97,12 +99,14 @@ class ParallelGPT:
         C, V = config.n_embd, config.vocab_size
         self.linears = {}
         if WTE in self.specs:
-            self.linears[WTE] = Linear3D(V, C, mesh, name="lm_head")  # tied: LM head [V, C], plain
+            self.linears[WTE] = Linear3D(V, C, mesh, name="lm_head",  # tied: LM head [V, C], plain
+                                         sequence_parallel=self.sequence_parallel)
         for i in self.layers:
             for part, n, k, transposed in (("attn.c_attn", 3 * C, C, False), ("attn.c_proj", C, C, True),
                                            ("mlp.c_fc", 4 * C, C, False), ("mlp.c_proj", C, 4 * C, True)):
                 self.linears[f"transformer.h.{i}.{part}.weight"] = Linear3D(
-                    n, k, mesh, transposed=transposed, name=f"h.{i}.{part}")
+                    n, k, mesh, transposed=transposed, name=f"h.{i}.{part}",
+                    sequence_parallel=self.sequence_parallel)
         self.vocab_lo = mesh.coord.row * (V // mesh.shape.row)  # first token id of this row's vocab slice
         self.params: dict = {}
         self.grads: dict = {}
@@ -190,6 +194,10 @@ class ParallelGPT:
         if idx.ndim != 2 or idx.shape[1] > self.config.block_size:
             raise ValueError(f"idx must be (B, T) with T <= {self.config.block_size}, got {idx.shape}")
         check_divisibility(self.config, self.mesh.shape, batch_size=idx.shape[0])
+        if self.sequence_parallel and idx.shape[1] % self.mesh.shape.row:
+            raise ValueError(f"sequence length ({idx.shape[1]}) must be divisible by row "
+                             f"({self.mesh.shape.row}) with sequence parallelism: each row rank "
+                             "holds T/row positions")
         b = idx.shape[0] // (self.mesh.shape.depth * self.mesh.shape.data)
         s = slice(self.mesh.batch_shard * b, (self.mesh.batch_shard + 1) * b)
         return idx[s], (None if targets is None else xp.asarray(targets)[s])
@@ -217,8 +225,9 @@ class ParallelGPT:
         C, T = self.config.n_embd, idx.shape[1]
         c_tok = c_lnf = c_head = None
         if m.first_stage:
-            x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm)  # (b, T, C/c)
-            x = x + params[WPE][:T]  # wpe is split over col like x
+            x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm,
+                                            self.sequence_parallel)  # (b, T, C/c); SP: (b, T/R, C/c)
+            x = x + params[WPE][self._positions(T)]  # wpe is split over col like x
         blocks = []
         for i in self.layers:
             x_in = x
@@ -229,6 +238,10 @@ class ParallelGPT:
                 x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
             x, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # logits (b, T, V/R)
         return x, ModelCache(c_tok, blocks, c_lnf, c_head)
+
+    def _positions(self, T: int) -> slice:
+        """The positions of the residual stream this rank holds: all, or its T/row with SP."""
+        return local_positions(T, self.mesh.row_comm) if self.sequence_parallel else slice(0, T)
 
     def _block_forward(self, i: int, x, get):
         """Block ``i`` on the residual stream ``x``: its output and its ``BlockCache`` (with
@@ -287,7 +300,8 @@ class ParallelGPT:
     def recv_stream(self, b: int, T: int, source: int, tag: int):
         """The residual stream (b, T, C/col), or its gradient, from stage ``source``."""
         like = self._any_param
-        return p2p.recv((b, T, self.config.n_embd // self.mesh.shape.col), like.dtype, like=like,
+        t = T // self.mesh.shape.row if self.sequence_parallel else T
+        return p2p.recv((b, t, self.config.n_embd // self.mesh.shape.col), like.dtype, like=like,
                         comm=self.mesh.pipe_comm, source=source, tag=tag)
 
     def forward_backward(self, idx, targets, loss_scale: float = 1.0) -> float:
@@ -321,8 +335,23 @@ class ParallelGPT:
                     wte_block = coll.all_reduce(run.wte_block, m.embed_comm)
                     sync.add(WTE, self.linears[WTE].scatter_grad(wte_block, wait=not self.overlap.ors))
                 self.grads = sync.finish()
+                if self.sequence_parallel:
+                    self._sum_over_sequence()
                 loss = self._global_loss(run.loss_sum, n_tokens)
         return loss
+
+    def _sum_over_sequence(self) -> None:
+        """With SP, LayerNorm and wpe saw only this rank's positions: sum them over row, one buffer."""
+        names = [n for n in self.specs if n == WPE or ".ln_" in n]
+        if not names:
+            return
+        xp = array_module(self._any_param)
+        flat = coll.all_reduce(xp.concatenate([self.grads[n].reshape(-1) for n in names]), self.mesh.row_comm)
+        offset = 0
+        for n in names:
+            g = self.grads[n]
+            self.grads[n] = flat[offset:offset + g.size].reshape(g.shape)
+            offset += g.size
 
     def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None):
         """This stage's backward of one micro-batch, in exact reverse order of ``stage_forward``;
@@ -361,8 +390,10 @@ class ParallelGPT:
             return dx, dwte
         xp = array_module(dx)
         dwpe = xp.zeros_like(self.params[WPE])
-        dwpe[:T] = dx.sum(axis=0)  # (T, C/c)
+        dwpe[self._positions(T)] = dx.sum(axis=0)  # (T, C/c); SP: this rank's positions, summed over row later
         sync.add(WPE, dwpe)
+        if self.sequence_parallel:
+            dx = all_gather_seq(dx, m.row_comm)  # the vocabulary slice's rows take every position's gradient
         _, d = TP.embedding_backward(dx, cache.encoded)
         dwte = d["weight"] if dwte is None else dwte + d["weight"]  # one reduce-scatter for both uses
         return None, dwte
