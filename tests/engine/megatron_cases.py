@@ -142,3 +142,42 @@ def planted(comm, bug, case):
         except AssertionError as err:
             return str(err)[:300]
     raise AssertionError(f"the exactness check passed with the bug {bug!r} planted")
+
+
+def _stage_major():
+    """Interleaving whose blocks sit stage-major (stage s holds chunks s V .. s V + V - 1) while the
+    micro-batches still go round the stages: the blocks run out of order."""
+    from gpulab.engine.parallel import gpt as gpt_module
+    from gpulab.engine.parallel import pipeline
+
+    def chunk_layers(n_layer, pipe, stage, virtual=1):
+        return [pipeline.stage_layers(n_layer, pipe * virtual, stage * virtual + v) for v in range(virtual)]
+
+    @contextmanager
+    def both():
+        with _patched(pipeline, "chunk_layers", chunk_layers), _patched(gpt_module, "chunk_layers", chunk_layers):
+            yield
+    return both()
+
+
+BUGS["blocks placed stage-major under interleaving"] = _stage_major
+
+
+def interleaved_timeline(comm, pipe, micro, virtual):
+    """The recorded phases of an interleaved step: each stage's (op, micro-batch, chunk) in the schedule's
+    order; the step's wall time and busy (phase) time on every rank."""
+    from gpulab.engine.parallel.pipeline import schedule
+
+    shape = (1, comm.size // pipe, 1, 1)
+    mesh = Mesh(*shape, comm=comm, pipe=pipe)
+    cfg = tiny_config(shape, n_layer=pipe * virtual)
+    gpt = ParallelGPT(cfg, mesh, micro_batches=micro, schedule="interleaved", virtual_stages=virtual)
+    gpt.load_params(random_params(cfg))
+    with timeline.record() as tl:
+        gpt.forward_backward(*random_batch(cfg, 4 * micro))
+    got = [("F" if e["name"] == "forward" else "B", e["micro"], e["chunk"]) for e in tl.events
+           if e["kind"] == "phase" and "micro" in e]
+    assert got == schedule("interleaved", pipe, mesh.stage, micro, virtual), (mesh.stage, got)
+    everyone = timeline.gather(tl, comm)
+    mesh.free()
+    return {"stage": mesh.stage, "phases": len(got), "events": everyone if comm.rank == 0 else None}

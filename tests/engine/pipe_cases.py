@@ -65,18 +65,19 @@ def _serial_train(params, cfg, batches):
 
 def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="host"):
     """For each (shape, pipe, micro, schedule[, options]): loss, every gradient, the norm and a few
-    AdamW steps against the serial model in float64. ``options``: ParallelGPT's keywords, and
-    ``distributed_optimizer`` (ZeRO-1's optimizer instead of AdamW). ``device``: where the engine's
+    AdamW steps against the serial model in float64. ``options``: ParallelGPT's keywords,
+    ``distributed_optimizer`` (ZeRO-1's optimizer instead of AdamW) and ``n_layer`` (default 5). ``device``: where the engine's
     arrays live ("host" or "fake"); every send, receive and collective must take ``expect_path``."""
     out = []
     for shape, pipe, micro, kind, *rest in cases:
         options = dict(rest[0]) if rest else {}
         zero1 = options.pop("distributed_optimizer", False)
+        n_layer = options.pop("n_layer", N_LAYER)
         shape = tuple(shape)
         step(f"{shape} pipe={pipe} m={micro} {kind}: mesh")
         mesh = Mesh(*shape, comm=comm, pipe=pipe)
         _check_groups(mesh)
-        cfg = tiny_config(shape, "float64", n_layer=N_LAYER)
+        cfg = tiny_config(shape, "float64", n_layer=n_layer)
         params = random_params(cfg, seed=seed)
         idx, targets = random_batch(cfg, B, seed=seed)
         gpt = ParallelGPT(cfg, mesh, micro_batches=micro, schedule=kind, **options)

@@ -50,8 +50,8 @@ from gpulab.engine.parallel import tp_layers as TP
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.overlap_grads import GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
-from gpulab.engine.parallel.pipeline import check_pipeline, schedule, stage_layers, stage_params, stage_uses
-from gpulab.engine.parallel.pipeline_step import GradAccumulator, run_micro_batches
+from gpulab.engine.parallel.pipeline import chunk_layers, check_pipeline, schedule, stage_params, stage_uses
+from gpulab.engine.parallel.pipeline_step import GradAccumulator, neighbours, run_micro_batches
 from gpulab.engine.parallel.sequence import all_gather_seq, local_positions
 from gpulab.engine.parallel.shards import assemble, local_piece, owns, param_specs
 from gpulab.engine.parallel.timeline import kernel, phase
@@ -83,19 +83,22 @@ def check_divisibility(config, shape, batch_size: int | None = None) -> None:
 
 class ParallelGPT:
     def __init__(self, config, mesh, overlap: Overlap | None = None, micro_batches: int | None = None,
-                 schedule: str = "1f1b", recompute: str | None = None, sequence_parallel: bool = False):
+                 schedule: str = "1f1b", recompute: str | None = None, sequence_parallel: bool = False,
+                 virtual_stages: int = 1):
         check_divisibility(config, mesh.shape)
         if recompute not in RECOMPUTE:
             raise ValueError(f"unknown recompute {recompute!r}; choose from {RECOMPUTE}")
         self.recompute = recompute
         self.sequence_parallel = sequence_parallel and mesh.shape.row > 1  # nothing to split on one row
         self.micro_batches = mesh.pipe if micro_batches is None else micro_batches
-        check_pipeline(config.n_layer, mesh.pipe, self.micro_batches, schedule)
+        check_pipeline(config.n_layer, mesh.pipe, self.micro_batches, schedule, virtual=virtual_stages)
+        self.virtual_stages = virtual_stages
         self.config, self.mesh, self.schedule = config, mesh, schedule
         self.overlap = overlap or Overlap()
         self.all_specs = param_specs(config)
-        self.layers = stage_layers(config.n_layer, mesh.pipe, mesh.stage)
-        self.specs = {n: self.all_specs[n] for n in stage_params(config, mesh.pipe, mesh.stage)}
+        self.chunks = chunk_layers(config.n_layer, mesh.pipe, mesh.stage, virtual_stages)
+        self.layers = [i for chunk in self.chunks for i in chunk]
+        self.specs = {n: self.all_specs[n] for n in stage_params(config, mesh.pipe, mesh.stage, virtual_stages)}
         C, V = config.n_embd, config.vocab_size
         self.linears = {}
         if WTE in self.specs:
@@ -209,31 +212,41 @@ class ParallelGPT:
         fetch.start(uses)
         return fetch
 
-    def _uses(self, ops) -> list:
-        """The weight uses of running ``ops`` (("F" | "B", micro-batch), ...) on this stage, in order."""
-        fwd, bwd = stage_uses(forward_uses(self.config),
-                              backward_uses(self.config, recompute=self.recompute == "full"), self.layers,
-                              self.mesh.first_stage, self.mesh.last_stage)
-        return [u for op, _ in ops for u in (fwd if op == "F" else bwd)]
+    def _starts(self, chunk: int) -> bool:
+        """Does this chunk begin the model (token and position embeddings)?"""
+        return self.mesh.first_stage and chunk == 0
 
-    def stage_forward(self, idx, fetch: WeightFetcher | None = None, x=None):
-        """This stage's forward of one micro-batch: token ids (first stage) or the previous
-        stage's output ``x`` in; logits (last stage) or the residual stream out, and the
-        ``ModelCache`` for the backward (fields of stages it does not hold are None)."""
-        fetch = fetch or self._fetcher(self._uses([("F", 0)]))
+    def _ends(self, chunk: int) -> bool:
+        """Does this chunk end the model (final LayerNorm, LM head, loss)?"""
+        return self.mesh.last_stage and chunk == self.virtual_stages - 1
+
+    def _uses(self, ops) -> list:
+        """The weight uses of running ``ops`` (("F" | "B", micro-batch[, chunk]), ...) here, in order."""
+        fwd_all = forward_uses(self.config)
+        bwd_all = backward_uses(self.config, recompute=self.recompute == "full")
+        per_chunk = [stage_uses(fwd_all, bwd_all, layers, self._starts(v), self._ends(v))
+                     for v, layers in enumerate(self.chunks)]
+        return [u for op, _, *rest in ops for u in per_chunk[rest[0] if rest else 0][op == "B"]]
+
+    def stage_forward(self, idx, fetch: WeightFetcher | None = None, x=None, chunk: int = 0):
+        """This stage's forward of one micro-batch through its model chunk ``chunk`` (one unless
+        interleaved): token ids (the model's first chunk) or the previous chunk's output ``x`` in;
+        logits (the last chunk) or the residual stream out, and the ``ModelCache`` for the backward
+        (fields of parts it does not hold are None)."""
+        fetch = fetch or self._fetcher(self._uses([("F", 0, chunk)]))
         params, m, lin = self.params, self.mesh, self.linears
         C, T = self.config.n_embd, idx.shape[1]
         c_tok = c_lnf = c_head = None
-        if m.first_stage:
+        if self._starts(chunk):
             x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm,
                                             self.sequence_parallel)  # (b, T, C/c); SP: (b, T/R, C/c)
             x = x + params[WPE][self._positions(T)]  # wpe is split over col like x
         blocks = []
-        for i in self.layers:
+        for i in self.chunks[chunk]:
             x_in = x
             x, block = self._block_forward(i, x, fetch.get)
             blocks.append(x_in if self.recompute == "full" else block)  # full: rebuilt in backward
-        if m.last_stage:
+        if self._ends(chunk):
             xf, c_lnf = TP.layernorm_forward(
                 x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
             x, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # logits (b, T, V/R)
@@ -284,16 +297,18 @@ class ParallelGPT:
     def loss(self, idx, targets) -> float:
         """Mean cross-entropy of the global batch, forward only."""
         idx_l, tgt_l = self._local_batch(idx, targets)
-        m = self.mesh
-        fetch = self._fetcher(self._uses([("F", 0)]))
+        m, V = self.mesh, self.virtual_stages
+        fetch = self._fetcher(self._uses([("F", 0, v) for v in range(V)]))
         loss_sum = 0.0
         with self._progress():
-            x = None if m.first_stage else self.recv_stream(*idx_l.shape, m.stage - 1, 0)
-            out, _ = self.stage_forward(idx_l, fetch, x)
-            if not m.last_stage:
-                p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=0).wait()
+            for v in range(V):  # one micro-batch round the stages, once per chunk
+                before, after = neighbours(m.stage, v, m.pipe, V)
+                x = None if before is None else self.recv_stream(*idx_l.shape, before[0], v)
+                out, _ = self.stage_forward(idx_l, fetch, x, chunk=v)
+                if after is not None:
+                    p2p.isend(out, m.pipe_comm, dest=after[0], tag=after[1]).wait()
         fetch.end()
-        if m.last_stage:
+        if self._ends(V - 1):
             loss_sum, _ = self.stage_loss(out, tgt_l)
         return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
 
@@ -314,9 +329,10 @@ class ParallelGPT:
         """
         idx_l, tgt_l = self._local_batch(idx, targets)
         m, n_micro = self.mesh, self.micro_batches
-        check_pipeline(self.config.n_layer, m.pipe, n_micro, self.schedule, local_batch=idx_l.shape[0])
+        check_pipeline(self.config.n_layer, m.pipe, n_micro, self.schedule, local_batch=idx_l.shape[0],
+                       virtual=self.virtual_stages)
         n_tokens = idx.shape[0] * idx.shape[1]
-        ops = schedule(self.schedule, m.pipe, m.stage, n_micro)
+        ops = schedule(self.schedule, m.pipe, m.stage, n_micro, self.virtual_stages)
         fetch = self._fetcher(self._uses(ops))
         sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
         acc = GradAccumulator(sync) if n_micro > 1 else sync  # one micro-batch: straight to sync
@@ -353,7 +369,7 @@ class ParallelGPT:
             self.grads[n] = flat[offset:offset + g.size].reshape(g.shape)
             offset += g.size
 
-    def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None):
+    def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None, chunk: int = 0):
         """This stage's backward of one micro-batch, in exact reverse order of ``stage_forward``;
         gradients go to ``sync`` as they appear. ``dy``: the next stage's gradient of this
         stage's output (None on the last stage, which starts from the loss). Returns the
@@ -374,19 +390,19 @@ class ParallelGPT:
 
         dwte = None
         dx = dy
-        if m.last_stage:
+        if self._ends(chunk):
             dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
             dxf, d = lin[WTE].backward(dlogits, cache.logits, scatter=False, W=fetch.get(WTE),
                                        oar=ov.oar)  # keep the block: wte is tied
             dwte = d["weight"]
             dx, d = TP.layernorm_backward(dxf, cache.lnf)
             put("transformer.ln_f", d)
-        for i, block in zip(reversed(self.layers), reversed(cache.blocks)):
+        for i, block in zip(reversed(self.chunks[chunk]), reversed(cache.blocks)):
             if self.recompute == "full":  # the block's forward again, from its saved input
                 with phase("recompute", block=i):
                     _, block = self._block_forward(i, block, fetch.get)
             dx = self._block_backward(i, dx, block, linear, put)
-        if not m.first_stage:
+        if not self._starts(chunk):
             return dx, dwte
         xp = array_module(dx)
         dwpe = xp.zeros_like(self.params[WPE])
