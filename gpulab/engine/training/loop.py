@@ -123,7 +123,8 @@ def train(args, shape) -> int:
         raise SystemExit(f"--overlap: {err}")
     mesh = Mesh(*shape, pipe=args.pipe)
     gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=args.micro_batches, schedule=args.schedule,
-                      recompute=args.recompute)
+                      recompute=args.recompute, sequence_parallel=args.sequence_parallel,
+                      virtual_stages=args.virtual_stages)
     gpt.load_params(params, device=args.device)
     adam = dict(lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
     opt = DistributedAdamW(gpt.params, mesh.data_comm, **adam) if args.distributed_optimizer \
@@ -215,6 +216,7 @@ def train(args, shape) -> int:
                    "wall_s": round(wall, 2), "mesh": list(shape), "pipe": args.pipe,
                    "micro_batches": args.micro_batches, "schedule": args.schedule, "checkpoint": str(out),
                    "recompute": args.recompute, "distributed_optimizer": args.distributed_optimizer,
+                   "sequence_parallel": args.sequence_parallel, "virtual_stages": args.virtual_stages,
                    "overlap": overlap.label(), "device": args.device, "dtype": config.dtype,
                    "topology": topology_metadata()}
         if scaler.enabled:
