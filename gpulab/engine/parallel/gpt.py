@@ -33,6 +33,33 @@ summed over micro-batches before the data-parallel sync
 (``pipeline_step.GradAccumulator``); the tied wte's gradient is summed over
 the first and last stage (``mesh.embed_comm``). With one stage and one
 micro-batch this is the plain 4D step, call for call.
+
+Megatron-LM's options (each off by default; the numbers stay the serial model's):
+
+- ``recompute="full"``: each block keeps only its input; backward runs the
+  block's forward again (a "recompute" timeline phase, its collectives
+  included) before its backward. ``"selective"`` (Korthikanti et al.):
+  attention keeps its QKV output instead of the T x T probabilities and
+  rebuilds them in backward (an "attn recompute" kernel).
+- ``schedule="interleaved", virtual_stages=V``: the model is cut into
+  pipe x V chunks, stage s holding chunks s, s + pipe, ... (``pipeline.chunk_layers``);
+  a micro-batch goes round the stages V times; bubble (p-1)/(V m) of the ideal time.
+- ``sequence_parallel=True``: the row group's all-reduces (a transposed
+  layer's output, a plain layer's dX, the embedding's lookup) become a
+  reduce-scatter along the sequence, and the inputs that need every position
+  (a plain layer's X, a transposed layer's dY, the embedding's gradient) an
+  all-gather (``sequence``): between them each row rank holds T/row positions
+  of the residual stream, so LayerNorm, the residual adds (and dropout, which
+  this model has not) work on 1/row of the activations; LayerNorm's and wpe's
+  gradients are then summed over row. On Megatron-LM's grid (R, 1, 1, P) that
+  is Megatron-LM's sequence parallelism; on any 3D grid it applies to the row
+  group alone: the residual stream is copied over row (so splitting it there
+  saves memory) but split over col by features, and what the col group sums
+  feeds attention (every position's keys and values) or a weight block that
+  multiplies every token, so a reduce-scatter over col would be all-gathered
+  again at once. Depth and data hold other sequences: nothing to split.
+- the distributed optimizer (ZeRO-1) is the optimizer's:
+  ``gpulab.engine.training.zero1.DistributedAdamW``.
 """
 
 from __future__ import annotations

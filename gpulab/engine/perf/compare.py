@@ -86,6 +86,10 @@ def evaluate(config, shape, *, pipe: int, micro_batches: int, recompute: bool, g
             "comm_share": exposed / iter_s, "bubble": bubble_fraction(pipe, micro_batches, V),
             "bubble_s": (pipe - 1) / V * slot, "p2p_s": p2p, "grad_sync_s": sync, "memory": memory,
             "hfu": hardware_flops(config, global_batch, T, recompute) / (iter_s * world * machine.peak),
+            "exposed_by_group": {**{g: v["exposed_s"] * (1 if g in SYNC_GROUPS else slots)
+                                    for g, v in p["groups"].items() if v["exposed_s"] > 0},
+                                 **({"pipe": p2p} if p2p else {})},
+            "compute_s": slots * p["compute_s"],
             "fits": memory["total"] <= machine.usable_memory * machine.memory_bytes,
             "mfu": flops / (iter_s * world * machine.peak),
             "mfu_matmul": flops / (iter_s * world * machine.peak * machine.matmul_efficiency),
