@@ -145,3 +145,17 @@ def test_interleaved_timeline_follows_the_schedule(pipe, micro, v, job):
     ax = gantt(results[0]["events"]).axes[0]  # every chunk's forward and backward drawn
     labels = sorted(t.get_text() for t in ax.texts)
     assert labels == sorted(f"{op}{i}.{c}" for op in "FB" for i in range(micro) for c in range(v) for _ in range(4))
+
+
+@pytest.mark.parametrize("path", ["staged", "cuda-aware"])
+def test_megatron_features_on_the_fake_device(path):
+    """Every feature at once with the arrays on the fake device: they stay there, every collective and
+    send takes the device path, and the numbers are still the serial model's."""
+    from tests.gpu.test_engine_device import AWARE, STAGED
+    from tests.mpi_harness import run_mpi
+
+    cases = [[[2, 1, 1, 2], 1, 2, "1f1b", {**ALL, "recompute": "full"}],
+             [[2, 1, 1, 1], 2, 2, "interleaved", {**IL2, **ALL}]]
+    rows = run_mpi(4, "tests.engine.pipe_cases:equivalence", timeout=300, cases=cases, steps=1, device="fake",
+                   expect_path=path, env=STAGED if path == "staged" else AWARE)[0]
+    assert max(v for r in rows for k, v in r.items() if k.endswith("_err")) < 1e-10
