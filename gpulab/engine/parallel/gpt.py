@@ -13,7 +13,7 @@ residual stream x (b, T, C/col), copied over row; QKV and FC1 are plain 3D
 layers (out split over row), attention-out and FC2 transposed ones (back to
 C/col); attention runs on the row's n_head/row heads; the tied wte is a plain
 layer [V/row, C/col] used twice (vocab-parallel lookup, LM head). Backward
-mirrors forward call by call. Gradients go to a ``GradSync``
+mirrors forward call by call (one transformer block's both: ``block``). Gradients go to a ``GradSync``
 (``overlap_grads``), which sums weight shards over data and every copied
 parameter (biases, LayerNorm, wpe) over depth x data: after backward, or in
 buckets during it. ``overlap`` (``gpulab.engine.parallel.overlap.Overlap``) switches
@@ -68,9 +68,9 @@ import math
 from contextlib import contextmanager
 
 from gpulab.backend import array_module, to_device, to_host
-from gpulab.engine.gpt import layers as L
 from gpulab.engine.gpt.config import accum_dtype, squared_sum
-from gpulab.engine.gpt.model import WPE, WTE, BlockCache, ModelCache
+from gpulab.engine.gpt.model import WPE, WTE, ModelCache
+from gpulab.engine.parallel import block as one_block
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import p2p
 from gpulab.engine.parallel import tp_layers as TP
@@ -81,7 +81,7 @@ from gpulab.engine.parallel.pipeline import chunk_layers, check_pipeline, schedu
 from gpulab.engine.parallel.pipeline_step import GradAccumulator, neighbours, run_micro_batches
 from gpulab.engine.parallel.sequence import all_gather_seq, local_positions
 from gpulab.engine.parallel.shards import assemble, local_piece, owns, param_specs
-from gpulab.engine.parallel.timeline import kernel, phase
+from gpulab.engine.parallel.timeline import phase
 from gpulab.engine.parallel.tp3d import Linear3D
 
 
@@ -283,31 +283,8 @@ class ParallelGPT:
         """The positions of the residual stream this rank holds: all, or its T/row with SP."""
         return local_positions(T, self.mesh.row_comm) if self.sequence_parallel else slice(0, T)
 
-    def _block_forward(self, i: int, x, get):
-        """Block ``i`` on the residual stream ``x``: its output and its ``BlockCache`` (with
-        ``recompute="selective"`` the attention field keeps only the QKV output; the T x T
-        probabilities are rebuilt in backward). ``get``: the gathered weight of a name."""
-        params, m, lin, C = self.params, self.mesh, self.linears, self.config.n_embd
-
-        def linear(name, x):
-            return lin[name + ".weight"].forward(x, params[name + ".weight"], params[name + ".bias"],
-                                                 W=get(name + ".weight"))
-
-        p = f"transformer.h.{i}."
-        h, ln1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
-        qkv, c_qkv = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
-        with kernel(f"h.{i}.attn fwd"):
-            a, att = L.attention_forward(qkv, self.config.n_head // m.shape.row)  # (b, T, C/R)
-        if self.recompute == "selective":
-            att = qkv  # Korthikanti et al.'s selective recomputation: drop softmax(QK^T), keep QKV
-        y, attproj = linear(p + "attn.c_proj", a)  # (b, T, C/c)
-        x = x + y  # residual2
-        h, ln2 = TP.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], m.col_comm, C)
-        f, fch = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
-        with kernel(f"h.{i}.gelu fwd"):
-            g, fch_gelu = L.gelu_forward(f)
-        y, fcproj = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
-        return x + y, BlockCache(ln1, c_qkv, att, attproj, ln2, fch, fch_gelu, fcproj)
+    _block_forward = one_block.forward  # one transformer block: its forward and cache (``block``)
+    _block_backward = one_block.backward
 
     def stage_loss(self, logits, targets):
         """The last stage's cross-entropy of one micro-batch, summed over its tokens, and its cache."""
@@ -440,28 +417,6 @@ class ParallelGPT:
         _, d = TP.embedding_backward(dx, cache.encoded)
         dwte = d["weight"] if dwte is None else dwte + d["weight"]  # one reduce-scatter for both uses
         return None, dwte
-
-    def _block_backward(self, i: int, dx, block: BlockCache, linear, put):
-        """Block ``i``'s backward: the gradient of its input from that of its output ``dx``."""
-        p = f"transformer.h.{i}."
-        dg = linear(p + "mlp.c_proj", dx, block.fcproj)
-        with kernel(f"h.{i}.gelu bwd"):
-            df, _ = L.gelu_backward(dg, block.fch_gelu)
-        dh = linear(p + "mlp.c_fc", df, block.fch)
-        dh, d = TP.layernorm_backward(dh, block.ln2)
-        put(p + "ln_2", d)
-        dx = dx + dh
-        da = linear(p + "attn.c_proj", dx, block.attproj)
-        att = block.att
-        if self.recompute == "selective":  # att holds the QKV output: rebuild the probabilities
-            with kernel(f"h.{i}.attn recompute"):
-                _, att = L.attention_forward(att, self.config.n_head // self.mesh.shape.row)
-        with kernel(f"h.{i}.attn bwd"):
-            dqkv, _ = L.attention_backward(da, att)
-        dh = linear(p + "attn.c_attn", dqkv, block.qkv)
-        dh, d = TP.layernorm_backward(dh, block.ln1)
-        put(p + "ln_1", d)
-        return dx + dh
 
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""
