@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 
 from gpulab.cli import model_compare, model_memory
+from gpulab.engine.perf.comm_only import comm_only_rank
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.fit import fit as fit_machine
 from gpulab.engine.perf.machines import MACHINES, machine
@@ -49,6 +50,11 @@ def add_parser(subparsers) -> None:
         if name == "rank":
             p.add_argument("--world", type=int, required=True, help="number of GPUs (ranks)")
             p.add_argument("--top", type=int, default=10, help="rows to print (default 10)")
+            p.add_argument("--comm-only", action="store_true",
+                           help="rank as AxoNN's published model does: communication time alone, from the "
+                                "machine's bandwidth table, no latency or compute (beside the full model's place)")
+            p.add_argument("--axonn-terms", action="store_true",
+                           help="with --comm-only: AxoNN's own transposed-layer terms (K on the row term)")
         else:
             p.add_argument("--mesh", required=True, help="row,col,depth,data")
         p.add_argument("--model", default="gpt-20b", help="gpt-5b ... gpt-640b, or a GPTConfig JSON file")
@@ -94,6 +100,8 @@ def main(args) -> int:
     except (KeyError, ValueError, OSError) as err:
         raise SystemExit(f"gpulab model: {err}")
     opts = dict(seq_len=args.seq_len, recompute=not args.no_recompute, flash_attention=not args.no_flash)
+    if args.model_command == "rank" and args.comm_only:
+        return comm_only(args, config, machine, overlap, opts)
     if args.model_command == "rank":
         batch = args.batch_size or max(512, args.world)
         preds = rank(config, args.world, batch, machine, overlap, **opts, keep_unfit=True)
@@ -114,6 +122,38 @@ def main(args) -> int:
         print(f"{len(shown)} shown; {dropped} shapes dropped: memory does not fit "
               f"({machine.usable_memory:.0%} of {machine.memory_bytes / 1e9:g} GB)")
     print("assumptions:\n  " + "\n  ".join(assumptions(args, overlap)))
+    print(f"machine {machine.name}:\n  " + "\n  ".join(machine.assumptions()))
+    return 0
+
+
+def comm_only(args, config, machine, overlap, opts) -> int:
+    """``rank --comm-only``: AxoNN's ranking, each shape's place in the full model's beside it."""
+    batch = args.batch_size or max(512, args.world)
+    rows = comm_only_rank(config, args.world, batch, machine, overlap, **opts, axonn_bug=args.axonn_terms)
+    shown = rows[:args.top]
+    if args.json:
+        print(json.dumps(shown, indent=1))
+        return 0
+    print(f"{args.model} on {args.world} x {machine.name}, batch {batch} sequences: communication only "
+          f"(AxoNN's model{', its transposed-layer terms' if args.axonn_terms else ''})")
+    lines = [f"{'#':>3} {'row':>4} {'col':>4} {'depth':>5} {'data':>5} {'comm s':>9} {'full model s':>13} "
+             f"{'full #':>6}  seconds by group"]
+    for i, r in enumerate(shown, 1):
+        R, C, D, P = r["shape"]
+        groups = " ".join(f"{g}={v:.3g}" for g, v in sorted(r["groups"].items()))
+        lines.append(f"{i:>3} {R:>4} {C:>4} {D:>5} {P:>5} {r['comm_s']:>9.4g} {r['full_iter_s']:>13.4g} "
+                     f"{r['full_place']:>6}  {groups}")
+    print("\n".join(lines))
+    if rows:
+        full_pick = min(rows, key=lambda r: r["full_place"])
+        same = rows[0]["shape"] == full_pick["shape"]
+        print(f"pick: {tuple(rows[0]['shape'])} by communication alone, {tuple(full_pick['shape'])} by the full "
+              f"model" + (" (the same)" if same else f"; the comm-only pick is #{rows[0]['full_place']} there, "
+                          f"{rows[0]['full_iter_s'] / full_pick['full_iter_s'] - 1:.0%} slower by the full model"))
+    print("assumptions:\n  bytes of every collective by AxoNN's per-layer volumes (recomputation: forward "
+          "terms twice), bf16; each group's bandwidth from the machine's table (by group size and how far "
+          "apart its members sit), else its link; no latency, no compute, no overlap; the same candidate "
+          "shapes as the full model (they fit its memory count)")
     print(f"machine {machine.name}:\n  " + "\n  ".join(machine.assumptions()))
     return 0
 

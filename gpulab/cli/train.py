@@ -6,6 +6,8 @@
     gpulab train --mesh 1,2,1,1 --device cupy --dtype float16   # on GPUs, mixed precision
     gpulab train --strategy megatron -n 4         # a named strategy picks the grid (gpulab.engine.strategies)
     gpulab train --mesh 1,1,1,1 --pipe 4 --micro-batches 8 --n-layer 4   # 4 pipeline stages, 1F1B
+    gpulab train --mesh 2,1,1,2 --recompute selective --distributed-optimizer --sequence-parallel
+    gpulab train --mesh 1,1,1,1 --pipe 2 --schedule interleaved --virtual-stages 2 --n-layer 4
 
 Outside an MPI job the command re-launches itself under ``mpiexec -n N``
 (``gpulab.launch.relaunch``); the loop itself is ``gpulab.engine.training.loop``.
@@ -41,6 +43,16 @@ _OPTIONS = [
     (("--micro-batches",), dict(type=positive_int, default=None,
                                 help="micro-batches per step with --pipe (default: the number of stages)")),
     (("--schedule",), dict(default="1f1b", choices=SCHEDULES, help="pipeline schedule (default 1f1b)")),
+    (("--recompute",), dict(default=None, choices=("selective", "full"),
+                            help="activation recomputation: selective (attention probabilities rebuilt in "
+                                 "backward) or full (each block's forward rerun); default none")),
+    (("--distributed-optimizer",), dict(action="store_true",
+                                        help="AdamW's state split over the data group (ZeRO-1)")),
+    (("--sequence-parallel",), dict(action="store_true",
+                                    help="Megatron-LM's sequence parallelism over row: LayerNorm and the residual "
+                                         "on T/row positions, the row all-reduces as reduce-scatter + all-gather")),
+    (("--virtual-stages",), dict(type=positive_int, default=1,
+                                 help="model chunks per pipeline stage with --schedule interleaved (default 1)")),
     (("-n", "--nprocs"), dict(type=positive_int, default=None,
                               help="MPI ranks (default: product of --mesh times --pipe)")),
     (("--steps",), dict(type=positive_int, default=500, help="optimizer steps to run (default 500)")),
@@ -155,9 +167,13 @@ def check_stages(args, shape) -> None:
     _, _, depth, data = shape
     slice_batch = args.batch_size // (depth * data) if args.batch_size % (depth * data) == 0 else None
     try:
-        check_pipeline(args.n_layer, args.pipe, args.micro_batches, args.schedule, local_batch=slice_batch)
+        check_pipeline(args.n_layer, args.pipe, args.micro_batches, args.schedule, local_batch=slice_batch,
+                       virtual=args.virtual_stages)
     except ValueError as err:
         usage_error(f"gpulab train: --pipe {args.pipe} --micro-batches {args.micro_batches}: {err}")
+    if args.sequence_parallel and args.block_size % shape[0]:
+        usage_error(f"gpulab train: --sequence-parallel: --block-size {args.block_size} must be divisible by "
+                    f"row ({shape[0]}): each row rank holds block-size/row positions")
 
 
 def resolve_model(args) -> None:

@@ -61,6 +61,9 @@ class Strategy:
     tp_in_node: bool = False  # shapes_for's max_tp bounds row (tensor parallelism kept inside a node)
     pipelined: bool = False  # the performance comparison also searches pipeline stages around the grid
     live: tuple[LiveVariant, ...] | None = None  # live comparison rows; None: one, the strategy as it is
+    # what a tuned run of it switches on, searched by the performance comparison: "interleaved"
+    # (virtual pipeline stages), "sequence_parallel", "distributed_optimizer" (ZeRO-1 over data)
+    tuned: tuple[str, ...] = ()
 
     def live_variants(self) -> tuple[LiveVariant, ...]:
         return (LiveVariant(self.name),) if self.live is None else self.live
@@ -90,7 +93,8 @@ TABLE: dict[str, Strategy] = {s.name: s for s in (  # in the AxoNN paper's order
     Strategy("megatron", "Megatron-LM: tensor parallelism over row (R,1,1,P), pipeline and data parallelism",
              is_shape=lambda s: s[0] > 1 and s[1] == 1 and s[2] == 1, words=_megatron_words,
              prefer=lambda s: (s[0],), tp_in_node=True, pipelined=True,
-             live=(LiveVariant("megatron"), LiveVariant("megatron-pp", pipes=(2, 4, 8)))),
+             live=(LiveVariant("megatron"), LiveVariant("megatron-pp", pipes=(2, 4, 8))),
+             tuned=("interleaved", "sequence_parallel", "distributed_optimizer")),
     Strategy("zero3", "ZeRO-3 / FSDP full sharding (1,1,N,1)",
              is_shape=lambda s: s[0] == s[1] == 1 and s[2] > 1 and s[3] == 1,
              words=lambda s, pp: f"ZeRO-3/FSDP x{s[2]}{pp}"),

@@ -14,6 +14,7 @@ from gpulab.engine.parallel.mesh import rank_of
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.pipeline import schedule
 from gpulab.engine.training.optim import AdamW, clip_grads, global_norm
+from gpulab.engine.training.zero1 import DistributedAdamW
 from tests.engine.cases import LR, MAX_NORM, STEPS
 from tests.engine.util import random_batch, random_params, rel_err, tiny_config
 from tests.mpi_steps import step
@@ -63,19 +64,23 @@ def _serial_train(params, cfg, batches):
 
 
 def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="host"):
-    """For each (shape, pipe, micro, schedule): loss, every gradient, the norm and a few AdamW steps
-    against the serial model in float64. ``device``: where the engine's arrays live ("host" or
-    "fake"); every send, receive and collective must take ``expect_path``."""
+    """For each (shape, pipe, micro, schedule[, options]): loss, every gradient, the norm and a few
+    AdamW steps against the serial model in float64. ``options``: ParallelGPT's keywords,
+    ``distributed_optimizer`` (ZeRO-1's optimizer instead of AdamW) and ``n_layer`` (default 5). ``device``: where the engine's
+    arrays live ("host" or "fake"); every send, receive and collective must take ``expect_path``."""
     out = []
-    for shape, pipe, micro, kind in cases:
+    for shape, pipe, micro, kind, *rest in cases:
+        options = dict(rest[0]) if rest else {}
+        zero1 = options.pop("distributed_optimizer", False)
+        n_layer = options.pop("n_layer", N_LAYER)
         shape = tuple(shape)
         step(f"{shape} pipe={pipe} m={micro} {kind}: mesh")
         mesh = Mesh(*shape, comm=comm, pipe=pipe)
         _check_groups(mesh)
-        cfg = tiny_config(shape, "float64", n_layer=N_LAYER)
+        cfg = tiny_config(shape, "float64", n_layer=n_layer)
         params = random_params(cfg, seed=seed)
         idx, targets = random_batch(cfg, B, seed=seed)
-        gpt = ParallelGPT(cfg, mesh, micro_batches=micro, schedule=kind)
+        gpt = ParallelGPT(cfg, mesh, micro_batches=micro, schedule=kind, **options)
         gpt.load_params(params, device=device)
         back = gpt.full_params()
         assert all(np.array_equal(back[n], params[n]) for n in params), "load/full_params"
@@ -97,13 +102,14 @@ def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="ho
         batches = [random_batch(cfg, B, seed=seed + 10 + k) for k in range(steps)]
         ser_params = copy.deepcopy(params)
         ser_losses = _serial_train(ser_params, cfg, batches)
-        par_losses = _train(gpt, AdamW(gpt.params, lr=LR), batches)
+        opt = DistributedAdamW(gpt.params, mesh.data_comm, lr=LR) if zero1 else AdamW(gpt.params, lr=LR)
+        par_losses = _train(gpt, opt, batches)
         train_err = max(abs(a - b) / abs(b) for a, b in zip(par_losses, ser_losses))
         assert all(is_device_array(v) == (device != "host") for v in gpt.params.values()), "params left the device"
         trained = gpt.full_params()
         param_err = max(rel_err(trained[n], ser_params[n]) for n in params)
         mesh.free()
-        row = {"shape": list(shape), "pipe": pipe, "micro": micro, "schedule": kind,
+        row = {"shape": list(shape), "pipe": pipe, "micro": micro, "schedule": kind, **({"options": rest[0]} if rest else {}),
                "loss_err": abs(loss - ref_loss) / ref_loss, "fwd_loss_err": abs(fwd_loss - ref_loss) / ref_loss,
                "grad_err": grad_err, "worst_grad": worst, "norm_err": norm_err,
                "train_err": train_err, "param_err": param_err}

@@ -109,3 +109,66 @@ def test_time_split_adds_up_and_puts_the_idle_slots_in_the_bubble():
         assert sum(parts.values()) == pytest.approx(row["iter_s"])
         assert parts["bubble"] == row["bubble_s"] and (parts["bubble"] > 0) == (pipe > 1)
         assert parts["compute"] > 0 and parts["exposed communication"] > 0
+
+
+# --- Megatron-LM's features in the model ----------------------------------------------------------
+
+def test_interleaving_shrinks_the_bubble_and_multiplies_the_sends():
+    cfg = gpt_config("gpt-80b")
+    run = dict(recompute=True, global_batch=1024, machine=M)
+    plain = evaluate(cfg, (4, 1, 1, 16), pipe=16, micro_batches=64, **run)
+    inter = evaluate(cfg, (4, 1, 1, 16), pipe=16, micro_batches=64, virtual_stages=2, **run)
+    assert plain["bubble"] == pytest.approx(15 / 79) and inter["bubble"] == pytest.approx(7.5 / 71.5)
+    assert inter["bubble_s"] == pytest.approx(plain["bubble_s"] / 2)
+    assert inter["p2p_s"] / plain["p2p_s"] == pytest.approx((2 * 64 + 15) / (64 + 15))
+    # the first stage holds p + (p-1)/v micro-batches' activations: 23.5 against 16
+    assert inter["memory"]["activations"] / plain["memory"]["activations"] == pytest.approx(23.5 / 16)
+    assert in_flight(16, 64, 2) == 23.5 and in_flight(8, 32, 3) == pytest.approx(8 + 7 / 3)
+    assert sum(time_split(inter).values()) == pytest.approx(inter["iter_s"])
+
+
+def test_sequence_parallelism_splits_the_layernorm_region_in_korthikantis_count():
+    """Their eq. 5: s b h (34/t + 5 a s / (h t)) per layer with tensor and sequence parallelism t."""
+    cfg = gpt_config("gpt-80b")
+    s, h, a, L, V = 2048, 12288, 96, 42, 51200
+    sp = activation_bytes(cfg, (8, 1, 1, 1), 1, recompute=False, flash_attention=False, sequence_parallel=True)
+    assert sp == pytest.approx(L * s * h * (34 / 8 + 5 * a * s / (h * 8)) + 4 * s * V / 8)
+    kept = activation_bytes(cfg, (8, 1, 1, 1), 1, recompute=True, flash_attention=True, sequence_parallel=True)
+    assert kept == pytest.approx(L * 2 * s * h / 8 + s * h * 34 / 8 + 4 * s * V / 8)
+
+
+def test_hardware_flops_count_the_recomputed_forward():
+    cfg = gpt_config("gpt-80b")
+    run = dict(pipe=1, micro_batches=1, global_batch=1024, machine=M)
+    on = evaluate(cfg, (1, 1, 64, 16), recompute=True, **run)
+    off = evaluate(cfg, (1, 1, 64, 16), recompute=False, **run)
+    assert off["hfu"] == pytest.approx(off["mfu"])
+    # the blocks' forward again: 1/3 of their 6N + attention, nearly all of the model's FLOPs
+    assert 1.30 < on["hfu"] / on["mfu"] < 4 / 3
+
+
+def test_megatron_is_searched_as_a_tuned_run_and_the_paper_stands_beside_it(capsys):
+    from gpulab.cli import main
+    from gpulab.engine.perf.compare import against_paper
+
+    rows = compare(gpt_config("gpt-80b"), 1024, 1024, M)
+    meg = next(r for r in rows if r["strategy"] == "megatron")
+    assert meg["sequence_parallel"] and meg["distributed_optimizer"] and "SP ZeRO-1" in meg["config"]
+    zero3 = next(r for r in rows if r["strategy"] == "zero3")
+    assert not zero3["distributed_optimizer"] and not zero3["sequence_parallel"]
+    gap = against_paper(rows)
+    axonn = next(r for r in rows if r["strategy"] == "axonn")
+    assert gap["predicted_axonn_faster_than_megatron"] == pytest.approx(meg["iter_s"] / axonn["iter_s"] - 1)
+    assert (gap["axonn_faster_than_megatron"], gap["axonn_peak_share"]) == (0.26, 0.57)
+    # 42 layers do not split evenly over 4 stages: no interleaving there; 40 layers over 2 stages x 4 chunks do
+    cfg40 = gpt_config("gpt-80b")
+    cfg40 = type(cfg40)(**{**cfg40.to_dict(), "n_layer": 40})
+    run = dict(recompute=True, global_batch=1024, machine=M)
+    assert evaluate(cfg40, (4, 1, 1, 32), pipe=8, micro_batches=64, virtual_stages=5, **run)["bubble"] < \
+        evaluate(cfg40, (4, 1, 1, 32), pipe=8, micro_batches=64, **run)["bubble"]
+
+    assert main(["model", "compare", "--world", "1024", "--model", "gpt-80b", "--machine", "perlmutter"]) == 0
+    out = capsys.readouterr().out
+    assert "against the paper (Singh et al., arXiv 2305.13525" in out and "paper 26% faster" in out
+    assert "paper 57% of peak" in out and "model FLOPs" in out and "hardware FLOPs" in out
+    assert "could not be read here" in out and "megatron as a tuned run uses it" in out

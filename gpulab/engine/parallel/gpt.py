@@ -13,7 +13,7 @@ residual stream x (b, T, C/col), copied over row; QKV and FC1 are plain 3D
 layers (out split over row), attention-out and FC2 transposed ones (back to
 C/col); attention runs on the row's n_head/row heads; the tied wte is a plain
 layer [V/row, C/col] used twice (vocab-parallel lookup, LM head). Backward
-mirrors forward call by call. Gradients go to a ``GradSync``
+mirrors forward call by call (one transformer block's both: ``block``). Gradients go to a ``GradSync``
 (``overlap_grads``), which sums weight shards over data and every copied
 parameter (biases, LayerNorm, wpe) over depth x data: after backward, or in
 buckets during it. ``overlap`` (``gpulab.engine.parallel.overlap.Overlap``) switches
@@ -33,6 +33,33 @@ summed over micro-batches before the data-parallel sync
 (``pipeline_step.GradAccumulator``); the tied wte's gradient is summed over
 the first and last stage (``mesh.embed_comm``). With one stage and one
 micro-batch this is the plain 4D step, call for call.
+
+Megatron-LM's options (each off by default; the numbers stay the serial model's):
+
+- ``recompute="full"``: each block keeps only its input; backward runs the
+  block's forward again (a "recompute" timeline phase, its collectives
+  included) before its backward. ``"selective"`` (Korthikanti et al.):
+  attention keeps its QKV output instead of the T x T probabilities and
+  rebuilds them in backward (an "attn recompute" kernel).
+- ``schedule="interleaved", virtual_stages=V``: the model is cut into
+  pipe x V chunks, stage s holding chunks s, s + pipe, ... (``pipeline.chunk_layers``);
+  a micro-batch goes round the stages V times; bubble (p-1)/(V m) of the ideal time.
+- ``sequence_parallel=True``: the row group's all-reduces (a transposed
+  layer's output, a plain layer's dX, the embedding's lookup) become a
+  reduce-scatter along the sequence, and the inputs that need every position
+  (a plain layer's X, a transposed layer's dY, the embedding's gradient) an
+  all-gather (``sequence``): between them each row rank holds T/row positions
+  of the residual stream, so LayerNorm, the residual adds (and dropout, which
+  this model has not) work on 1/row of the activations; LayerNorm's and wpe's
+  gradients are then summed over row. On Megatron-LM's grid (R, 1, 1, P) that
+  is Megatron-LM's sequence parallelism; on any 3D grid it applies to the row
+  group alone: the residual stream is copied over row (so splitting it there
+  saves memory) but split over col by features, and what the col group sums
+  feeds attention (every position's keys and values) or a weight block that
+  multiplies every token, so a reduce-scatter over col would be all-gathered
+  again at once. Depth and data hold other sequences: nothing to split.
+- the distributed optimizer (ZeRO-1) is the optimizer's:
+  ``gpulab.engine.training.zero1.DistributedAdamW``.
 """
 
 from __future__ import annotations
@@ -41,20 +68,24 @@ import math
 from contextlib import contextmanager
 
 from gpulab.backend import array_module, to_device, to_host
-from gpulab.engine.gpt import layers as L
 from gpulab.engine.gpt.config import accum_dtype, squared_sum
-from gpulab.engine.gpt.model import WPE, WTE, BlockCache, ModelCache
+from gpulab.engine.gpt.model import WPE, WTE, ModelCache
+from gpulab.engine.parallel import block as one_block
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import p2p
 from gpulab.engine.parallel import tp_layers as TP
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.overlap_grads import GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
-from gpulab.engine.parallel.pipeline import check_pipeline, schedule, stage_layers, stage_params, stage_uses
-from gpulab.engine.parallel.pipeline_step import GradAccumulator, run_micro_batches
+from gpulab.engine.parallel.pipeline import chunk_layers, check_pipeline, schedule, stage_params, stage_uses
+from gpulab.engine.parallel.pipeline_step import GradAccumulator, neighbours, run_micro_batches
+from gpulab.engine.parallel.sequence import all_gather_seq, local_positions
 from gpulab.engine.parallel.shards import assemble, local_piece, owns, param_specs
-from gpulab.engine.parallel.timeline import kernel, phase
+from gpulab.engine.parallel.timeline import phase
 from gpulab.engine.parallel.tp3d import Linear3D
+
+
+RECOMPUTE = (None, "selective", "full")
 
 
 def check_divisibility(config, shape, batch_size: int | None = None) -> None:
@@ -79,24 +110,33 @@ def check_divisibility(config, shape, batch_size: int | None = None) -> None:
 
 class ParallelGPT:
     def __init__(self, config, mesh, overlap: Overlap | None = None, micro_batches: int | None = None,
-                 schedule: str = "1f1b"):
+                 schedule: str = "1f1b", recompute: str | None = None, sequence_parallel: bool = False,
+                 virtual_stages: int = 1):
         check_divisibility(config, mesh.shape)
+        if recompute not in RECOMPUTE:
+            raise ValueError(f"unknown recompute {recompute!r}; choose from {RECOMPUTE}")
+        self.recompute = recompute
+        self.sequence_parallel = sequence_parallel and mesh.shape.row > 1  # nothing to split on one row
         self.micro_batches = mesh.pipe if micro_batches is None else micro_batches
-        check_pipeline(config.n_layer, mesh.pipe, self.micro_batches, schedule)
+        check_pipeline(config.n_layer, mesh.pipe, self.micro_batches, schedule, virtual=virtual_stages)
+        self.virtual_stages = virtual_stages
         self.config, self.mesh, self.schedule = config, mesh, schedule
         self.overlap = overlap or Overlap()
         self.all_specs = param_specs(config)
-        self.layers = stage_layers(config.n_layer, mesh.pipe, mesh.stage)
-        self.specs = {n: self.all_specs[n] for n in stage_params(config, mesh.pipe, mesh.stage)}
+        self.chunks = chunk_layers(config.n_layer, mesh.pipe, mesh.stage, virtual_stages)
+        self.layers = [i for chunk in self.chunks for i in chunk]
+        self.specs = {n: self.all_specs[n] for n in stage_params(config, mesh.pipe, mesh.stage, virtual_stages)}
         C, V = config.n_embd, config.vocab_size
         self.linears = {}
         if WTE in self.specs:
-            self.linears[WTE] = Linear3D(V, C, mesh, name="lm_head")  # tied: LM head [V, C], plain
+            self.linears[WTE] = Linear3D(V, C, mesh, name="lm_head",  # tied: LM head [V, C], plain
+                                         sequence_parallel=self.sequence_parallel)
         for i in self.layers:
             for part, n, k, transposed in (("attn.c_attn", 3 * C, C, False), ("attn.c_proj", C, C, True),
                                            ("mlp.c_fc", 4 * C, C, False), ("mlp.c_proj", C, 4 * C, True)):
                 self.linears[f"transformer.h.{i}.{part}.weight"] = Linear3D(
-                    n, k, mesh, transposed=transposed, name=f"h.{i}.{part}")
+                    n, k, mesh, transposed=transposed, name=f"h.{i}.{part}",
+                    sequence_parallel=self.sequence_parallel)
         self.vocab_lo = mesh.coord.row * (V // mesh.shape.row)  # first token id of this row's vocab slice
         self.params: dict = {}
         self.grads: dict = {}
@@ -184,6 +224,10 @@ class ParallelGPT:
         if idx.ndim != 2 or idx.shape[1] > self.config.block_size:
             raise ValueError(f"idx must be (B, T) with T <= {self.config.block_size}, got {idx.shape}")
         check_divisibility(self.config, self.mesh.shape, batch_size=idx.shape[0])
+        if self.sequence_parallel and idx.shape[1] % self.mesh.shape.row:
+            raise ValueError(f"sequence length ({idx.shape[1]}) must be divisible by row "
+                             f"({self.mesh.shape.row}) with sequence parallelism: each row rank "
+                             "holds T/row positions")
         b = idx.shape[0] // (self.mesh.shape.depth * self.mesh.shape.data)
         s = slice(self.mesh.batch_shard * b, (self.mesh.batch_shard + 1) * b)
         return idx[s], (None if targets is None else xp.asarray(targets)[s])
@@ -195,49 +239,52 @@ class ParallelGPT:
         fetch.start(uses)
         return fetch
 
-    def _uses(self, ops) -> list:
-        """The weight uses of running ``ops`` (("F" | "B", micro-batch), ...) on this stage, in order."""
-        fwd, bwd = stage_uses(forward_uses(self.config), backward_uses(self.config), self.layers,
-                              self.mesh.first_stage, self.mesh.last_stage)
-        return [u for op, _ in ops for u in (fwd if op == "F" else bwd)]
+    def _starts(self, chunk: int) -> bool:
+        """Does this chunk begin the model (token and position embeddings)?"""
+        return self.mesh.first_stage and chunk == 0
 
-    def stage_forward(self, idx, fetch: WeightFetcher | None = None, x=None):
-        """This stage's forward of one micro-batch: token ids (first stage) or the previous
-        stage's output ``x`` in; logits (last stage) or the residual stream out, and the
-        ``ModelCache`` for the backward (fields of stages it does not hold are None)."""
-        fetch = fetch or self._fetcher(self._uses([("F", 0)]))
+    def _ends(self, chunk: int) -> bool:
+        """Does this chunk end the model (final LayerNorm, LM head, loss)?"""
+        return self.mesh.last_stage and chunk == self.virtual_stages - 1
+
+    def _uses(self, ops) -> list:
+        """The weight uses of running ``ops`` (("F" | "B", micro-batch[, chunk]), ...) here, in order."""
+        fwd_all = forward_uses(self.config)
+        bwd_all = backward_uses(self.config, recompute=self.recompute == "full")
+        per_chunk = [stage_uses(fwd_all, bwd_all, layers, self._starts(v), self._ends(v))
+                     for v, layers in enumerate(self.chunks)]
+        return [u for op, _, *rest in ops for u in per_chunk[rest[0] if rest else 0][op == "B"]]
+
+    def stage_forward(self, idx, fetch: WeightFetcher | None = None, x=None, chunk: int = 0):
+        """This stage's forward of one micro-batch through its model chunk ``chunk`` (one unless
+        interleaved): token ids (the model's first chunk) or the previous chunk's output ``x`` in;
+        logits (the last chunk) or the residual stream out, and the ``ModelCache`` for the backward
+        (fields of parts it does not hold are None)."""
+        fetch = fetch or self._fetcher(self._uses([("F", 0, chunk)]))
         params, m, lin = self.params, self.mesh, self.linears
         C, T = self.config.n_embd, idx.shape[1]
-
-        def linear(name, x):
-            return lin[name + ".weight"].forward(x, params[name + ".weight"], params[name + ".bias"],
-                                                 W=fetch.get(name + ".weight"))
-
         c_tok = c_lnf = c_head = None
-        if m.first_stage:
-            x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm)  # (b, T, C/c)
-            x = x + params[WPE][:T]  # wpe is split over col like x
+        if self._starts(chunk):
+            x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm,
+                                            self.sequence_parallel)  # (b, T, C/c); SP: (b, T/R, C/c)
+            x = x + params[WPE][self._positions(T)]  # wpe is split over col like x
         blocks = []
-        for i in self.layers:
-            p = f"transformer.h.{i}."
-            h, ln1 = TP.layernorm_forward(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"], m.col_comm, C)
-            qkv, c_qkv = linear(p + "attn.c_attn", h)  # (b, T, 3C/R)
-            with kernel(f"h.{i}.attn fwd"):
-                a, att = L.attention_forward(qkv, self.config.n_head // m.shape.row)  # (b, T, C/R)
-            y, attproj = linear(p + "attn.c_proj", a)  # (b, T, C/c)
-            x = x + y  # residual2
-            h, ln2 = TP.layernorm_forward(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"], m.col_comm, C)
-            f, fch = linear(p + "mlp.c_fc", h)  # (b, T, 4C/R)
-            with kernel(f"h.{i}.gelu fwd"):
-                g, fch_gelu = L.gelu_forward(f)
-            y, fcproj = linear(p + "mlp.c_proj", g)  # (b, T, C/c)
-            x = x + y
-            blocks.append(BlockCache(ln1, c_qkv, att, attproj, ln2, fch, fch_gelu, fcproj))
-        if m.last_stage:
+        for i in self.chunks[chunk]:
+            x_in = x
+            x, block = self._block_forward(i, x, fetch.get)
+            blocks.append(x_in if self.recompute == "full" else block)  # full: rebuilt in backward
+        if self._ends(chunk):
             xf, c_lnf = TP.layernorm_forward(
                 x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
             x, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # logits (b, T, V/R)
         return x, ModelCache(c_tok, blocks, c_lnf, c_head)
+
+    def _positions(self, T: int) -> slice:
+        """The positions of the residual stream this rank holds: all, or its T/row with SP."""
+        return local_positions(T, self.mesh.row_comm) if self.sequence_parallel else slice(0, T)
+
+    _block_forward = one_block.forward  # one transformer block: its forward and cache (``block``)
+    _block_backward = one_block.backward
 
     def stage_loss(self, logits, targets):
         """The last stage's cross-entropy of one micro-batch, summed over its tokens, and its cache."""
@@ -254,23 +301,26 @@ class ParallelGPT:
     def loss(self, idx, targets) -> float:
         """Mean cross-entropy of the global batch, forward only."""
         idx_l, tgt_l = self._local_batch(idx, targets)
-        m = self.mesh
-        fetch = self._fetcher(self._uses([("F", 0)]))
+        m, V = self.mesh, self.virtual_stages
+        fetch = self._fetcher(self._uses([("F", 0, v) for v in range(V)]))
         loss_sum = 0.0
         with self._progress():
-            x = None if m.first_stage else self.recv_stream(*idx_l.shape, m.stage - 1, 0)
-            out, _ = self.stage_forward(idx_l, fetch, x)
-            if not m.last_stage:
-                p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=0).wait()
+            for v in range(V):  # one micro-batch round the stages, once per chunk
+                before, after = neighbours(m.stage, v, m.pipe, V)
+                x = None if before is None else self.recv_stream(*idx_l.shape, before[0], v)
+                out, _ = self.stage_forward(idx_l, fetch, x, chunk=v)
+                if after is not None:
+                    p2p.isend(out, m.pipe_comm, dest=after[0], tag=after[1]).wait()
         fetch.end()
-        if m.last_stage:
+        if self._ends(V - 1):
             loss_sum, _ = self.stage_loss(out, tgt_l)
         return self._global_loss(loss_sum, idx.shape[0] * idx.shape[1])
 
     def recv_stream(self, b: int, T: int, source: int, tag: int):
         """The residual stream (b, T, C/col), or its gradient, from stage ``source``."""
         like = self._any_param
-        return p2p.recv((b, T, self.config.n_embd // self.mesh.shape.col), like.dtype, like=like,
+        t = T // self.mesh.shape.row if self.sequence_parallel else T
+        return p2p.recv((b, t, self.config.n_embd // self.mesh.shape.col), like.dtype, like=like,
                         comm=self.mesh.pipe_comm, source=source, tag=tag)
 
     def forward_backward(self, idx, targets, loss_scale: float = 1.0) -> float:
@@ -283,9 +333,10 @@ class ParallelGPT:
         """
         idx_l, tgt_l = self._local_batch(idx, targets)
         m, n_micro = self.mesh, self.micro_batches
-        check_pipeline(self.config.n_layer, m.pipe, n_micro, self.schedule, local_batch=idx_l.shape[0])
+        check_pipeline(self.config.n_layer, m.pipe, n_micro, self.schedule, local_batch=idx_l.shape[0],
+                       virtual=self.virtual_stages)
         n_tokens = idx.shape[0] * idx.shape[1]
-        ops = schedule(self.schedule, m.pipe, m.stage, n_micro)
+        ops = schedule(self.schedule, m.pipe, m.stage, n_micro, self.virtual_stages)
         fetch = self._fetcher(self._uses(ops))
         sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
         acc = GradAccumulator(sync) if n_micro > 1 else sync  # one micro-batch: straight to sync
@@ -304,10 +355,25 @@ class ParallelGPT:
                     wte_block = coll.all_reduce(run.wte_block, m.embed_comm)
                     sync.add(WTE, self.linears[WTE].scatter_grad(wte_block, wait=not self.overlap.ors))
                 self.grads = sync.finish()
+                if self.sequence_parallel:
+                    self._sum_over_sequence()
                 loss = self._global_loss(run.loss_sum, n_tokens)
         return loss
 
-    def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None):
+    def _sum_over_sequence(self) -> None:
+        """With SP, LayerNorm and wpe saw only this rank's positions: sum them over row, one buffer."""
+        names = [n for n in self.specs if n == WPE or ".ln_" in n]
+        if not names:
+            return
+        xp = array_module(self._any_param)
+        flat = coll.all_reduce(xp.concatenate([self.grads[n].reshape(-1) for n in names]), self.mesh.row_comm)
+        offset = 0
+        for n in names:
+            g = self.grads[n]
+            self.grads[n] = flat[offset:offset + g.size].reshape(g.shape)
+            offset += g.size
+
+    def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None, chunk: int = 0):
         """This stage's backward of one micro-batch, in exact reverse order of ``stage_forward``;
         gradients go to ``sync`` as they appear. ``dy``: the next stage's gradient of this
         stage's output (None on the last stage, which starts from the loss). Returns the
@@ -328,35 +394,26 @@ class ParallelGPT:
 
         dwte = None
         dx = dy
-        if m.last_stage:
+        if self._ends(chunk):
             dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
             dxf, d = lin[WTE].backward(dlogits, cache.logits, scatter=False, W=fetch.get(WTE),
                                        oar=ov.oar)  # keep the block: wte is tied
             dwte = d["weight"]
             dx, d = TP.layernorm_backward(dxf, cache.lnf)
             put("transformer.ln_f", d)
-        for i, block in zip(reversed(self.layers), reversed(cache.blocks)):
-            p = f"transformer.h.{i}."
-            dg = linear(p + "mlp.c_proj", dx, block.fcproj)
-            with kernel(f"h.{i}.gelu bwd"):
-                df, _ = L.gelu_backward(dg, block.fch_gelu)
-            dh = linear(p + "mlp.c_fc", df, block.fch)
-            dh, d = TP.layernorm_backward(dh, block.ln2)
-            put(p + "ln_2", d)
-            dx = dx + dh
-            da = linear(p + "attn.c_proj", dx, block.attproj)
-            with kernel(f"h.{i}.attn bwd"):
-                dqkv, _ = L.attention_backward(da, block.att)
-            dh = linear(p + "attn.c_attn", dqkv, block.qkv)
-            dh, d = TP.layernorm_backward(dh, block.ln1)
-            put(p + "ln_1", d)
-            dx = dx + dh
-        if not m.first_stage:
+        for i, block in zip(reversed(self.chunks[chunk]), reversed(cache.blocks)):
+            if self.recompute == "full":  # the block's forward again, from its saved input
+                with phase("recompute", block=i):
+                    _, block = self._block_forward(i, block, fetch.get)
+            dx = self._block_backward(i, dx, block, linear, put)
+        if not self._starts(chunk):
             return dx, dwte
         xp = array_module(dx)
         dwpe = xp.zeros_like(self.params[WPE])
-        dwpe[:T] = dx.sum(axis=0)  # (T, C/c)
+        dwpe[self._positions(T)] = dx.sum(axis=0)  # (T, C/c); SP: this rank's positions, summed over row later
         sync.add(WPE, dwpe)
+        if self.sequence_parallel:
+            dx = all_gather_seq(dx, m.row_comm)  # the vocabulary slice's rows take every position's gradient
         _, d = TP.embedding_backward(dx, cache.encoded)
         dwte = d["weight"] if dwte is None else dwte + d["weight"]  # one reduce-scatter for both uses
         return None, dwte

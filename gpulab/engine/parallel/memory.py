@@ -63,10 +63,13 @@ def optimizer_nbytes(params: dict) -> int:
     return int(total)
 
 
-def memory_report(gpt) -> dict:
+def memory_report(gpt, opt=None) -> dict:
+    """``opt``: an optimizer that says its own state's bytes (``state_nbytes``: the distributed
+    optimizer keeps 1/data of it); default AdamW on every piece."""
     params = sum(int(p.nbytes) for p in gpt.params.values())
     grads = sum(int(g.nbytes) for g in gpt.grads.values()) if gpt.grads else params
-    report = {"parameters": params, "gradients": grads, "optimizer": optimizer_nbytes(gpt.params),
+    state = opt.state_nbytes() if hasattr(opt, "state_nbytes") else optimizer_nbytes(gpt.params)
+    report = {"parameters": params, "gradients": grads, "optimizer": state,
               "activations": int(gpt.memory.get("activations", 0)),
               "weight_cache": int(gpt.memory.get("weight_cache", 0))}
     report["total"] = sum(report.values())

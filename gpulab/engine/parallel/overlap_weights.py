@@ -28,9 +28,13 @@ def forward_uses(config) -> list[tuple[str, str]]:
     return [(WTE, "forward"), *blocks, (WTE, "forward")]  # embedding ... LM head (tied)
 
 
-def backward_uses(config) -> list[tuple[str, str]]:
-    blocks = [(f"transformer.h.{i}.{part}.weight", "backward")
-              for i in reversed(range(config.n_layer)) for part in reversed(_PARTS)]
+def backward_uses(config, recompute: bool = False) -> list[tuple[str, str]]:
+    """(weight name, pass) in backward order; ``recompute``: each block's forward runs again
+    first (full activation recomputation), its weights used in forward order."""
+    blocks = []
+    for i in reversed(range(config.n_layer)):
+        names = [f"transformer.h.{i}.{part}.weight" for part in _PARTS]
+        blocks += [(n, "recompute") for n in names] * recompute + [(n, "backward") for n in reversed(names)]
     return [(WTE, "backward"), *blocks]  # LM head first; the embedding's backward needs no W
 
 

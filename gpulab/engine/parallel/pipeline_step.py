@@ -5,7 +5,8 @@
     run.loss_sum, run.wte_block, run.sends, run.activation_bytes
 
 ``ops`` is the stage's schedule (``pipeline.schedule``: ("F" | "B",
-micro-batch) in order). A forward receives the previous stage's residual
+micro-batch) in order, or ("F" | "B", micro-batch, chunk) interleaved, where
+the last stage's chunk v feeds the first stage's chunk v + 1: ``neighbours``). A forward receives the previous stage's residual
 stream (none on the first stage), runs the stage's blocks
 (``ParallelGPT.stage_forward``), adds the micro-batch's summed
 cross-entropy on the last stage, and sends its output on; a backward
@@ -55,37 +56,56 @@ class GradAccumulator:
                 self.sync.add(name, total)
 
 
+def neighbours(stage: int, chunk: int, pipe: int, virtual: int):
+    """(stage, chunk) whose output a chunk's forward takes, and the one that takes its output; None at
+    the model's ends. The last stage's chunk v feeds the first stage's chunk v + 1 (interleaved)."""
+    before = None if (stage, chunk) == (0, 0) else ((stage - 1, chunk) if stage else (pipe - 1, chunk - 1))
+    after = None if (stage, chunk) == (pipe - 1, virtual - 1) else \
+        ((stage + 1, chunk) if stage < pipe - 1 else (0, chunk + 1))
+    return before, after
+
+
+def _tag(micro: int, chunk: int, virtual: int, backward: bool) -> int:
+    """A message's tag: its micro-batch, the receiving chunk and the direction (stages may exchange
+    both ways with interleaving)."""
+    return 2 * (micro * virtual + chunk) + backward
+
+
 def run_micro_batches(gpt, ops, idx, targets, fetch, grads, dloss: float) -> MicroBatchRun:
     """Run ``ops`` of ``gpt`` (a ``ParallelGPT``) on this rank's batch ``idx``/``targets``, cut into
     ``gpt.micro_batches`` equal micro-batches; gradients of ``dloss`` times each token's loss go to
-    ``grads`` (a ``GradSync``, or a ``GradAccumulator`` in front of one)."""
-    m, n_micro = gpt.mesh, gpt.micro_batches
+    ``grads`` (a ``GradSync``, or a ``GradAccumulator`` in front of one). An op is ("F" | "B",
+    micro-batch) or, interleaved, ("F" | "B", micro-batch, chunk)."""
+    m, n_micro, V = gpt.mesh, gpt.micro_batches, gpt.virtual_stages
     b, T = idx.shape[0] // n_micro, idx.shape[1]
     saved, sends, loss_sum, peak = {}, [], 0.0, 0
     pipelined = m.pipe > 1 or n_micro > 1  # else the phases are the plain step's, unlabelled
     wte_block = None
-    for op, i in ops:
+    for op, i, *rest in ops:
+        v = rest[0] if rest else 0
+        before, after = neighbours(m.stage, v, m.pipe, V)
         mb = slice(i * b, (i + 1) * b)
-        label = {"micro": i} if pipelined else {}
+        label = ({"micro": i, "chunk": v} if V > 1 else {"micro": i}) if pipelined else {}
         if op == "F":
-            x = None if m.first_stage else gpt.recv_stream(b, T, m.stage - 1, i)
+            x = None if before is None else gpt.recv_stream(b, T, before[0], _tag(i, v, V, False))
             with phase("forward", **label):
-                out, cache = gpt.stage_forward(idx[mb], fetch, x)
+                out, cache = gpt.stage_forward(idx[mb], fetch, x, chunk=v)
                 c_ce = None
-                if m.last_stage:
+                if after is None:
                     part, c_ce = gpt.stage_loss(out, targets[mb])
                     loss_sum = loss_sum + part
-            if not m.last_stage:
-                sends.append(p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=i))
-            saved[i] = (cache, c_ce)
+            if after is not None:
+                sends.append(p2p.isend(out, m.pipe_comm, dest=after[0], tag=_tag(i, after[1], V, False)))
+            saved[i, v] = (cache, c_ce)
             peak = max(peak, tree_nbytes(list(saved.values()), skip=gpt.params.values()))
         else:
-            dy = None if m.last_stage else gpt.recv_stream(b, T, m.stage + 1, i)
-            cache, c_ce = saved.pop(i)
+            dy = None if after is None else gpt.recv_stream(b, T, after[0], _tag(i, v, V, True))
+            cache, c_ce = saved.pop((i, v))
             with phase("backward", **label):
-                dx, dwte = gpt.stage_backward(T, dloss, cache, c_ce, fetch, grads, dy)
-            wte_block = dwte if wte_block is None else wte_block + dwte
-            if not m.first_stage:
-                sends.append(p2p.isend(dx, m.pipe_comm, dest=m.stage - 1, tag=i))
+                dx, dwte = gpt.stage_backward(T, dloss, cache, c_ce, fetch, grads, dy, chunk=v)
+            if dwte is not None:
+                wte_block = dwte if wte_block is None else wte_block + dwte
+            if before is not None:
+                sends.append(p2p.isend(dx, m.pipe_comm, dest=before[0], tag=_tag(i, before[1], V, True)))
         sends = [h for h in sends if not h.test()]  # progress; drop the buffers delivered
     return MicroBatchRun(loss_sum, wte_block, sends, peak)

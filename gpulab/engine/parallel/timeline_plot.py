@@ -23,7 +23,8 @@ from matplotlib.patches import Patch
 GROUP_COLORS = {"col": "#1f77b4", "row": "#d62728", "depth": "#2ca02c", "data": "#9467bd",
                 "batch": "#8c564b", "tensor": "#7f7f7f", "pipe": "#ff7f0e", "embed": "#17becf"}
 MICRO_COLORS = {"forward": "#ffe4b0", "backward": "#c6dcff"}  # pipeline micro-batches, per rank
-PHASE_COLORS = {"forward": "#fff7e0", "backward": "#e8f1ff", "grad-sync": "#f3e8ff", "step": "#eeeeee"}
+PHASE_COLORS = {"forward": "#fff7e0", "backward": "#e8f1ff", "grad-sync": "#f3e8ff", "step": "#eeeeee",
+                "recompute": "#ffd6d6"}  # full recomputation: a block's forward again, inside backward
 
 
 def gantt(events_per_rank: list[list[dict]], *, title: str = "", ax=None, ms: bool = True) -> Figure:
@@ -46,7 +47,8 @@ def gantt(events_per_rank: list[list[dict]], *, title: str = "", ax=None, ms: bo
                 x0, width = (e["start"] - t0) * scale, (e["end"] - e["start"]) * scale
                 ax.broken_barh([(x0, width)], (y - 0.48, 0.96), facecolors=MICRO_COLORS[e["name"]],
                                edgecolors="#999999", linewidth=0.5, zorder=1)
-                ax.text(x0 + width / 2, y + 0.3, f"{e['name'][0].upper()}{e['micro']}", ha="center",
+                chunk = f".{e['chunk']}" if "chunk" in e else ""  # interleaved: which model chunk
+                ax.text(x0 + width / 2, y + 0.3, f"{e['name'][0].upper()}{e['micro']}{chunk}", ha="center",
                         va="center", fontsize=7, zorder=4)
         kernels = [((e["start"] - t0) * scale, (e["end"] - e["start"]) * scale)
                    for e in events if e["kind"] == "compute"]

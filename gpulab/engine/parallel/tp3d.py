@@ -28,7 +28,11 @@ The transposed layer swaps the roles of row and col (X [M, k/R] -> Y [M, n/C],
 forward all-reduce over row, dX all-reduce over col). A plain layer's output
 (split over row) is exactly a transposed layer's input and vice versa, so
 QKV (plain) -> attention out (transposed) -> FC1 (plain) -> FC2 (transposed)
-needs no re-layout. Every collective of the layer is in this file, in the
+needs no re-layout. With ``sequence_parallel`` the row group's two sums (a
+plain layer's dX, a transposed layer's Y) are reduce-scatters along the
+sequence, and the inputs that need every position (a plain layer's X, a
+transposed layer's dY) are all-gathered along it first (``sequence``): the
+activations between the layers are (b, T/R, C/col). Every collective of the layer is in this file, in the
 order above; biases are summed over depth x data later, with the other
 copied parameters (``ParallelGPT.reduce_grads``).
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 
 from gpulab.backend import array_module
 from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.parallel.sequence import all_gather_seq, reduce_scatter_seq
 from gpulab.engine.parallel.shards import block_slices, shard_numel, split_counts
 from gpulab.engine.parallel.timeline import kernel
 
@@ -44,8 +49,11 @@ from gpulab.engine.parallel.timeline import kernel
 class Linear3D:
     """Geometry and communicators of one tensor-parallel weight [n_out, k_in]."""
 
-    def __init__(self, n_out: int, k_in: int, mesh, transposed: bool = False, name: str = "linear"):
+    def __init__(self, n_out: int, k_in: int, mesh, transposed: bool = False, name: str = "linear",
+                 sequence_parallel: bool = False):
         self.mesh, self.transposed, self.name = mesh, transposed, name
+        # the row group's sums become reduce-scatter + all-gather along T (``sequence``)
+        self.seq_comm = mesh.row_comm if sequence_parallel else None
         self.n, self.k = n_out, k_in
         n_parts, k_parts = split_counts(transposed, mesh.shape)
         self.n_local, self.k_local = n_out // n_parts, k_in // k_parts  # block [n/R, k/C]
@@ -86,13 +94,19 @@ class Linear3D:
 
     def forward(self, x, w_shard, b=None, W=None):
         W = self.gather(w_shard) if W is None else W  # [n/R, k/C]
+        x_in = x
+        if self.seq_comm is not None and not self.transposed:
+            x = all_gather_seq(x, self.seq_comm)  # (b, T/R, k/C) -> every position
         with kernel(f"{self.name} fwd"):
             # one GEMM over all tokens: numpy would loop over the leading (b, T) axes otherwise
             y = (x.reshape(-1, self.k_local) @ W.T).reshape(*x.shape[:-1], self.n_local)  # partial
-        y = coll.all_reduce(y, self.in_comm)
+        if self.seq_comm is not None and self.transposed:
+            y = reduce_scatter_seq(y, self.seq_comm)  # summed over row, this rank's positions
+        else:
+            y = coll.all_reduce(y, self.in_comm)
         if b is not None:
             y = y + b  # added once, after the sum
-        return y, (x, w_shard, b is not None)
+        return y, (x_in, w_shard, b is not None)  # sequence parallel: the T/R positions only
 
     def backward(self, dy, cache, scatter: bool = True, W=None, oar: bool = False, ors: bool = False):
         """(dx, {"weight": dw shard (or the block dW if not scatter), "bias": db (partial)}).
@@ -101,6 +115,9 @@ class Linear3D:
         is a ``Handle`` still in flight."""
         x, w_shard, has_bias = cache
         W = self.gather(w_shard) if W is None else W
+        seq = self.seq_comm
+        if seq is not None:  # every position again: dy of a transposed layer, x of a plain one
+            dy, x = (all_gather_seq(dy, seq), x) if self.transposed else (dy, all_gather_seq(x, seq))
         dy2 = dy.reshape(-1, self.n_local)  # [M, n/R]
 
         def weight_grad():
@@ -113,7 +130,10 @@ class Linear3D:
                 return (dy2 @ W).reshape(*dy.shape[:-1], self.k_local)  # (..., k/C), partial over out-split
 
         summed = self.out_comm.Get_size() > 1
-        if ors and not summed:
+        if seq is not None and not self.transposed and summed:  # dX summed over row: reduce-scatter
+            dx = reduce_scatter_seq(input_grad(), seq)
+            dw = weight_grad()
+        elif ors and not summed:
             dw = weight_grad()  # its reduce-scatter runs while dX is computed
             dx = input_grad()
         elif oar and summed:

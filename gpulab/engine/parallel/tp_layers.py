@@ -21,6 +21,7 @@ from gpulab.backend import array_module
 from gpulab.engine.gpt.config import accum_dtype
 from gpulab.engine.gpt.layers import LN_EPS, scatter_add
 from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.parallel.sequence import reduce_scatter_seq
 
 
 def layernorm_forward(x, w, b, col_comm, n_features: int, eps=LN_EPS):
@@ -46,13 +47,17 @@ def layernorm_backward(dout, cache):
     return dx, dparams
 
 
-def embedding_forward(idx, W, vocab_lo: int, row_comm):
-    """idx (b, T) global token ids, W the gathered block [V/row, C/col] -> (b, T, C/col)."""
+def embedding_forward(idx, W, vocab_lo: int, row_comm, sequence_parallel: bool = False):
+    """idx (b, T) global token ids, W the gathered block [V/row, C/col] -> (b, T, C/col);
+    ``sequence_parallel``: reduce-scattered along T instead, (b, T/row, C/col)."""
     xp = array_module(W)
     local = idx - vocab_lo
     mine = (local >= 0) & (local < W.shape[0])  # (b, T): tokens in this rank's vocabulary slice
     out = xp.where(mine[..., None], W[xp.where(mine, local, 0)], 0)  # (b, T, C/col)
-    out = coll.all_reduce(xp.ascontiguousarray(out), row_comm)  # exactly one row rank had each
+    if sequence_parallel:
+        out = reduce_scatter_seq(out, row_comm)
+    else:
+        out = coll.all_reduce(xp.ascontiguousarray(out), row_comm)  # exactly one row rank had each
     return out, (local, mine, W.shape)
 
 

@@ -34,6 +34,16 @@ def model_flops(config, batch_size: int, seq_len: int | None = None) -> float:
     return 6.0 * B * T * (12 * L * C * C + V * C) + 12.0 * L * B * T * T * C
 
 
+def hardware_flops(config, batch_size: int, seq_len: int | None = None, recompute: bool = False) -> float:
+    """FLOPs the GPUs execute: the model FLOPs plus, with full recomputation, every block's forward
+    again (2 B T 12 L C^2 + 4 L B T^2 C); the utilisation of these is Korthikanti et al.'s HFU, of
+    ``model_flops`` the MFU. (Flash attention's own rebuilding of the scores is not counted.)"""
+    T = seq_len or config.block_size
+    B, L, C = batch_size, config.n_layer, config.n_embd
+    again = 2.0 * B * T * 12 * L * C * C + 4.0 * L * B * T * T * C if recompute else 0.0
+    return model_flops(config, batch_size, T) + again
+
+
 def params_count(config) -> int:
     """Parameters of the model (wte counted once: the LM head is tied)."""
     C, L, V, T = config.n_embd, config.n_layer, config.vocab_size, config.block_size

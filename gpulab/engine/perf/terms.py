@@ -148,7 +148,8 @@ def activation_values(config, shape, batch_size: int, seq_len: int | None = None
 
 
 def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None, *, recompute: bool,
-                     flash_attention: bool, layers: int | None = None, last: bool = True) -> float:
+                     flash_attention: bool, layers: int | None = None, last: bool = True,
+                     sequence_parallel: bool = False) -> float:
     """Bytes of activations a rank keeps for backward in a Megatron-style bf16 transformer, from
     Korthikanti et al. ("Reducing activation recomputation", 2022), carried onto the 4D grid.
 
@@ -160,17 +161,19 @@ def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None,
     masks vanish with flash attention. Full recomputation keeps only each layer's input
     (2 s h bytes, split over col) plus one layer's working set rebuilt in backward. The
     LM head's logits are kept in fp32 for the loss (4 s V / row bytes). A pipeline stage:
-    ``layers`` blocks (default all), the logits if ``last``.
+    ``layers`` blocks (default all), the logits if ``last``. ``sequence_parallel``
+    (their eq. 5): the 10 s h are split over row too, and so is each layer's kept input.
     """
     R, Cc, D, P = shape
     s = seq_len or config.block_size
     h, a, V = config.n_embd, config.n_head, config.vocab_size
     L = config.n_layer if layers is None else layers
     b = batch_size / (D * P)  # sequences on this rank
-    layer = s * b * h * (10 / Cc + 24 / R) + (0 if flash_attention else 5 * a * s * s * b / R)
+    split = Cc * R if sequence_parallel else Cc  # what the LayerNorm/residual region is split over
+    layer = s * b * h * (10 / split + 24 / R) + (0 if flash_attention else 5 * a * s * s * b / R)
     logits = 4 * s * b * V / R * last
     if recompute:
-        return L * 2 * s * b * h / Cc + layer * (L > 0) + logits
+        return L * 2 * s * b * h / split + layer * (L > 0) + logits
     return L * layer + logits
 
 

@@ -39,6 +39,7 @@ from gpulab.engine.perf.flops import model_flops
 from gpulab.engine.perf.timing import alone, peak_matmul
 from gpulab.engine.training import checkpoint
 from gpulab.engine.training.optim import AdamW, LossScaler, train_step
+from gpulab.engine.training.zero1 import DistributedAdamW
 from gpulab.jobsite import record_topology, topology_metadata
 from gpulab.launch import pin_gpu
 from gpulab.lazy_mpi import lazy_mpi
@@ -123,13 +124,17 @@ def train(args, shape) -> int:
     except ValueError as err:
         raise SystemExit(f"--overlap: {err}")
     mesh = Mesh(*shape, pipe=args.pipe)
-    gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=args.micro_batches, schedule=args.schedule)
+    gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=args.micro_batches, schedule=args.schedule,
+                      recompute=args.recompute, sequence_parallel=args.sequence_parallel,
+                      virtual_stages=args.virtual_stages)
     gpt.load_params(params, device=args.device)
-    opt = AdamW(gpt.params, lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
+    adam = dict(lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
+    opt = DistributedAdamW(gpt.params, mesh.data_comm, **adam) if args.distributed_optimizer \
+        else AdamW(gpt.params, **adam)
     if ck and ck.opt_state:
         acc = accum_dtype(config.dtype)  # the optimizer's dtype: float32 for float16 models
         state = {k: gpt.local_pieces(ck.opt_state[k], acc, args.device) for k in ("m", "v")}
-        if opt.master:  # the checkpoint holds the float32 masters of float16 runs
+        if acc != config.dtype:  # the checkpoint holds the float32 masters of float16 runs
             state["master"] = gpt.local_pieces(params, acc, args.device)
         opt.load_state_dict({"t": ck.opt_state["t"], **state})
     del params  # from here on each rank keeps only its pieces
@@ -145,7 +150,8 @@ def train(args, shape) -> int:
     log = open(log_path, "a" if ck else "w") if rank0 else None
 
     def save(step: int) -> dict | None:  # collective: every rank sends its pieces, rank 0 writes (and returns them)
-        full = gpt.gather_full({**gpt.params, **opt.master}, root=0)  # float16 runs: the float32 masters
+        master = opt.master  # (the distributed optimizer's: gathered over data, by every rank)
+        full = gpt.gather_full({**gpt.params, **master}, root=0)  # float16 runs: the float32 masters
         moments = {"m": gpt.gather_full(opt.m, root=0), "v": gpt.gather_full(opt.v, root=0)}
         if rank0:
             try:
@@ -197,7 +203,7 @@ def train(args, shape) -> int:
         peak = alone(comm, lambda: peak_matmul(dtype=config.dtype, repeats=10, device=args.device))
     steady = summaries[min(WARMUP_STEPS, len(summaries) - 1):] if summaries else []
     per_rank = comm.gather(timeline.mean_summary(steady) if steady else None, root=0)
-    memories = comm.gather(memory_report(gpt), root=0)
+    memories = comm.gather(memory_report(gpt, opt), root=0)
 
     rng = np.random.default_rng([args.seed, 10**9])  # validation batches, the same on all ranks
     vals = [gpt.loss(*get_batch(val_ids, args.batch_size, T, rng)) for _ in range(args.eval_batches)]
@@ -211,6 +217,8 @@ def train(args, shape) -> int:
                    "val_loss": float(np.mean(vals)) if vals else None, "steps": args.steps,
                    "wall_s": round(wall, 2), "mesh": list(shape), "pipe": args.pipe,
                    "micro_batches": args.micro_batches, "schedule": args.schedule, "checkpoint": str(out),
+                   "recompute": args.recompute, "distributed_optimizer": args.distributed_optimizer,
+                   "sequence_parallel": args.sequence_parallel, "virtual_stages": args.virtual_stages,
                    "overlap": overlap.label(), "device": args.device, "dtype": config.dtype,
                    "topology": topology_metadata()}
         if scaler.enabled:
