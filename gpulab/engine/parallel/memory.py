@@ -73,48 +73,52 @@ LATER_GRADS = ("mlp.c_fc", "ln_2", "attn.c_proj", "attn.c_attn", "ln_1")  # a bl
 
 
 def backward_working_set(size: dict, grads: dict, *, blocks: int, depth: int, first_stage: bool,
-                         last_stage: bool) -> int:
+                         last_stage: bool, after_backward: bool = False) -> int:
     """The most of ``ParallelGPT.stage_backward``'s transient arrays alive at once beside everything
     ``memory_report`` counts, from the sizes (values or bytes, one unit throughout) of one
     micro-batch's arrays on this rank: ``stream`` the residual stream (b, T, C/col), ``hidden``
     the MLP's (b, T, 4C/row), ``head`` one of q, k, v (b, T, C/row), ``scores`` the attention's
     (b, n_head/row, T, T), ``logits`` the LM head's (b, T, V/row), ``mlp_block`` an MLP weight
     block [4C/row, C/col] and ``mlp_shard`` its 1-D shard over depth, ``vocab_block`` the wte
-    block [V/row, C/col] (0 where the stage holds no wte); ``grads``: this rank's
-    gradient of each part of a block (``LATER_GRADS``, weight and bias) and of wpe and wte.
+    block [V/row, C/col] (0 where the stage holds no wte); ``grads``: this rank's gradient of
+    each part of a block (``LATER_GRADS``, weight and bias), of wpe and of wte (0 where not held).
 
-    Counted in the stage's last block to run backward, where every cache is held, and only
-    arrays that are certainly alive: names still bound, operands and results of the operation
-    running, none that numpy's temporary elision may reuse. The gradients backward has not
-    produced yet at a moment are taken off it (they are counted as gradients, but may not be
-    held yet): a lower bound of what the backward holds, not an estimate above it."""
+    Counted in the last block to run backward in the backward that runs beside the most
+    micro-batches' caches (``after_backward``: another backward ran before it, so every gradient
+    but wte's, summed after the last, is held already), and only arrays that are certainly
+    alive: names still bound, operands and results of the operation running, none that numpy's
+    temporary elision may reuse. Gradients not produced yet at a moment are taken off it (they
+    are counted as gradients, but may not be held yet): a lower bound of what the backward
+    holds, not an estimate above it."""
     X, H, Q, S = size["stream"], size["hidden"], size["head"], size["scores"]
-    W, E = size["mlp_block"], size["vocab_block"]
+    W, E, shard = size["mlp_block"], size["vocab_block"], size["mlp_shard"]
     # through every block: dx (the residual's gradient) and the stage's incoming gradient, dy from
-    # the next stage, or on the last stage the loss's dlogits, ln_f's input gradient and dwte
-    held = X + (size["logits"] + X + E if last_stage else X)
+    # the next stage, or on the last stage the loss's dlogits, ln_f's input gradient and dwte;
+    # after a backward, the wte block's gradient summed over the micro-batches so far
+    held = X + (size["logits"] + X + E if last_stage else X) + (E if after_backward else 0)
     stale = blocks > 1  # the previous block's df, da, dqkv, dh are still bound when the next starts
     mlp = 2 * H  # dg and df (the MLP's input gradients), bound until the next block
-    embeddings = grads["wpe"] + grads["wte"] if first_stage else 0
 
-    def later(part: str) -> int:  # gradients produced from ``part`` on
-        return sum(grads[p] for p in LATER_GRADS[LATER_GRADS.index(part):]) + embeddings
+    def later(part: str | None) -> int:  # gradients not yet produced when ``part``'s are next
+        block = 0 if after_backward or part is None else sum(grads[p] for p in LATER_GRADS[LATER_GRADS.index(part):])
+        wpe = grads["wpe"] if first_stage and not after_backward and part is not None else 0
+        return block + wpe + grads["wte"]
 
     moments = (
         3 * H + stale * (H + 4 * Q + X) - later("mlp.c_fc"),  # GELU: dg, du and the result
-        mlp + W + depth * size["mlp_shard"] + (size["mlp_shard"] if depth > 1 else 0) + stale * (4 * Q + X)
+        mlp + W + depth * shard + (shard if depth > 1 else 0) + stale * (4 * Q + X)
         - later("mlp.c_fc"),  # c_fc's dW: the block, padded to depth shards, the shard reduce-scattered
         mlp + 4 * X + stale * 4 * Q - later("ln_2"),  # ln_2: c_fc's dX, dxhat and the two terms of its dx
         mlp + X + 2 * Q + 2 * S + stale * 3 * Q - later("attn.c_attn"),  # attention: ln_2's dh, da, dv,
         # datt and datt * att; at its end: da, datt, dq, dk, dv and their concatenation
         mlp + X + 7 * Q + S + stale * 3 * Q - later("attn.c_attn"),
         mlp + 4 * Q + 4 * X - later("ln_1"),  # ln_1: da, dqkv; c_attn's dX, dxhat and two terms
-        mlp + 4 * Q + X + (E + E * last_stage - grads["wte"] if first_stage else 0),  # embedding: its dW
+        mlp + 4 * Q + X + (E + E * last_stage if first_stage else 0) - later(None),  # embedding: its dW
     )
     return held + max(0, *moments)
 
 
-def working_set_of(gpt, cache, c_ce) -> int:
+def working_set_of(gpt, cache, c_ce, after_backward: bool) -> int:
     """``backward_working_set`` in bytes for ``gpt``'s stage and one micro-batch's ``ModelCache``
     (and the last stage's cross-entropy cache ``c_ce``), read from the sizes of its arrays."""
     if not cache.blocks:
@@ -132,7 +136,7 @@ def working_set_of(gpt, cache, c_ce) -> int:
     grads.update({n: gpt.params[name].nbytes if name in gpt.params else 0 for n, name in (("wpe", WPE), ("wte", WTE))})
     m = gpt.mesh
     return backward_working_set(size, grads, blocks=len(cache.blocks), depth=m.shape.depth,
-                                first_stage=m.first_stage, last_stage=m.last_stage)
+                                first_stage=m.first_stage, last_stage=m.last_stage, after_backward=after_backward)
 
 
 def memory_report(gpt) -> dict:

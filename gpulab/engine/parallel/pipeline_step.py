@@ -32,7 +32,7 @@ class MicroBatchRun(NamedTuple):
     wte_block: object  # this stage's gradient of the tied wte block, summed; None where it holds no wte
     sends: list  # p2p handles still in flight
     activation_bytes: int  # the most that the micro-batches in flight kept for backward at once
-    working_set_bytes: int  # the most that a block's backward holds beside them (memory.backward_working_set)
+    working_set_bytes: int  # what a backward holds beside the most of them (memory.backward_working_set)
 
 
 class GradAccumulator:
@@ -81,7 +81,7 @@ def run_micro_batches(gpt, ops, idx, targets, fetch, grads, dloss: float) -> Mic
     ``grads`` (a ``GradSync``, or a ``GradAccumulator`` in front of one)."""
     m, n_micro = gpt.mesh, gpt.micro_batches
     b, T = idx.shape[0] // n_micro, idx.shape[1]
-    saved, sends, loss_sum, peak, working = {}, [], 0.0, 0, 0
+    saved, sends, loss_sum, peak, working, backwards = {}, [], 0.0, 0, (0, 0), 0
     pipelined = m.pipe > 1 or n_micro > 1  # else the phases are the plain step's, unlabelled
     wte_block = None
     for op, i in ops:
@@ -99,10 +99,12 @@ def run_micro_batches(gpt, ops, idx, targets, fetch, grads, dloss: float) -> Mic
                 sends.append(p2p.isend(out, m.pipe_comm, dest=m.stage + 1, tag=i))
             saved[i] = (cache, c_ce)
             peak = max(peak, tree_nbytes(list(saved.values()), skip=gpt.params.values()))
-            working = max(working, working_set_of(gpt, cache, c_ce))
             del x, out, cache, c_ce  # a name left bound would keep this micro-batch's arrays through the next op
         else:
             dy = None if m.last_stage else gpt.recv_stream(b, T, m.stage + 1, i)
+            # (caches held, working set) of this backward: the working set counts beside the most caches
+            working = max(working, (len(saved), working_set_of(gpt, *saved[i], after_backward=backwards > 0)))
+            backwards += 1
             with phase("backward", **label):
                 dx, dwte = gpt.stage_backward(T, dloss, *saved.pop(i), fetch, grads, dy)
             wte_block = dwte if wte_block is None else wte_block + dwte
@@ -110,4 +112,4 @@ def run_micro_batches(gpt, ops, idx, targets, fetch, grads, dloss: float) -> Mic
                 sends.append(p2p.isend(dx, m.pipe_comm, dest=m.stage - 1, tag=i))
             del dy, dx, dwte  # as above: the caches went with stage_backward's return
         sends = [h for h in sends if not h.test()]  # progress; drop the buffers delivered
-    return MicroBatchRun(loss_sum, wte_block, sends, peak, working)
+    return MicroBatchRun(loss_sum, wte_block, sends, peak, working[1])

@@ -122,7 +122,8 @@ def weight_cache_values(config, shape, overlap, pipe: int = 1, stage: int = 0, m
 
 
 def working_set_bytes(config, shape, micro_batch: int, seq_len: int, precision: Precision, pipe: int = 1,
-                      stage: int = 0, flash_attention: bool = False) -> float:
+                      stage: int = 0, micro_batches: int = 1, kind: str = "1f1b",
+                      flash_attention: bool = False) -> float:
     """Bytes of backward's working set on one rank of ``stage`` (``memory.backward_working_set``: the
     transient arrays of a block's backward beside the caches and gradients), from the shapes the
     engine gives one micro-batch of ``micro_batch`` sequences (over every replica)."""
@@ -142,7 +143,21 @@ def working_set_bytes(config, shape, micro_batch: int, seq_len: int, precision: 
     grads.update({k: piece_numel(specs[name], shape) * precision.grad_bytes if held else 0
                   for k, name, held in (("wpe", WPE, first), ("wte", WTE, first or last))})
     return backward_working_set(size, grads, blocks=len(stage_layers(config.n_layer, pipe, stage)), depth=D,
-                                first_stage=first, last_stage=last)
+                                first_stage=first, last_stage=last,
+                                after_backward=_busiest_backward_follows_another(kind, pipe, stage, micro_batches))
+
+
+def _busiest_backward_follows_another(kind: str, pipe: int, stage: int, micro_batches: int) -> bool:
+    """Does a backward that runs beside the most micro-batches' caches come after another backward
+    (``pipeline_step.run_micro_batches``' choice, replayed over ``pipeline.schedule``)?"""
+    held, done, busiest = 0, 0, (0, False)
+    for op, _ in schedule(kind, pipe, stage, micro_batches):
+        if op == "F":
+            held += 1
+        else:
+            busiest = max(busiest, (held, done > 0))
+            held, done = held - 1, done + 1
+    return busiest[1]
 
 
 def _activations(config, shape, batch, T, precision, recompute, flash_attention, layers, last) -> float:
@@ -176,7 +191,8 @@ def stage_memory(config, shape, stage: int, *, global_batch: int, precision: Pre
            "activations": acts * held,
            "weight_cache": weight_cache_values(config, shape, overlap, pipe, stage, micro_batches,
                                                schedule_kind) * precision.value_bytes,
-           "working_set": working_set_bytes(config, shape, micro, T, precision, pipe, stage, flash_attention),
+           "working_set": working_set_bytes(config, shape, micro, T, precision, pipe, stage, micro_batches,
+                                            schedule_kind, flash_attention),
            "comm_buffers": comm_buffer_bytes(config, shape, micro, T, pipe, zero, overlap, precision.value_bytes)}
     out["total"] = sum(out[k] for k in KINDS)
     return out
