@@ -1,6 +1,6 @@
 """Memory per rank, predicted (the calculator), accounted (``memory_report``) and traced (tracemalloc), side by side.
 
-    python benchmarks/memory_check.py      # about a minute on 2 cores: one job of 4 ranks, one of 8
+    python benchmarks/memory_check.py      # about two minutes on 2 cores: one job of 4 ranks, one of 8
     # -> docs/results/memory_check.json, and the markdown table of docs/memory.md on stdout
 
 The rank function is the one tests/engine/test_memory_engine.py checks

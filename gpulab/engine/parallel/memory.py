@@ -123,7 +123,7 @@ def working_set_of(gpt, cache, c_ce, after_backward: bool) -> int:
     (and the last stage's cross-entropy cache ``c_ce``), read from the sizes of its arrays."""
     if not cache.blocks:
         return 0
-    block, item = cache.blocks[0], gpt._any_param.itemsize
+    block, item = cache.blocks[0], np.dtype(gpt.config.dtype).itemsize
     q, _, _, att, _ = block.att
     prefix = f"transformer.h.{gpt.layers[0]}."
     fc, wte = gpt.linears[prefix + "mlp.c_fc.weight"], gpt.linears.get(WTE)
