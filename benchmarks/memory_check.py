@@ -1,6 +1,6 @@
 """Memory per rank, predicted (the calculator), accounted (``memory_report``) and traced (tracemalloc), side by side.
 
-    python benchmarks/memory_check.py      # about a minute on 2 cores: one job of 4 ranks, one of 8
+    python benchmarks/memory_check.py      # about two minutes on 2 cores: one job of 4 ranks, one of 8
     # -> docs/results/memory_check.json, and the markdown table of docs/memory.md on stdout
 
 The rank function is the one tests/engine/test_memory_engine.py checks
@@ -27,16 +27,18 @@ CASES = {
     4: [[[1, 1, 1, 4], 1, 1, "1f1b", "none"], [[2, 2, 1, 1], 1, 1, "1f1b", "none"],
         [[1, 4, 1, 1], 1, 1, "1f1b", "none"], [[1, 1, 4, 1], 1, 1, "1f1b", "cache"],
         [[2, 1, 2, 1], 1, 1, "1f1b", "all"], [[1, 1, 2, 1], 2, 4, "1f1b", "none"],
-        [[1, 1, 2, 1], 2, 4, "gpipe", "none"], [[1, 1, 1, 1], 4, 4, "1f1b", "none"]],
-    8: [[[2, 2, 2, 1], 1, 1, "1f1b", "all"], [[1, 2, 1, 1], 4, 8, "gpipe", "none"]],
+        [[1, 1, 2, 1], 2, 4, "gpipe", "none"], [[1, 1, 2, 1], 2, 2, "1f1b", "none"],
+        [[1, 1, 1, 1], 4, 4, "1f1b", "none"]],
+    8: [[[2, 2, 2, 1], 1, 1, "1f1b", "all"], [[1, 2, 1, 1], 4, 8, "1f1b", "none"],
+        [[1, 2, 1, 1], 4, 8, "gpipe", "none"]],
 }
 MB = 1e6
 
 
 def table(rows: list[dict]) -> str:
     head = ("| case | rank (stage) | weights + grads + optimizer, predicted = accounted | activations predicted / "
-            "accounted | weight cache | total predicted | total accounted | traced peak | traced / accounted |\n"
-            "|---|---|---|---|---|---|---|---|---|")
+            "accounted | weight cache | backward working set | total predicted | total accounted | traced peak | "
+            "traced / accounted |\n|---|---|---|---|---|---|---|---|---|---|")
     lines = [head]
     for r in rows:
         a, p = r["accounted"], r["predicted"]
@@ -44,8 +46,8 @@ def table(rows: list[dict]) -> str:
         state_a = a["parameters"] + a["gradients"] + a["optimizer"]
         lines.append(f"| {r['case']} | {r['rank']} ({r['stage']}) | {state_p / MB:.3f} {'=' if state_p == state_a else '!='} "
                      f"{state_a / MB:.3f} MB | {p['activations'] / MB:.3f} / {a['activations'] / MB:.3f} MB | "
-                     f"{a['weight_cache'] / MB:.3f} MB | {p['total'] / MB:.2f} MB | {a['total'] / MB:.2f} MB | "
-                     f"{r['traced_peak'] / MB:.2f} MB | {r['traced_peak'] / a['total']:.2f} |")
+                     f"{a['weight_cache'] / MB:.3f} MB | {a['working_set'] / MB:.3f} MB | {p['total'] / MB:.2f} MB | "
+                     f"{a['total'] / MB:.2f} MB | {r['traced_peak'] / MB:.2f} MB | {r['traced_peak'] / a['total']:.2f} |")
     return "\n".join(lines)
 
 

@@ -25,7 +25,7 @@ from gpulab.engine.perf.predict import model_config
 DEFAULT_OVERLAP = "oar,ors,oag,buckets"
 LABELS = {"weights": "weights", "gradients": "gradients", "optimizer": "optimizer state",
           "activations": "activations", "weight_cache": "gathered weights (overlap)",
-          "comm_buffers": "communication buffers"}
+          "working_set": "backward's working set", "comm_buffers": "communication buffers"}
 
 
 def add_parser(sub) -> None:

@@ -7,9 +7,10 @@ from matplotlib.figure import Figure
 from gpulab.engine.perf.memory_model import KINDS
 
 COLORS = {"weights": "#4c72b0", "gradients": "#55a868", "optimizer": "#c44e52", "activations": "#8172b2",
-          "weight_cache": "#ccb974", "comm_buffers": "#64b5cd"}
+          "weight_cache": "#ccb974", "working_set": "#937860", "comm_buffers": "#64b5cd"}
 LABELS = {"weights": "weights", "gradients": "gradients", "optimizer": "optimizer state",
-          "activations": "activations", "weight_cache": "gathered weights", "comm_buffers": "comm. buffers"}
+          "activations": "activations", "weight_cache": "gathered weights", "working_set": "backward working set",
+          "comm_buffers": "comm. buffers"}
 
 
 def memory_figure(stages: list[dict], limit: float, device: float, title: str = "") -> Figure:

@@ -345,6 +345,7 @@ class ParallelGPT:
             fetch.end()
             self.memory["activations"] = run.activation_bytes
             self.memory["weight_cache"] = fetch.peak_bytes
+            self.memory["working_set"] = run.working_set_bytes
             with phase("grad-sync"):
                 for h in run.sends:
                     h.wait()

@@ -15,6 +15,13 @@ soon as its gradients are ready (a weight shard whose reduce-scatter is still
 in flight counts as ready once a non-blocking test sees it done), so it
 travels while earlier layers compute. Bucket contents depend only on the
 plan, never on timing: the sums are the same numbers either way.
+
+Each bucket's gradients live in one flat buffer, allocated when its first
+gradient arrives: every gradient is copied into its slot as it is handed over
+(a Handle's when it is waited for) and the all-reduce works on the buffer in
+place, so a synced gradient is held once, never beside a concatenated copy
+(PyTorch DDP's ``gradient_as_bucket_view``). ``storage(name, like)`` lends a
+slot to a caller that sums into it (``pipeline_step.GradAccumulator``).
 """
 
 from __future__ import annotations
@@ -73,13 +80,46 @@ class GradSync:
                                  specs)
         self.bucket_of = {n: (g, i) for g, plan in self.plans.items() for i, b in enumerate(plan)
                           for n in b}
+        self.slots: dict = {}  # name -> (offset, size) in its bucket's flat buffer
+        self.numel: dict = {}  # (group, i) -> values in the bucket
+        for group, plan in self.plans.items():
+            for i, names in enumerate(plan):
+                offset = 0
+                for n in names:
+                    self.slots[n] = (offset, piece_numel(specs[n], mesh.shape))
+                    offset += self.slots[n][1]
+                self.numel[group, i] = offset
+        self.flats: dict = {}  # (group, i) -> the bucket's buffer, once its first gradient arrived
+        self.lent: dict = {}  # name -> the slot view handed out by ``storage``
         self.grads: dict = {}
         self.queued: list[tuple[str, list[str]]] = []  # complete buckets not yet issued
-        self.flights: list[tuple[list[str], coll.Handle]] = []
+        self.flights: list[coll.Handle] = []  # buckets' all-reduces in flight
+
+    def storage(self, name: str, like):
+        """The array ``name``'s gradient is synced from, shaped like ``like`` (its slot in the bucket's
+        buffer; None where it is synced alone): a caller may sum into it, then ``add`` it."""
+        if name not in self.bucket_of:
+            return None
+        key = self.bucket_of[name]
+        if key not in self.flats:
+            self.flats[key] = array_module(like).empty(self.numel[key], dtype=like.dtype)
+        offset, size = self.slots[name]
+        if like.size != size:
+            raise ValueError(f"{name}: gradient of {like.size} values, its slot holds {size}")
+        self.lent[name] = self.flats[key][offset:offset + size].reshape(like.shape)
+        return self.lent[name]
+
+    def _store(self, name: str, grad):
+        """``grad`` in its slot (copied there unless it is the slot lent by ``storage``)."""
+        if name not in self.bucket_of or self.lent.get(name) is grad:
+            return grad
+        slot = self.storage(name, grad)
+        slot[...] = grad
+        return slot
 
     def add(self, name: str, grad) -> None:
         """Hand over a gradient (an array, or a Handle whose wait() gives it)."""
-        self.grads[name] = grad
+        self.grads[name] = grad if isinstance(grad, coll.Handle) else self._store(name, grad)
         if not self.bucketed or name not in self.bucket_of:
             return
         group, i = self.bucket_of[name]
@@ -96,37 +136,32 @@ class GradSync:
         """Start the all-reduce of every queued bucket whose gradients are ready (in plan order)."""
         while self.queued and all(self._ready(n, block) for n in self.queued[0][1]):
             group, names = self.queued.pop(0)
-            flat = self._concat(names)
-            self.flights.append((names, coll.iall_reduce(flat, self.mesh.group(group))))
+            flat = self._flat(group, names)
+            self.flights.append(coll.iall_reduce(flat, self.mesh.group(group)))
 
-    def _concat(self, names):
-        arrays = [self._value(n).reshape(-1) for n in names]
-        return array_module(arrays[0]).concatenate(arrays)
+    def _flat(self, group: str, names):
+        """The bucket's buffer, every gradient in its slot."""
+        for n in names:
+            self._value(n)
+        return self.flats[group, self.bucket_of[names[0]][1]]
 
     def _value(self, name):
         g = self.grads[name]
         if isinstance(g, coll.Handle):
-            g = self.grads[name] = g.wait()
+            g = self.grads[name] = self._store(name, g.wait())
         return g
-
-    def _unpack(self, names, flat) -> None:
-        offset = 0
-        for n in names:
-            g = self.grads[n]
-            self.grads[n] = flat[offset:offset + g.size].reshape(g.shape)
-            offset += g.size
 
     def finish(self) -> dict:
         """Every gradient, summed over its group, in ``specs`` order."""
         for name in self.specs:
             if not self.bucketed or name not in self.bucket_of:
                 self._value(name)
+        # the all-reduces work in place: the gradients, views of the buffers, are the sums once they end
         if self.bucketed:
             self._issue(block=True)
-            for names, handle in self.flights:
-                self._unpack(names, handle.wait())
+            for handle in self.flights:
+                handle.wait()
         else:
             for group, plan in self.plans.items():  # "data", then "batch": one flat buffer each
-                names = plan[0]
-                self._unpack(names, coll.all_reduce(self._concat(names), self.mesh.group(group)))
+                coll.all_reduce(self._flat(group, plan[0]), self.mesh.group(group))
         return {n: self.grads[n] for n in self.specs}

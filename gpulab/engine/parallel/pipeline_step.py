@@ -1,8 +1,8 @@
 """One training step's micro-batches on a pipeline stage: the schedule run, the sends, gradient accumulation.
 
-    acc = GradAccumulator(sync)                      # sums each gradient over the micro-batches
+    acc = GradAccumulator(sync)                      # sums each gradient over the micro-batches, in place
     run = run_micro_batches(gpt, ops, idx, targets, fetch, acc, dloss=1 / n_tokens)
-    run.loss_sum, run.wte_block, run.sends, run.activation_bytes
+    run.loss_sum, run.wte_block, run.sends, run.activation_bytes, run.working_set_bytes
 
 ``ops`` is the stage's schedule (``pipeline.schedule``: ("F" | "B",
 micro-batch) in order, or ("F" | "B", micro-batch, chunk) interleaved, where
@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import p2p
-from gpulab.engine.parallel.memory import tree_nbytes
+from gpulab.engine.parallel.memory import tree_nbytes, working_set_of
 from gpulab.engine.parallel.timeline import phase
 
 
@@ -33,27 +33,47 @@ class MicroBatchRun(NamedTuple):
     wte_block: object  # this stage's gradient of the tied wte block, summed; None where it holds no wte
     sends: list  # p2p handles still in flight
     activation_bytes: int  # the most that the micro-batches in flight kept for backward at once
+    working_set_bytes: int  # what a backward holds beside the most of them (memory.backward_working_set)
 
 
 class GradAccumulator:
-    """Sums each gradient over the micro-batches (waiting for any reduce-scatter in flight),
-    then hands the sums to a ``GradSync`` in backward order."""
+    """Sums each gradient over the micro-batches as they arrive, in one buffer per parameter (its
+    slot in the ``GradSync``'s bucket where it has one), then hands the sums to the sync in backward
+    order. Micro-batch i's gradient is added before i+1's: the sum is the left fold
+    g0 + g1 + ... that summing a list gives, bit for bit."""
 
     def __init__(self, sync):
         self.sync = sync
-        self.parts: dict = {}
+        self.sums: dict = {}
+        self.waiting: dict = {}  # name -> a micro-batch's gradient still in its reduce-scatter (a Handle)
 
     def add(self, name: str, grad) -> None:
-        self.parts.setdefault(name, []).append(grad)
+        self._settle(name)
+        if isinstance(grad, coll.Handle):
+            self.waiting[name] = grad  # in flight until the next micro-batch's gradient (or flush)
+        else:
+            self._sum(name, grad)
+
+    def _settle(self, name: str) -> None:
+        if name in self.waiting:
+            self._sum(name, self.waiting.pop(name).wait())
+
+    def _sum(self, name: str, grad) -> None:
+        if name in self.sums:
+            self.sums[name] += grad
+            return
+        total = self.sync.storage(name, grad)
+        if total is None:
+            total = grad.copy()  # backward's array may be referenced elsewhere: sum into our own
+        else:
+            total[...] = grad
+        self.sums[name] = total
 
     def flush(self, order) -> None:
         for name in order:
-            if name in self.parts:
-                values = [g.wait() if isinstance(g, coll.Handle) else g for g in self.parts.pop(name)]
-                total = values[0]
-                for v in values[1:]:
-                    total = total + v
-                self.sync.add(name, total)
+            self._settle(name)
+            if name in self.sums:
+                self.sync.add(name, self.sums.pop(name))
 
 
 def neighbours(stage: int, chunk: int, pipe: int, virtual: int):
@@ -78,7 +98,7 @@ def run_micro_batches(gpt, ops, idx, targets, fetch, grads, dloss: float) -> Mic
     micro-batch) or, interleaved, ("F" | "B", micro-batch, chunk)."""
     m, n_micro, V = gpt.mesh, gpt.micro_batches, gpt.virtual_stages
     b, T = idx.shape[0] // n_micro, idx.shape[1]
-    saved, sends, loss_sum, peak = {}, [], 0.0, 0
+    saved, sends, loss_sum, peak, working, backwards = {}, [], 0.0, 0, (0, 0), 0
     pipelined = m.pipe > 1 or n_micro > 1  # else the phases are the plain step's, unlabelled
     wte_block = None
     for op, i, *rest in ops:
@@ -98,14 +118,18 @@ def run_micro_batches(gpt, ops, idx, targets, fetch, grads, dloss: float) -> Mic
                 sends.append(p2p.isend(out, m.pipe_comm, dest=after[0], tag=_tag(i, after[1], V, False)))
             saved[i, v] = (cache, c_ce)
             peak = max(peak, tree_nbytes(list(saved.values()), skip=gpt.params.values()))
+            del x, out, cache, c_ce  # a name left bound would keep this micro-batch's arrays through the next op
         else:
             dy = None if after is None else gpt.recv_stream(b, T, after[0], _tag(i, v, V, True))
-            cache, c_ce = saved.pop((i, v))
+            # (caches held, working set) of this backward: the working set counts beside the most caches
+            working = max(working, (len(saved), working_set_of(gpt, *saved[i, v], after_backward=backwards > 0)))
+            backwards += 1
             with phase("backward", **label):
-                dx, dwte = gpt.stage_backward(T, dloss, cache, c_ce, fetch, grads, dy, chunk=v)
+                dx, dwte = gpt.stage_backward(T, dloss, *saved.pop((i, v)), fetch, grads, dy, chunk=v)
             if dwte is not None:
                 wte_block = dwte if wte_block is None else wte_block + dwte
             if before is not None:
                 sends.append(p2p.isend(dx, m.pipe_comm, dest=before[0], tag=_tag(i, before[1], V, True)))
+            del dy, dx, dwte  # as above: the caches went with stage_backward's return
         sends = [h for h in sends if not h.test()]  # progress; drop the buffers delivered
-    return MicroBatchRun(loss_sum, wte_block, sends, peak)
+    return MicroBatchRun(loss_sum, wte_block, sends, peak, working[1])

@@ -3,7 +3,7 @@
     b = memory_breakdown(gpt_config("gpt-80b"), (4, 8, 2, 16), global_batch=1024, pipe=2,
                          micro_batches=8, precision=machine_precision(machine("perlmutter")))
     b["weights"], b["gradients"], b["optimizer"], b["activations"], b["weight_cache"],
-    b["comm_buffers"], b["total"], b["stage"]
+    b["working_set"], b["comm_buffers"], b["total"], b["stage"]
     fit(b, machine("perlmutter"))          # {"limit": bytes, "fits": bool, "advice": [...]}
 
 Two ways to count the same terms (docs/memory.md has the formulas and sources):
@@ -12,11 +12,13 @@ Two ways to count the same terms (docs/memory.md has the formulas and sources):
   it can be (``tests/engine/test_memory_engine.py`` checks it against
   ``memory_report`` and tracemalloc): weights and gradients in the model's
   dtype, AdamW's moments (and a float32 master copy for float16) in float32 or
-  wider, activations as the engine's caches (``terms.activation_values``).
+  wider, activations as the engine's caches (``terms.activation_values``),
+  backward's working set as ``memory.backward_working_set`` counts it.
 - ``machine_precision(machine)``: mixed-precision training at scale, bf16
   weights and gradients, ``state_bytes_per_param`` bytes per parameter in all
   (16: 2 + 2 + 12 of fp32 master, momentum, variance; the ZeRO paper's
-  K = 12), activations as Korthikanti et al. count them (``terms.activation_bytes``).
+  K = 12), activations as Korthikanti et al. count them (``terms.activation_bytes``);
+  the working set is still the engine's backward's, in ``value_bytes``.
 
 Pipeline stages hold their own blocks (``pipeline.stage_layers``) and the
 activations of the micro-batches in flight (1F1B: ``pipe - stage`` at most,
@@ -34,13 +36,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpulab.engine.gpt.config import GPTConfig, accum_dtype
-from gpulab.engine.gpt.model import WTE
-from gpulab.engine.parallel.shards import shard_numel, split_counts
+from gpulab.engine.gpt.model import WPE, WTE
+from gpulab.engine.parallel.memory import LATER_GRADS, backward_working_set
+from gpulab.engine.parallel.shards import param_specs, piece_numel, shard_numel, split_counts
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import schedule, stage_layers, stage_uses
 from gpulab.engine.perf.terms import activation_bytes, activation_values, local_params
 
-KINDS = ("weights", "gradients", "optimizer", "activations", "weight_cache", "comm_buffers")
+KINDS = ("weights", "gradients", "optimizer", "activations", "weight_cache", "working_set", "comm_buffers")
 ZERO_STAGES = (0, 1, 2, 3)
 
 
@@ -118,6 +121,45 @@ def weight_cache_values(config, shape, overlap, pipe: int = 1, stage: int = 0, m
     return peak
 
 
+def working_set_bytes(config, shape, micro_batch: int, seq_len: int, precision: Precision, pipe: int = 1,
+                      stage: int = 0, micro_batches: int = 1, kind: str = "1f1b",
+                      flash_attention: bool = False) -> float:
+    """Bytes of backward's working set on one rank of ``stage`` (``memory.backward_working_set``: the
+    transient arrays of a block's backward beside the caches and gradients), from the shapes the
+    engine gives one micro-batch of ``micro_batch`` sequences (over every replica)."""
+    R, Cc, D, P = shape
+    C, V, T = config.n_embd, config.vocab_size, seq_len
+    M = micro_batch // (D * P) * T  # tokens of one micro-batch on this rank
+    first, last = stage == 0, stage == pipe - 1
+    v = precision.value_bytes
+    specs = param_specs(GPTConfig(**{**config.to_dict(), "n_layer": 1}))
+    size = {"stream": M * C // Cc * v, "hidden": M * 4 * C // R * v, "head": M * C // R * v,
+            "scores": 0 if flash_attention else M // T * config.n_head // R * T * T * v,
+            "logits": M * V // R * v if last else 0, "mlp_block": _block_numel(4 * C, C, False, shape) * v,
+            "mlp_shard": shard_numel(4 * C, C, shape) * v,
+            "vocab_block": _block_numel(V, C, False, shape) * v if first or last else 0}
+    grads = {part: sum(piece_numel(specs[f"transformer.h.0.{part}.{k}"], shape) for k in ("weight", "bias"))
+             * precision.grad_bytes for part in LATER_GRADS}
+    grads.update({k: piece_numel(specs[name], shape) * precision.grad_bytes if held else 0
+                  for k, name, held in (("wpe", WPE, first), ("wte", WTE, first or last))})
+    return backward_working_set(size, grads, blocks=len(stage_layers(config.n_layer, pipe, stage)), depth=D,
+                                first_stage=first, last_stage=last,
+                                after_backward=_busiest_backward_follows_another(kind, pipe, stage, micro_batches))
+
+
+def _busiest_backward_follows_another(kind: str, pipe: int, stage: int, micro_batches: int) -> bool:
+    """Does a backward that runs beside the most micro-batches' caches come after another backward
+    (``pipeline_step.run_micro_batches``' choice, replayed over ``pipeline.schedule``)?"""
+    held, done, busiest = 0, 0, (0, False)
+    for op, _ in schedule(kind, pipe, stage, micro_batches):
+        if op == "F":
+            held += 1
+        else:
+            busiest = max(busiest, (held, done > 0))
+            held, done = held - 1, done + 1
+    return busiest[1]
+
+
 def _activations(config, shape, batch, T, precision, recompute, flash_attention, layers, last) -> float:
     if precision.activation_count == "engine":
         return activation_values(config, shape, batch, T, recompute, flash_attention,
@@ -149,6 +191,8 @@ def stage_memory(config, shape, stage: int, *, global_batch: int, precision: Pre
            "activations": acts * held,
            "weight_cache": weight_cache_values(config, shape, overlap, pipe, stage, micro_batches,
                                                schedule_kind) * precision.value_bytes,
+           "working_set": working_set_bytes(config, shape, micro, T, precision, pipe, stage, micro_batches,
+                                            schedule_kind, flash_attention),
            "comm_buffers": comm_buffer_bytes(config, shape, micro, T, pipe, zero, overlap, precision.value_bytes)}
     out["total"] = sum(out[k] for k in KINDS)
     return out
@@ -158,12 +202,13 @@ def comm_buffer_bytes(config, shape, micro_batch: int, seq_len: int, pipe: int, 
                       value_bytes: float) -> float:
     """Bytes of the buffers communication needs beside the arrays above (a model estimate; the
     engine does not account them): with depth > 1 (or ZeRO-3 over data) the gathered block in use
-    and the full block gradient before its reduce-scatter (the largest layer's), a gradient bucket
-    in flight (``overlap.buckets``), and the stage-to-stage send and receive of one micro-batch."""
+    (the largest layer's; its full gradient before the reduce-scatter is in the working set), a
+    gradient bucket in flight (``overlap.buckets``), and the stage-to-stage send and receive of
+    one micro-batch."""
     _, C, D, P = shape
     one_block = GPTConfig(**{**config.to_dict(), "n_layer": 1})
     big = max(_block_numel(n, k, t, shape) for n, k, t in _linears(one_block).values())
-    gathered = 2 * big if D > 1 or (zero >= 3 and P > 1) else 0
+    gathered = big if D > 1 or (zero >= 3 and P > 1) else 0
     p2p = 2 * micro_batch / (D * P) * seq_len * config.n_embd / C if pipe > 1 else 0
     bucket = overlap.bucket_bytes if overlap is not None and overlap.buckets and P * D > 1 else 0
     return (gathered + p2p) * value_bytes + bucket
