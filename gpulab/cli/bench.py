@@ -55,7 +55,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("-n", "--ranks", type=positive_int, default=4, help="ranks to start when not inside an MPI job")
     p.add_argument("--algorithms", default="all", help="comma-separated names ('auto' too: the record says what it "
                                                         "chose), or 'all' (default)")
-    p.add_argument("--sizes", type=sizes, default="1K:64M", help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
+    p.add_argument("--sizes", type=sizes, default="1K:64M",
+                   help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
     p.add_argument("--root", type=nonnegative_int, default=0, help="root rank (default 0)")
     p.add_argument("--iters", type=positive_int, default=None, help="timed iterations (default: OSU's 1000/100)")
     p.add_argument("--warmup", type=nonnegative_int, default=None, help="warm-up iterations (default: OSU's 100/10)")
@@ -75,7 +76,8 @@ def add_parser(subparsers) -> None:
                    help="device buffers: straight to a CUDA-aware MPI, or staged through host memory "
                         "(default: ask the MPI library; GPULAB_CUDA_AWARE=0/1 overrides)")
     p.add_argument("--staging-chunk-bytes", type=size, default=None, help="device buffers: D2H pipeline chunk")
-    p.add_argument("--json", dest="json_path", type=output_path, help="write the records (and machine metadata) as JSON")
+    p.add_argument("--json", dest="json_path", type=output_path,
+                   help="write the records (and machine metadata) as JSON")
     p.add_argument("--csv", dest="csv_path", type=output_path, help="write the records as CSV")
     p.add_argument("--plot", dest="plot_path", type=output_path, help="save time and busbw against size (PNG/SVG/PDF)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -254,7 +256,7 @@ def run_engine(args) -> int:
                       f"hidden {row['summary']['hidden_comm_s'] * 1e3:6.1f} ms", flush=True)
     if comm.rank == 0:
         rows = []
-        for i, rounds in results.items():
+        for rounds in results.values():
             if rounds:  # the least disturbed round: other jobs only ever add time (timeit's argument)
                 best = min(rounds, key=lambda r: r["iter_s"])
                 rows.append({**best, "iter_s_rounds": [r["iter_s"] for r in rounds]})

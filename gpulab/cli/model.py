@@ -8,11 +8,11 @@
 
 ``--machine`` takes a profile name (perlmutter, frontier, dgx-h100; h100 is
 an alias of dgx-h100) or a fitted machine's JSON file; without it, the
-profile or file $GPULAB_MACHINE names, else perlmutter (docs/machines.md). At scale the defaults are AxoNN's way of training:
-bf16, activation recomputation, flash attention, overlap of everything but
-the weight cache (``--overlap``, ``--no-recompute``, ``--no-flash`` change
-them). Every assumption and every machine number's source is printed below
-the table.
+profile or file $GPULAB_MACHINE names, else perlmutter (docs/machines.md).
+At scale the defaults are AxoNN's way of training: bf16, activation
+recomputation, flash attention, overlap of everything but the weight cache
+(``--overlap``, ``--no-recompute``, ``--no-flash`` change them). Every
+assumption and every machine number's source is printed below the table.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def main(args) -> int:
         machine, config = load_machine(args.machine), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     except (KeyError, ValueError, OSError) as err:
-        raise SystemExit(f"gpulab model: {err}")
+        raise SystemExit(f"gpulab model: {err}") from err
     opts = dict(seq_len=args.seq_len, recompute=not args.no_recompute, flash_attention=not args.no_flash)
     if args.model_command == "rank":
         batch = args.batch_size or max(512, args.world)

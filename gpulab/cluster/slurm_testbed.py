@@ -173,7 +173,8 @@ class SlurmTestbed:
             "SlurmdParameters=config_overrides", "ReturnToService=2", "MpiDefault=none",
             "SchedulerType=sched/builtin", "MinJobAge=10", "KillWait=2", "InactiveLimit=0", "KillOnBadExit=1",
             f"TaskProlog={d}/task_prolog.sh",  # MinJobAge: why a job ended stays visible between 2-s polls
-            "MessageTimeout=10", "MailProg=/bin/true", "SlurmdTimeout=60", "SlurmctldTimeout=60", "UnkillableStepTimeout=30",
+            "MessageTimeout=10", "MailProg=/bin/true", "SlurmdTimeout=60", "SlurmctldTimeout=60",
+            "UnkillableStepTimeout=30",
             "GresTypes=gpu" if self.gpus else "",
         ]
         gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""

@@ -162,7 +162,8 @@ class BcastExplorer(W.VBox):
 
 def results_html(rows: list[dict], last: int = 12) -> str:
     """The last few result rows as a small HTML table."""
-    head = "<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th><th>valid</th></tr>"
+    head = ("<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th>"
+            "<th>valid</th></tr>")
     body = "".join(f"<tr><td>{series_of(r)}</td><td>{size_label(r['nbytes'])}</td><td>{r['avg_us']:.1f}</td>"
                    f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td><td>{r['busbw_GBps']:.3f}</td>"
                    f"<td>{r['valid']}</td></tr>" for r in rows[-last:])

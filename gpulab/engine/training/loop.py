@@ -121,7 +121,7 @@ def train(args, shape) -> int:
     try:
         overlap = Overlap.parse(args.overlap, progress=args.progress_mode, bucket_bytes=args.bucket_kb << 10)
     except ValueError as err:
-        raise SystemExit(f"--overlap: {err}")
+        raise SystemExit(f"--overlap: {err}") from err
     mesh = Mesh(*shape, pipe=args.pipe)
     gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=args.micro_batches, schedule=args.schedule)
     gpt.load_params(params, device=args.device)
