@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 
 from gpulab.backend import DEVICES
@@ -146,6 +147,7 @@ def _level_options(args) -> dict:
 
 
 def _progress(total: int):
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from tqdm import tqdm
 
     return tqdm(total=total, unit="point", file=sys.stderr, mininterval=0.5, dynamic_ncols=True)
@@ -227,8 +229,7 @@ def run_engine(args) -> int:
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress == "mpich" else {}
         return relaunch(args.ranks, sys.argv[1:], env=env)
-    import os
-
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD

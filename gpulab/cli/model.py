@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 from gpulab.cli import model_compare, model_memory
@@ -149,8 +150,7 @@ def fit(args) -> int:
     if not inside_mpi_job():
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         return relaunch(args.nprocs, ["model", "fit", "--out", out, "--reps", str(args.reps)])
-    from dataclasses import asdict
-
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from importlib import import_module
+from pathlib import Path
 from typing import Callable
 
 HIDE_ANSWERS = "GPULAB_HIDE_ANSWERS"  # a teacher's switch: "1" hides every answer's text and value
@@ -157,6 +158,4 @@ class Lesson:
 
 def known() -> list[str]:
     """The notebooks that have answers."""
-    from pathlib import Path
-
     return sorted(p.stem[2:] for p in Path(__file__).parent.glob("nb[0-9][0-9].py"))

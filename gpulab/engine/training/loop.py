@@ -93,6 +93,7 @@ class _Interrupt:
 
 
 def train(args, shape) -> int:
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use these
     from threadpoolctl import threadpool_limits
     from tqdm import tqdm
 
