@@ -1,5 +1,10 @@
 """A real, throwaway Slurm on this machine: munged, slurmctld and one slurmd per node, all in the foreground.
 
+Why one file of about 480 lines (55 of them this docstring): the configuration it writes, the daemons
+it starts and the teardown all read one testbed's state (its directory, nodes, ports, daemon handles
+and emulated cluster); split by job, those parts would hand that state back and forth. Only the
+install check (``ensure_slurm``) and the command line (``main``) stand alone, about 80 lines.
+
 For tests and for trying gpulab's Slurm paths without a cluster (needs root):
 
     python -m gpulab.cluster.slurm_testbed up            # two nodes; prints SLURM_CONF, Ctrl-C stops it
