@@ -1,7 +1,7 @@
 """Experiment (e): the 4D engine on 2 emulated nodes x 2 ranks, every 4-rank grid, overlap off and on.
 
     python benchmarks/emulated_engine.py run --link 100mbit   # docs/results/emulated_engine_100mbit.json
-    python benchmarks/emulated_engine.py report               # docs/results/emulated_engine.png + docs/emulated_engine.md
+    python benchmarks/emulated_engine.py report   # docs/results/emulated_engine.png + docs/emulated_engine.md
 
 One MPI job on an emulated cluster (``gpulab.emulated``: 2 network namespaces,
 ranks 0-1 on node 0 and 2-3 on node 1, joined by a rate-limited link). In it:
@@ -245,7 +245,8 @@ def section(record: dict) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for shape, d in by_grid(record).items():
         off, on = d["off"], d["on"]
-        share = lambda r: f"{_ms(r['summary']['exposed_comm_s'])} ({r['summary']['exposed_comm_s'] / r['summary']['wall_s']:.0%})"  # noqa: E731
+        share = lambda r: (f"{_ms(r['summary']['exposed_comm_s'])} "  # noqa: E731
+                           f"({r['summary']['exposed_comm_s'] / r['summary']['wall_s']:.0%})")
         rounds = lambda r: f"{_ms(r['iter_s'])} ({', '.join(_ms(t) for t in r['iter_s_rounds'])})"  # noqa: E731
         lines.append(f"| {shape} | {rounds(off)} | {share(off)} | {rounds(on)} | {share(on)} | "
                      f"{_ms(on['summary']['hidden_comm_s'])} | {off['iter_s'] / on['iter_s']:.2f} | "

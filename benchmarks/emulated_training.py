@@ -133,14 +133,20 @@ def at_scale() -> list[dict]:
     return [{**predicted_sync(nbytes, p, machine), "nodes": -(-p // PAPER["ranks_per_node"])} for p in PAPER["ranks"]]
 
 
+def _spread(summary: dict, phase: str) -> str:
+    """A table cell: the phase's median with its 10th-90th percentile range, in ms."""
+    s = summary[phase]
+    return f"{s['median']:.0f} ({s['p10']:.0f}-{s['p90']:.0f})"
+
+
 def tables(result: dict) -> str:
     lines = ["| broadcast | compute (ms) | reduce (ms) | broadcast (ms) | iteration (ms) | bcast predicted (ms) "
              "| load before, after |", "|---|---|---|---|---|---|---|"]
     for run in result["runs"]:
         s = run["summary"]
-        cell = lambda ph: f"{s[ph]['median']:.0f} ({s[ph]['p10']:.0f}-{s[ph]['p90']:.0f})"  # noqa: E731
         name = f"auto ({run['chose']['algorithm']})" if run["chose"] else "MPI_Bcast"
-        lines.append(f"| {name} | {cell('compute_s')} | {cell('reduce_s')} | {cell('bcast_s')} | {cell('step_s')} "
+        lines.append(f"| {name} | {_spread(s, 'compute_s')} | {_spread(s, 'reduce_s')} | {_spread(s, 'bcast_s')} "
+                     f"| {_spread(s, 'step_s')} "
                      f"| {result['predicted_bcast_ms'][run['algorithm']]:.0f} "
                      f"| {run['load_before'][0]:.1f}, {run['load_after'][0]:.1f} |")
     mpi, auto = (r["summary"]["step_s"]["median"] for r in result["runs"])

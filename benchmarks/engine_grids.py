@@ -105,7 +105,8 @@ def report(args) -> None:
             by.setdefault(tuple(r["shape"]), {})["off" if r["overlap_label"] == "none" else "on"] = r
         for shape, d in sorted(by.items(), key=lambda kv: kv[1]["off"]["iter_s"]):
             off, on = d["off"], d["on"]
-            share = lambda r: f"{_ms(r['summary']['exposed_comm_s'])} ({r['summary']['exposed_comm_s'] / r['summary']['wall_s']:.0%})"  # noqa: E731
+            share = lambda r: (f"{_ms(r['summary']['exposed_comm_s'])} "  # noqa: E731
+                               f"({r['summary']['exposed_comm_s'] / r['summary']['wall_s']:.0%})")
             bench.append(f"| {shape} | {_ms(off['iter_s'])} | {share(off)} | {_ms(on['iter_s'])} | {share(on)} | "
                          f"{_ms(on['summary']['hidden_comm_s'])} | {on['iter_s'] / off['iter_s']:.2f} | "
                          f"{_ms(off['prediction']['iter_s'])} | {_ms(on['prediction']['iter_s'])} | "

@@ -82,11 +82,14 @@ def summary(recs) -> str:
         for shape in [[int(v) for v in t.split(",")] for t in SHAPES.split(";")]:
             rows = {r["overlap_label"]: r for r in recs if r["setting"] == label and r["shape"] == shape}
             off = rows.get("none")
-            on = rows.get("oar+ors+oag+cache+buckets") or rows.get("async_grads+prefetch+cache+buckets")  # older records
+            # the second label is the one records written under the switches' earlier names carry
+            on = rows.get("oar+ors+oag+cache+buckets") or rows.get("async_grads+prefetch+cache+buckets")
             if off and on:
-                ratio = _paired(on, off) if len(on["iter_s_rounds"]) >= 3 else f"{on['iter_s'] / off['iter_s']:.2f} (one round)"
+                ratio = (_paired(on, off) if len(on["iter_s_rounds"]) >= 3
+                         else f"{on['iter_s'] / off['iter_s']:.2f} (one round)")
                 out.append(f"| {label} | {tuple(shape)} | {ratio} | {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "
-                           f"{on['summary']['exposed_comm_s'] * 1e3:.1f} | {on['summary']['hidden_comm_s'] * 1e3:.1f} |")
+                           f"{on['summary']['exposed_comm_s'] * 1e3:.1f} | "
+                           f"{on['summary']['hidden_comm_s'] * 1e3:.1f} |")
     return "\n".join(out) + "\n"
 
 

@@ -5,8 +5,9 @@
 
 Mesh (1, 1, 1, 1) with pipe=4: one rank per stage, a GPT of 8 blocks (two per
 stage) and a small vocabulary (64), so that the embedding (first stage) and the
-LM head and loss (last stage) add little to their stage's work; float32. Each setting runs 2 warm-up steps, then ``--steps`` recorded
-steps (``timeline.record``); the step kept is the fastest (other jobs on the
+LM head and loss (last stage) add little to their stage's work; float32.
+Each setting runs 2 warm-up steps, then ``--steps`` recorded steps
+(``timeline.record``); the step kept is the fastest (other jobs on the
 machine only add time). Per rank, busy = the time inside its micro-batch
 phases (forward and backward); idle = the step's wall time (all ranks on one
 clock) minus busy. The mean idle share is set beside the bubble formula
@@ -87,8 +88,8 @@ def write(rows, kept, args) -> None:
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     record = {"command": "python benchmarks/engine_pipeline.py", "model": {"n_layer": 2 * PIPE, "vocab_size": VOCAB,
-              "n_embd": args.n_embd, "block_size": 64, "batch": args.batch, "dtype": "float32"}, "load_before": args.load_before,
-              "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "rows": rows}
+              "n_embd": args.n_embd, "block_size": 64, "batch": args.batch, "dtype": "float32"},
+              "load_before": args.load_before, "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "rows": rows}
     (RESULTS / "engine_pipeline_p4.json").write_text(json.dumps(record, indent=1) + "\n")
     fig = Figure(figsize=(12, 7.5), layout="constrained")
     axes = fig.subplots(len(SETTINGS), 1)

@@ -152,11 +152,13 @@ def section(records) -> str:
              "(`gpulab.engine.perf.live_plans.best_plans`; Megatron-LM once as TP x DP and once with a pipeline, "
              "`megatron-pp`, 2 micro-batches per stage, 1F1B; AxoNN's row is its best shape that no other strategy "
              "has, since its search includes all of theirs), then trains each grid for interleaved rounds of "
-             f"{first['rows'][0]['iters']} iterations and keeps each strategy's best round (median iteration; every round's median in brackets, "
-             "the min-max of the kept round's iterations after it). Bytes are what each group's collectives "
+             f"{first['rows'][0]['iters']} iterations and keeps each strategy's best round (median iteration; "
+             "every round's median in brackets, the min-max of the kept round's iterations after it). "
+             "Bytes are what each group's collectives "
              "moved per rank in the median iteration (`collectives.trace`, full buffers: the summed array, the "
              "gathered block, the array to reduce-scatter); for every grid without a pipeline they equal the volume "
-             "model's count exactly (`tests/engine/test_live_plans.py`). ![live comparison](results/engine_strategies.png)\n"]
+             "model's count exactly (`tests/engine/test_live_plans.py`). "
+             "![live comparison](results/engine_strategies.png)\n"]
     for data in records:
         load = ", ".join(f"{x:.1f}" for x in data["load_before"])
         after = ", ".join(f"{x:.1f}" for x in data["load_after"])

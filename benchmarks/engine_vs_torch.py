@@ -174,7 +174,8 @@ def report() -> int:
              "Same model (nanoGPT architecture, float32, same initial weights: the first losses agree to 1e-4), "
              "same batch, same training step (forward, backward, clipping, AdamW), same thread count; "
              "median tokens/s over interleaved rounds. Target: gpulab >= 0.8x PyTorch.", "",
-             "| threads | model | gpulab tokens/s | PyTorch tokens/s | ratio | rounds (gpulab / PyTorch) | load before-after |",
+             "| threads | model | gpulab tokens/s | PyTorch tokens/s | ratio | rounds (gpulab / PyTorch) "
+             "| load before-after |",
              "|---|---|---|---|---|---|---|"]
     for run in runs:
         for name, r in run["sizes"].items():

@@ -2,7 +2,8 @@
 
     main(__doc__, configure=lambda run: add_run_args(run, link="1gbit", rounds=2, iters=5, fit_reps=2,
          timeout=600), job=job, launch=launch, report=report, run_help=..., report_help=...)
-    run_as_job(__file__, n, timeout, cluster="emulated: 2 nodes x 2 ranks, ...")   # in launch(), inside `with EmulatedCluster`
+    # in launch(), inside `with EmulatedCluster`:
+    run_as_job(__file__, n, timeout, cluster="emulated: 2 nodes x 2 ranks, ...")
 
 The job re-runs the same script under ``mpiexec -n n`` (routed to the active
 emulated cluster, if any) with the command line as typed, a description of
@@ -51,7 +52,8 @@ def add_run_args(parser: argparse.ArgumentParser, *, link: str, rounds: int, ite
     parser.add_argument("--link", default=link, type=typed(parse_link, "a link rate"),
                         help=f"rate of each emulated node's link (default {link})")
     parser.add_argument("--rounds", type=positive_int, default=rounds, help=f"interleaved rounds (default {rounds})")
-    parser.add_argument("--iters", type=positive_int, default=iters, help=f"timed iterations per round (default {iters})")
+    parser.add_argument("--iters", type=positive_int, default=iters,
+                        help=f"timed iterations per round (default {iters})")
     parser.add_argument("--fit-reps", type=positive_int, default=fit_reps,
                         help=f"repetitions of each fit measurement (default {fit_reps})")
     parser.add_argument("--timeout", type=positive_float, default=timeout,

@@ -98,7 +98,7 @@ class CupyDevice:
 
     def host_buffer(self, nbytes: int) -> np.ndarray:
         """Pinned (page-locked) host memory: asynchronous copies need it, and it comes from CuPy's pool."""
-        import cupyx
+        import cupyx  # CuPy is optional: only its device gets here
 
         return cupyx.empty_pinned(nbytes, dtype=np.uint8)
 

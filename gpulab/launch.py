@@ -11,6 +11,7 @@ rank of a job the GPU of its node-local rank (engines, ``gpulab train``,
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shlex
 import shutil
@@ -20,6 +21,7 @@ import stat
 import struct
 import subprocess
 import sys
+import termios
 import time
 import traceback
 from pathlib import Path
@@ -147,9 +149,6 @@ def _write_before_abort(report: str, grace: float = 3) -> None:
 
 
 def _unread_bytes(fd: int) -> int:
-    import fcntl
-    import termios
-
     return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
 
 

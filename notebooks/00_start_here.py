@@ -54,16 +54,26 @@
 # small, busy machine; the defaults measure more sizes, and exploring takes
 # as long as you like.
 #
-# | notebook | after it you can | time |
-# |---|---|---|
-# | **00** start here (this one) | start MPI engines, run code on every rank, measure a broadcast the OSU way | a few minutes |
-# | **01** broadcast algorithms | read each algorithm's code, draw its messages, give its alpha-beta cost | a few minutes |
-# | **02** broadcast explorer | sweep sizes, algorithms and chunk sizes on an emulated cluster; find where the chain overtakes binomial and why | a few minutes, longer if you explore |
-# | **03** model and tuning | fit alpha and beta, predict each algorithm's time, tune `algorithm="auto"`, price a network's broadcast at scale | several minutes |
-# | **04** tensor parallel 3D | split one layer over a row × col × depth grid and say which collective moves which bytes | a few minutes |
-# | **05** mesh explorer | run every 4-rank grid of the GPT engine and compare it with the performance model | a few minutes, longer if you explore |
-# | **06** scaling on paper | use the performance model to choose a grid for thousands of GPUs (memory, MFU) | a few minutes |
-# | **07** AxoNN vs baselines | compare AxoNN's 4D grid with Megatron-LM, ZeRO-3/FSDP, HSDP and DDP, and its overlaps | a few minutes |
+# After each notebook you can (time in brackets):
+#
+# * **00** start here (this one): start MPI engines, run code on every rank,
+#   measure a broadcast the OSU way (a few minutes)
+# * **01** broadcast algorithms: read each algorithm's code, draw its
+#   messages, give its alpha-beta cost (a few minutes)
+# * **02** broadcast explorer: sweep sizes, algorithms and chunk sizes on an
+#   emulated cluster; find where the chain overtakes binomial and why (a few
+#   minutes, longer if you explore)
+# * **03** model and tuning: fit alpha and beta, predict each algorithm's
+#   time, tune `algorithm="auto"`, price a network's broadcast at scale
+#   (several minutes)
+# * **04** tensor parallel 3D: split one layer over a row × col × depth grid
+#   and say which collective moves which bytes (a few minutes)
+# * **05** mesh explorer: run every 4-rank grid of the GPT engine and compare
+#   it with the performance model (a few minutes, longer if you explore)
+# * **06** scaling on paper: use the performance model to choose a grid for
+#   thousands of GPUs (memory, MFU) (a few minutes)
+# * **07** AxoNN vs baselines: compare AxoNN's 4D grid with Megatron-LM,
+#   ZeRO-3/FSDP, HSDP and DDP, and its overlaps (a few minutes)
 #
 # Every notebook ends with numbered questions; `Lesson("NN")` below them
 # checks your numbers and holds the answers.

@@ -146,7 +146,8 @@ assert fitted.fitted_p == N_ENGINES
 # %%
 for algorithm in ("binomial", "chain"):
     for label, machine in (("fitted", fitted), ("textbook", textbook(fitted))):
-        b = breakdown(algorithm, 1 << 20, N_ENGINES, machine, **({"chunk_bytes": 1 << 16} if algorithm == "chain" else {}))
+        options = {"chunk_bytes": 1 << 16} if algorithm == "chain" else {}
+        b = breakdown(algorithm, 1 << 20, N_ENGINES, machine, **options)
         print(f"{algorithm:>8} {label:>8}: {b.seconds * 1e6:8.1f} us = latency {b.latency * 1e6:7.1f} + "
               f"bandwidth {b.bandwidth * 1e6:7.1f} (bound by {b.bound})")
 

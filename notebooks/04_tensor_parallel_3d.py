@@ -87,7 +87,8 @@ from gpulab.widgets import Table
 
 config = GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32)
 calls = collective_calls(config, (2, 2, 2, 1), batch_size=8)
-Table([c for c in calls if c["layer"].startswith("h.0.")], ["layer", "phase", "op", "group", "group_size", "nbytes", "wire_bytes"])
+Table([c for c in calls if c["layer"].startswith("h.0.")],
+      ["layer", "phase", "op", "group", "group_size", "nbytes", "wire_bytes"])
 
 # %%
 by_group = totals(calls, by="group")

@@ -171,7 +171,8 @@ def spearman(a, b):
 rho = spearman([r["measured ms"] for r in sweep], [r["predicted ms"] for r in sweep])
 median_error = 100 * float(np.median([abs(r["predicted ms"] - r["measured ms"]) / r["measured ms"] for r in sweep]))
 best = min(sweep, key=lambda r: r["predicted ms"])
-print(f"rank correlation {rho:.2f}, median error {median_error:.0f}%; the model's pick {best['shape']} measured {best['measured ms']:.1f} ms, "
+print(f"rank correlation {rho:.2f}, median error {median_error:.0f}%; "
+      f"the model's pick {best['shape']} measured {best['measured ms']:.1f} ms, "
       f"the measured best {sweep[0]['shape']} {sweep[0]['measured ms']:.1f} ms")
 assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in sweep)
 

@@ -96,7 +96,8 @@ def rows_of(preds, top):
     return [{"row": p["shape"][0], "col": p["shape"][1], "depth": p["shape"][2], "data": p["shape"][3],
              "iter s": p["iter_s"], "compute s": p["compute_s"], "exposed s": p["exposed_comm_s"],
              "MFU %": 100 * p["mfu"], "memory GB": p["memory"]["total"] / 1e9,
-             **{f"{g} s": v["exposed_s"] for g, v in sorted(p["groups"].items()) if g in ("row", "col", "depth", "data")}}
+             **{f"{g} s": v["exposed_s"] for g, v in sorted(p["groups"].items())
+                if g in ("row", "col", "depth", "data")}}
             for p in preds[:top]]
 
 

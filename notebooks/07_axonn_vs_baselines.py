@@ -92,7 +92,7 @@ SHAPES = {"AxoNN (2,2,2,2)": (2, 2, 2, 2, 1), "Megatron TP4 x PP2 x DP2": (4, 1,
           "ZeRO-3 x16": (1, 1, 16, 1, 1), "HSDP 4 x 4": (1, 1, 4, 4, 1), "DDP x16": (1, 1, 1, 16, 1)}
 fig = Figure(figsize=(9, 3.6))
 ax = fig.subplots()
-for i, (name, sizes) in enumerate(SHAPES.items()):
+for i, sizes in enumerate(SHAPES.values()):
     for j, size in enumerate(sizes):
         ax.add_patch(Rectangle((j, i), 0.95, 0.9, alpha=0.15 + 0.8 * (size > 1), color="#4c72b0"))
         ax.text(j + 0.47, i + 0.45, size, ha="center", va="center", color="white" if size > 1 else "black")
@@ -197,7 +197,8 @@ axonn_default = best_4d[DEFAULT_BATCH]
 with_tp = axonn_default["best_with_tensor_parallelism"]
 R, C, D, P = axonn_default["shape"]
 print(f"global batch {DEFAULT_BATCH}: AxoNN's best is {axonn_default['config']} {(R, C, D, P)}, "
-      f"{axonn_default['iter_s']:.2f} s; its best with tensor parallelism {with_tp['config']} {with_tp['iter_s']:.2f} s")
+      f"{axonn_default['iter_s']:.2f} s; "
+      f"its best with tensor parallelism {with_tp['config']} {with_tp['iter_s']:.2f} s")
 print(f"model-FLOP MFU {axonn_default['mfu']:.1%}; counting recomputation's forward as the hardware does "
       f"{axonn_default['mfu'] * 8 / 6:.1%}; the paper: 57% of peak, 26% faster than Megatron-LM; the model: "
       f"{megatron[DEFAULT_BATCH]['iter_s'] / axonn_default['iter_s'] - 1:.0%} faster")

@@ -72,7 +72,8 @@ def no_mpi_scratch_left():
     leaked = remove_leaked_scratch(before)
     if leaked and (shared or foreign_mpi_jobs()):
         warnings.warn(f"MPI scratch files of a killed or aborted job appeared during the test and remain (removed "
-                      f"now); other MPI jobs ran on this machine meanwhile, so they may be theirs: {sorted(leaked)}")
+                      f"now); other MPI jobs ran on this machine meanwhile, so they may be theirs: {sorted(leaked)}",
+                      stacklevel=1)
         return
     assert not leaked, f"the test left MPI scratch files of a killed or aborted job (removed now): {sorted(leaked)}"
 

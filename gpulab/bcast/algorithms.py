@@ -167,9 +167,9 @@ def _check_root(root, comm) -> None:
 # again and again, and a 1 KiB MPI_Bcast takes a few microseconds, so every check and decision
 # is made once. (id of the user's communicator, algorithm as asked ("auto" too), root, nbytes)
 # -> (Group, schedule, the communicator, tuning generation) for host arrays called without options.
-# (a function in place of the schedule: a flat runner such as MPI's own Bcast.) Holding the communicator keeps its id from being reused;
-# freeing it forgets every plan, and an "auto" plan made before the tuning file changed is
-# decided again.
+# (a function in place of the schedule: a flat runner such as MPI's own Bcast.) Holding the
+# communicator keeps its id from being reused; freeing it forgets every plan, and an "auto" plan
+# made before the tuning file changed is decided again.
 _plans: dict = {}
 on_free.append(_plans.clear)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import statistics
+import time
 
 import numpy as np
 
@@ -98,8 +99,6 @@ def pingpong(comm, sizes=SIZES, *, ranks_per_node: int | None = None, time_budge
 def call_overhead(repeats: int = 5, calls: int = 2000) -> float:
     """Seconds of Python in one ``bcast`` call before any message: a 0-byte broadcast on COMM_SELF
     (argument checks, byte view, group set-up), fastest of ``repeats`` loops. No communication."""
-    import time
-
     buf = np.empty(0, np.uint8)
     best = float("inf")
     for _ in range(repeats):

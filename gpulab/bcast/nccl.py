@@ -41,7 +41,7 @@ def nccl_module():
     if cp is None:
         raise NcclUnavailable("the NCCL baseline needs CuPy (pip install gpulab[gpu]) and a CUDA driver")
     try:
-        from cupy.cuda import nccl
+        from cupy.cuda import nccl  # not every CuPy build has it
     except ImportError as error:
         raise NcclUnavailable(f"CuPy has no NCCL bindings here: {error}") from None
     if not getattr(nccl, "available", True):

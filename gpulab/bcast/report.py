@@ -191,7 +191,7 @@ def handle(args, results: dict, workload_report=None) -> bool:
     if args.what == "accuracy":
         two = results.get(2, {}).get("model")
         base = Machine.from_dict(two) if two else _try(load_machine, args.table, 2)
-        for p, r in results.items():
+        for r in results.values():
             same = Machine.from_dict(r["model"]) if r.get("model") else None
             r["rows"] = accuracy_rows(r["rows"], {"fit p=2": base, "fit same p": same,
                                                   "textbook": textbook(base) if base else None})

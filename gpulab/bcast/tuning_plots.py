@@ -168,7 +168,8 @@ def workload_plot(rows: list[dict]):
             ax.bar(x + (i - 0.5) * 0.4, t, 0.4, label=mode)
         ax.set_xticks(x, names, rotation=30, fontsize=8)
         ax.set_ylabel("seconds")
-        ax.set_title(f"{net}: {part[0]['nbytes'] / 1e6:.0f} MB, {max(r['tensors'] for r in part)} tensors, p={part[0]['p']}")
+        tensors = max(r["tensors"] for r in part)
+        ax.set_title(f"{net}: {part[0]['nbytes'] / 1e6:.0f} MB, {tensors} tensors, p={part[0]['p']}")
         ax.legend(fontsize=7)
     return fig
 

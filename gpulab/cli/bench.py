@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import sys
 
 from gpulab.backend import DEVICES
@@ -55,7 +56,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("-n", "--ranks", type=positive_int, default=4, help="ranks to start when not inside an MPI job")
     p.add_argument("--algorithms", default="all", help="comma-separated names ('auto' too: the record says what it "
                                                         "chose), or 'all' (default)")
-    p.add_argument("--sizes", type=sizes, default="1K:64M", help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
+    p.add_argument("--sizes", type=sizes, default="1K:64M",
+                   help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
     p.add_argument("--root", type=nonnegative_int, default=0, help="root rank (default 0)")
     p.add_argument("--iters", type=positive_int, default=None, help="timed iterations (default: OSU's 1000/100)")
     p.add_argument("--warmup", type=nonnegative_int, default=None, help="warm-up iterations (default: OSU's 100/10)")
@@ -75,7 +77,8 @@ def add_parser(subparsers) -> None:
                    help="device buffers: straight to a CUDA-aware MPI, or staged through host memory "
                         "(default: ask the MPI library; GPULAB_CUDA_AWARE=0/1 overrides)")
     p.add_argument("--staging-chunk-bytes", type=size, default=None, help="device buffers: D2H pipeline chunk")
-    p.add_argument("--json", dest="json_path", type=output_path, help="write the records (and machine metadata) as JSON")
+    p.add_argument("--json", dest="json_path", type=output_path,
+                   help="write the records (and machine metadata) as JSON")
     p.add_argument("--csv", dest="csv_path", type=output_path, help="write the records as CSV")
     p.add_argument("--plot", dest="plot_path", type=output_path, help="save time and busbw against size (PNG/SVG/PDF)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -144,6 +147,7 @@ def _level_options(args) -> dict:
 
 
 def _progress(total: int):
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from tqdm import tqdm
 
     return tqdm(total=total, unit="point", file=sys.stderr, mininterval=0.5, dynamic_ncols=True)
@@ -225,8 +229,7 @@ def run_engine(args) -> int:
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress == "mpich" else {}
         return relaunch(args.ranks, sys.argv[1:], env=env)
-    import os
-
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD
@@ -254,7 +257,7 @@ def run_engine(args) -> int:
                       f"hidden {row['summary']['hidden_comm_s'] * 1e3:6.1f} ms", flush=True)
     if comm.rank == 0:
         rows = []
-        for i, rounds in results.items():
+        for rounds in results.values():
             if rounds:  # the least disturbed round: other jobs only ever add time (timeit's argument)
                 best = min(rounds, key=lambda r: r["iter_s"])
                 rows.append({**best, "iter_s_rounds": [r["iter_s"] for r in rounds]})

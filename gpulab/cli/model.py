@@ -8,11 +8,11 @@
 
 ``--machine`` takes a profile name (perlmutter, frontier, dgx-h100; h100 is
 an alias of dgx-h100) or a fitted machine's JSON file; without it, the
-profile or file $GPULAB_MACHINE names, else perlmutter (docs/machines.md). At scale the defaults are AxoNN's way of training:
-bf16, activation recomputation, flash attention, overlap of everything but
-the weight cache (``--overlap``, ``--no-recompute``, ``--no-flash`` change
-them). Every assumption and every machine number's source is printed below
-the table.
+profile or file $GPULAB_MACHINE names, else perlmutter (docs/machines.md).
+At scale the defaults are AxoNN's way of training: bf16, activation
+recomputation, flash attention, overlap of everything but the weight cache
+(``--overlap``, ``--no-recompute``, ``--no-flash`` change them). Every
+assumption and every machine number's source is printed below the table.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import asdict
 from pathlib import Path
 
 from gpulab.cli import model_compare, model_memory
@@ -98,7 +99,7 @@ def main(args) -> int:
         machine, config = load_machine(args.machine), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     except (KeyError, ValueError, OSError) as err:
-        raise SystemExit(f"gpulab model: {err}")
+        raise SystemExit(f"gpulab model: {err}") from err
     opts = dict(seq_len=args.seq_len, recompute=not args.no_recompute, flash_attention=not args.no_flash)
     if args.model_command == "rank" and args.comm_only:
         return comm_only(args, config, machine, overlap, opts)
@@ -189,8 +190,7 @@ def fit(args) -> int:
     if not inside_mpi_job():
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         return relaunch(args.nprocs, ["model", "fit", "--out", out, "--reps", str(args.reps)])
-    from dataclasses import asdict
-
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD

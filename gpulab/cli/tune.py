@@ -58,7 +58,8 @@ def add_parser(subparsers) -> None:
              "1K,4K,16K,64K,256K,1M,4M,16M,64M"),
             ("workload", "broadcast real networks' parameters, layer-wise and fused", "4", None)):
         p = what.add_parser(name, help=helptext)
-        p.add_argument("-n", "--ranks", type=typed(_ranks, "process counts"), default=ranks, help=f"process counts: 4, 2,3,4,8 or 2:8 (default {ranks})")
+        p.add_argument("-n", "--ranks", type=typed(_ranks, "process counts"), default=ranks,
+                       help=f"process counts: 4, 2,3,4,8 or 2:8 (default {ranks})")
         if sizes:
             p.add_argument("--sizes", type=size_list, default=sizes, help=f"message sizes (default {sizes})")
         p.add_argument("--table", default=None, help="tuning file (default $GPULAB_TUNING_TABLE or "
@@ -74,11 +75,12 @@ def add_parser(subparsers) -> None:
             p.add_argument("--ranks-per-node", type=positive_int, default=None if name != "accuracy" else 2,
                            help="emulated node size (fit: pairs inside vs across; accuracy: for hierarchical)")
         if name == "fit":
-            p.add_argument("--sizes", type=size_list, default=None, help="ping-pong sizes (default: 8 B .. 4 MiB around the "
-                                                         "eager/single-copy switch)")
+            p.add_argument("--sizes", type=size_list, default=None,
+                           help="ping-pong sizes (default: 8 B .. 4 MiB around the eager/single-copy switch)")
             p.add_argument("--no-save", action="store_true", help="print the fit without storing it")
         if name == "bcast":
-            p.add_argument("--chunks", type=size_list, default="16K,64K,256K,1M", help="chunk sizes for pipelined algorithms")
+            p.add_argument("--chunks", type=size_list, default="16K,64K,256K,1M",
+                           help="chunk sizes for pipelined algorithms")
             p.add_argument("--radices", type=typed(_radices, "radices"), default="3,4,8", help="k-nomial radices")
             p.add_argument("--margin", type=nonnegative_float, default=0.10,
                            help="how much faster than MPI_Bcast an algorithm must be to replace it")

@@ -87,6 +87,7 @@ def outer(args, results: dict) -> int:
             json.dump({str(p): r for p, r in results.items()}, f, indent=1)
         print(f"wrote {args.json_path}")
     if args.plot_path:
+        # only --plot draws, and every gpulab command imports this module to build its parser
         import matplotlib
 
         matplotlib.use("Agg")

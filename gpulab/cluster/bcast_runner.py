@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from functools import cached_property
 
+import numpy as np
+
 from gpulab.backend import DEVICES, cupy_or_none
 from gpulab.bcast.algorithms import ALGORITHMS, bcast, option_names
 from gpulab.bcast.measure import measure_bcast
@@ -55,8 +57,6 @@ def _measure_on_engine(algorithm, nbytes, root, options, iters, warmup, time_bud
 
 
 def _trace_on_engine(algorithm, p, nbytes, root, options):
-    import numpy as np
-
     world = MPI.COMM_WORLD
     comm = first_ranks(world, p)
     if comm is None:

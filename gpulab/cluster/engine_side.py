@@ -61,7 +61,7 @@ def arm_cell_watchdog(timeout: float, dump_dir: str) -> None:
     fails at once with EngineError; ``explain_dead_engines`` adds the stacks.
     Tasks sent by ``Engines.run`` are not cells and have their own bound.
     """
-    from IPython import get_ipython
+    from IPython import get_ipython  # on the engine (see the module docstring)
 
     shell = get_ipython()  # the engine's own shell: runs %%px cells, fires pre/post_execute
     dump = open(Path(dump_dir, f"engine{MPI.COMM_WORLD.Get_rank()}-px.txt"), "w")  # noqa: SIM115 (fd used later)

@@ -28,7 +28,8 @@ PROFILE = "gpulab"  # IPython profile holding gpulab's cluster files and engine 
 # default: 4 engines took 10.3 s to start, 5.3 s at 500 ms. The controller still declares an engine
 # dead after 30 s without an answer, as by default (an idle cluster's controller: 0.04 CPU-s in 10 s).
 HEARTBEAT_MS, HEARTBEAT_MISSES = 500, 60
-CONTROLLER_ARGS = [f"--HeartMonitor.period={HEARTBEAT_MS}", f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
+CONTROLLER_ARGS = [f"--HeartMonitor.period={HEARTBEAT_MS}",
+                   f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
 
 
 class EngineProblem(RuntimeError):

@@ -150,7 +150,7 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 2.0) -> N
 
 def stop_cluster(cluster_file) -> None:
     """Stop the controller and engines that this ipyparallel cluster file describes, if still running."""
-    try:
+    try:  # the import too: without ipyparallel a stale file is only skipped
         import ipyparallel as ipp
 
         ipp.Cluster.from_file(str(cluster_file), log_level=40).stop_cluster_sync()

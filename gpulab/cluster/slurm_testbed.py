@@ -1,5 +1,10 @@
 """A real, throwaway Slurm on this machine: munged, slurmctld and one slurmd per node, all in the foreground.
 
+Why one file of about 480 lines (55 of them this docstring): the configuration it writes, the daemons
+it starts and the teardown all read one testbed's state (its directory, nodes, ports, daemon handles
+and emulated cluster); split by job, those parts would hand that state back and forth. Only the
+install check (``ensure_slurm``) and the command line (``main``) stand alone, about 80 lines.
+
 For tests and for trying gpulab's Slurm paths without a cluster (needs root):
 
     python -m gpulab.cluster.slurm_testbed up            # two nodes; prints SLURM_CONF, Ctrl-C stops it
@@ -173,7 +178,8 @@ class SlurmTestbed:
             "SlurmdParameters=config_overrides", "ReturnToService=2", "MpiDefault=none",
             "SchedulerType=sched/builtin", "MinJobAge=10", "KillWait=2", "InactiveLimit=0", "KillOnBadExit=1",
             f"TaskProlog={d}/task_prolog.sh",  # MinJobAge: why a job ended stays visible between 2-s polls
-            "MessageTimeout=10", "MailProg=/bin/true", "SlurmdTimeout=60", "SlurmctldTimeout=60", "UnkillableStepTimeout=30",
+            "MessageTimeout=10", "MailProg=/bin/true", "SlurmdTimeout=60", "SlurmctldTimeout=60",
+            "UnkillableStepTimeout=30",
             "GresTypes=gpu" if self.gpus else "",
         ]
         gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""

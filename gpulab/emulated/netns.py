@@ -98,7 +98,7 @@ def build(nodes: int, rate: str | None) -> list[int]:
     _ip("ip", "link", "add", "br0", "type", "bridge")
     _ip("ip", "link", "set", "br0", "up")
     fds = []
-    for k in range(1, nodes + 1):
+    for _ in range(nodes):
         _unshare_net()
         fds.append(os.open("/proc/self/ns/net", os.O_RDONLY))
         _setns(switch_fd)

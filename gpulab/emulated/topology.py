@@ -12,6 +12,7 @@ prints why and runs on the single machine.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import sys
 
@@ -32,8 +33,6 @@ def _link(text: str) -> str:
     try:
         return parse_link(text) or "unlimited"
     except ValueError as e:
-        import argparse
-
         raise argparse.ArgumentTypeError(str(e)) from None
 
 

@@ -84,5 +84,6 @@ At large sizes (64 MiB) both are limited by the links, and a pipelined chain wit
 close: that was the paper's point (Awan et al., arXiv 1707.09414, report up to 14x and 16.6x lower
 broadcast latency than NCCL-*based* solutions inside and across nodes with MVAPICH2-GDR's tuned
 broadcast). NCCL is not host-free: across nodes a proxy thread on the host CPU posts the network
-operations (InfiniBand verbs) for the GPU kernels (`src/proxy.cc` in NVIDIA/nccl), so host scheduling can still matter there."""),
+operations (InfiniBand verbs) for the GPU kernels (`src/proxy.cc` in NVIDIA/nccl), so host
+scheduling can still matter there."""),
 }

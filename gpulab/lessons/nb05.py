@@ -26,10 +26,11 @@ call)."""),
         text="""Yes, it comes back. A non-blocking MPI collective (MPI_Iallreduce and friends) moves data only
 while some thread of the rank is inside the MPI library: MPICH and Open MPI make progress in the calling
 thread unless an asynchronous progress thread is switched on (the MPI standard only promises progress
-inside MPI calls; MPICH's switch for a progress thread is `MPIR_CVAR_ASYNC_PROGRESS`). With progress `none` the rank computes and nobody calls MPI, so the
-collective sits until the final `wait`, and its whole time is exposed again. `poll` calls MPI_Test between
-kernels; `thread` keeps a thread inside MPI. On a GPU with NCCL, the collective runs as a kernel on its own
-stream and needs no host thread to progress."""),
+inside MPI calls; MPICH's switch for a progress thread is `MPIR_CVAR_ASYNC_PROGRESS`). With progress
+`none` the rank computes and nobody calls MPI, so the collective sits until the final `wait`, and its
+whole time is exposed again. `poll` calls MPI_Test between kernels; `thread` keeps a thread inside MPI.
+On a GPU with NCCL, the collective runs as a kernel on its own stream and needs no host thread to
+progress."""),
     3: Answer(
         text="""The cache keeps every weight that the forward all-gathered over depth until backward uses it, so
 backward needs **no all-gathers** (each layer's backward one, and the LM head's forward one, which reuses

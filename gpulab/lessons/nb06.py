@@ -45,10 +45,10 @@ kit's number is the largest axis of the best Perlmutter shape for the notebook's
 
 Frontier differs because its node is 8 GCDs (4 MI250X) whose links per GCD are slower than Perlmutter's
 4 NVLink-connected A100s, and its network gives each GCD a smaller share of a node's NICs (the table at the
-top prints each machine's node and network GB/s, and the next cell their sources). A group that fits in a node is cheap on Perlmutter;
-on Frontier the model moves work out of row (activations every layer) into depth (weights, gathered a
-layer ahead and hidden) and data. Read the "exposed by group" bars: what the winner leaves exposed is what
-the machine is worst at.""",
+top prints each machine's node and network GB/s, and the next cell their sources). A group that fits
+in a node is cheap on Perlmutter; on Frontier the model moves work out of row (activations every layer)
+into depth (weights, gathered a layer ahead and hidden) and data. Read the "exposed by group" bars: what
+the winner leaves exposed is what the machine is worst at.""",
         value=_largest_axis, unit="GPUs", needs=("gpt_model", "gpus", "global_batch"), rel_tol=0.0,
         close_tol=0.0,
         hint="Read the best row of the Perlmutter table: the largest of row, col, depth and data."),

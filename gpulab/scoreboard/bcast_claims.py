@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from gpulab.bcast.sizes import format_size
 from gpulab.scoreboard import recorded as rec
 from gpulab.scoreboard.claim import AWAN, AWAN_JOURNAL, DOES_NOT_HOLD, HOLDS, Claim
@@ -58,8 +60,6 @@ def predicted_crossover(fit: dict, p: int, lo: int, hi: int, chunk: int | None =
     """The smallest size from which the model puts the chain (at ``chunk``, or its best chunk at each size)
     ahead of binomial up to ``hi``, looked for at 4 sizes per octave (19%: finer than the tolerance) from lo / 4
     to hi * 4."""
-    import numpy as np
-
     from gpulab.bcast.model import best_chunk, predict
 
     m = machine_of(fit)

@@ -72,7 +72,7 @@ def tuned_judge(v: dict, model: dict | None) -> tuple[str, str]:
 def gpu_count() -> int:
     """GPUs CuPy sees (0 without CuPy or a driver); NCCL needs one GPU per rank."""
     try:
-        import cupy
+        import cupy  # optional (gpulab[gpu]): without it there is no GPU to count
 
         return int(cupy.cuda.runtime.getDeviceCount())
     except Exception:  # no CuPy, no driver, no device

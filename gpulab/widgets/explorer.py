@@ -37,8 +37,8 @@ from gpulab.widgets.plots import as_image, size_label
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 ROUNDS = 3  # rounds per point by default: the least that has a median and a spread
-# A redraw renders the figure to PNG, about half a CPU-second: during a run, at most one a second (a
-# run of small sizes once redrew after every curve of every round and spent most of its time drawing)
+# A redraw renders the figure to PNG, about half a CPU-second: during a run, at most one a second (redrawn
+# after every curve of every round, a run of small sizes spends most of its time drawing)
 REDRAW_EVERY_S = 1.0
 
 
@@ -162,7 +162,8 @@ class BcastExplorer(W.VBox):
 
 def results_html(rows: list[dict], last: int = 12) -> str:
     """The last few result rows as a small HTML table."""
-    head = "<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th><th>valid</th></tr>"
+    head = ("<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th>"
+            "<th>valid</th></tr>")
     body = "".join(f"<tr><td>{series_of(r)}</td><td>{size_label(r['nbytes'])}</td><td>{r['avg_us']:.1f}</td>"
                    f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td><td>{r['busbw_GBps']:.3f}</td>"
                    f"<td>{r['valid']}</td></tr>" for r in rows[-last:])

@@ -121,7 +121,8 @@ class MeshExplorer(W.VBox):
         try:
             row = self.runner.measure(self.world.value, self.config, shape, self.batch_size, overlap, device=device)
         except Exception as err:  # shown in the status line; the button must not raise into the event loop
-            self.status.value = f"<span style='color:#b00'>{html.escape(type(err).__name__)}: {html.escape(str(err))}</span>"
+            self.status.value = (f"<span style='color:#b00'>{html.escape(type(err).__name__)}: "
+                                 f"{html.escape(str(err))}</span>")
             if raise_errors:
                 raise
             return None
@@ -145,8 +146,9 @@ class MeshExplorer(W.VBox):
         out = []
         for r, p in zip(self.results, self.predictions):
             s = r["summary"]
-            out.append({"run": r["label"], "strategy": describe(r["shape"]), "iter ms": r["iter_s"] * 1e3, "compute ms": s["compute_s"] * 1e3,
-                        "exposed ms": s["exposed_comm_s"] * 1e3, "hidden ms": s["hidden_comm_s"] * 1e3,
+            out.append({"run": r["label"], "strategy": describe(r["shape"]), "iter ms": r["iter_s"] * 1e3,
+                        "compute ms": s["compute_s"] * 1e3, "exposed ms": s["exposed_comm_s"] * 1e3,
+                        "hidden ms": s["hidden_comm_s"] * 1e3,
                         "predicted ms": p["iter_s"] * 1e3 if p else float("nan"),
                         "cache KiB": r["memory"]["weight_cache"] / 1024})
         return out

@@ -19,7 +19,7 @@ size_label = partial(format_size, byte_suffix="")
 
 def as_image(fig: Figure, dpi: int = 80):
     """The figure as a PNG image for display(): shown the same whatever matplotlib backend is active."""
-    from IPython.display import Image
+    from IPython.display import Image  # a notebook extra: only showing a figure needs it
 
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)

@@ -47,7 +47,8 @@ def ensure_chromium() -> str | None:
         print("chromium is missing and cannot be installed here (needs root and apt-get)")
         return None
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
+    for cmd in (["apt-get", "update", "-qq"],
+                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
         if done.returncode != 0:
             print(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
@@ -67,17 +68,20 @@ class Lab:
     def __init__(self, workdir: Path, notebooks: Path, parameters: dict[str, dict] | None = None):
         self.workdir, self.port, self.token = workdir, _free_port(), secrets.token_hex(16)
         self.root = workdir / "notebooks"
-        shutil.copytree(notebooks, self.root, ignore=shutil.ignore_patterns("*.py", "__pycache__", ".ipynb_checkpoints"))
+        shutil.copytree(notebooks, self.root,
+                        ignore=shutil.ignore_patterns("*.py", "__pycache__", ".ipynb_checkpoints"))
         for name, values in (parameters or {}).items():
             path = self.root / f"{name}.ipynb"
             nbformat.write(inject_parameters(nbformat.read(path, as_version=4), values), path)
         settings = workdir / "settings"
         for name, values in SETTINGS.items():
-            path = settings / (name.replace("/", os.sep, 1).replace(".jupyterlab-settings", "") + ".jupyterlab-settings")
+            stem = name.replace("/", os.sep, 1).replace(".jupyterlab-settings", "")
+            path = settings / (stem + ".jupyterlab-settings")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(values))
-        self.env = {**os.environ, "IPYTHONDIR": str(workdir / "ipython"), "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"),
-                    "JUPYTER_CONFIG_DIR": str(workdir / "config"), "IPP_NONINTERACTIVE": "1"}
+        self.env = {**os.environ, "IPYTHONDIR": str(workdir / "ipython"),
+                    "JUPYTER_RUNTIME_DIR": str(workdir / "runtime"), "JUPYTER_CONFIG_DIR": str(workdir / "config"),
+                    "IPP_NONINTERACTIVE": "1"}
         self.log = open(workdir / "jupyterlab.log", "w")
         self.proc = None
 
@@ -85,7 +89,8 @@ class Lab:
         cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={self.port}", f"--IdentityProvider.token={self.token}",
                f"--ServerApp.root_dir={self.root}", f"--LabApp.user_settings_dir={self.workdir / 'settings'}",
-               f"--LabApp.workspaces_dir={self.workdir / 'workspaces'}", "--ServerApp.port_retries=0", "--ServerApp.allow_root=True"]
+               f"--LabApp.workspaces_dir={self.workdir / 'workspaces'}", "--ServerApp.port_retries=0",
+               "--ServerApp.allow_root=True"]
         self.proc = subprocess.Popen(cmd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

@@ -27,7 +27,8 @@ from tests.notebooks.nbrun import what_went_wrong
 from tests.notebooks.parameters import PARAMETERS
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-RUN_TIMEOUT_MS = int(os.environ.get("GPULAB_BROWSER_TIMEOUT_MS", 240_000))  # the notebook's own cells: engines start (~5 s) and a first sweep
+# the notebook's own cells: engines start (~5 s) and a first sweep
+RUN_TIMEOUT_MS = int(os.environ.get("GPULAB_BROWSER_TIMEOUT_MS", 240_000))
 # Extra presses of Run in notebook 02: a lost wake-up between JupyterLab and the kernel would leave a
 # press unanswered (a known ipykernel 7 hazard with raw sends on its sockets); each must finish.
 # Two more (four Runs in all, the notebook's own first one included) keep a Run that follows a Run

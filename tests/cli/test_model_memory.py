@@ -48,7 +48,8 @@ BAD = [(["--mesh", "3,1,1,1"], "vocab_size (51200) must be divisible by row (3)"
        (["--mesh", "1,1,1,1", "--model", "gpt-81b"], "unknown model 'gpt-81b'"),
        (["--mesh", "1,1,1,1", "--machine", "summit"], "unknown machine 'summit'"),
        (["--mesh", "1,1,1,1", "--pipe", "64"], "n_layer (42) must be at least pipe (64)"),
-       (["--mesh", "1,1,1,1", "--micro-batches", "3"], "--global-batch (1024) must be divisible by --micro-batches (3)"),
+       (["--mesh", "1,1,1,1", "--micro-batches", "3"],
+        "--global-batch (1024) must be divisible by --micro-batches (3)"),
        (["--mesh", "1,1,1,1", "--zero", "5"], "argument --zero: invalid choice: 5")]
 
 

@@ -55,7 +55,8 @@ def test_local_launcher_uses_gpulab_mpiexec_with_flags(monkeypatch):
 def test_empty_directives_are_left_out_for_the_sites_defaults():
     text = slurm_script(4, gpus_per_node=0, ranks_per_node=2, time="", mpi="pmix")
     assert not [line for line in text.splitlines() if line.endswith("=") or "--gpus-per-node" in line], text
-    assert "#SBATCH --ntasks=4" in text and "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=none {program_and_args}" in text
+    assert "#SBATCH --ntasks=4" in text
+    assert "srun --mpi=pmix --kill-on-bad-exit=1 --cpu-bind=none {program_and_args}" in text
     assert "MPIR_CVAR_CH4_NETMOD" not in text  # only the mpich wheel under pmi2 needs it
 
 
@@ -81,5 +82,6 @@ def test_sbatch_from_inside_a_job_drops_the_enclosing_jobs_settings():
     from gpulab.cluster.slurm import submit_command
 
     assert submit_command({"PATH": "/bin", "SLURM_CONF": "/etc/slurm.conf"}) == ["sbatch"]
-    assert submit_command({"SLURM_JOB_ID": "7", "SLURM_EXPORT_ENV": "HOME", "SLURM_CONF": "x", "SBATCH_EXPORT": "NONE"}) \
-        == ["env", "--unset=SBATCH_EXPORT", "--unset=SLURM_EXPORT_ENV", "--unset=SLURM_JOB_ID", "sbatch"]
+    inside_a_job = {"SLURM_JOB_ID": "7", "SLURM_EXPORT_ENV": "HOME", "SLURM_CONF": "x", "SBATCH_EXPORT": "NONE"}
+    assert submit_command(inside_a_job) == ["env", "--unset=SBATCH_EXPORT", "--unset=SLURM_EXPORT_ENV",
+                                            "--unset=SLURM_JOB_ID", "sbatch"]

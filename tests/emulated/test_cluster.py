@@ -51,7 +51,8 @@ def test_set_up_show_and_tear_down():
         assert cluster.links_down() == []
         for k in (1, 2, 3):  # jumbo frames at both ends of every link (gpulab.emulated.netns.MTU)
             ends = [subprocess.run(command, capture_output=True, text=True, check=True).stdout for command in
-                    (cluster.on_node(k, ["ip", "link", "show", "eth0"]), cluster.on_switch(["ip", "link", "show", f"n{k}"]))]
+                    (cluster.on_node(k, ["ip", "link", "show", "eth0"]),
+                     cluster.on_switch(["ip", "link", "show", f"n{k}"]))]
             assert all(" mtu 9000 " in end for end in ends), ends
     for k in (1, 2, 3):
         assert f"node {k}: 10.77.0.{k}/24 eth0 UP; tbf" in shown and "rate 1Gbit" in shown

@@ -39,7 +39,8 @@ def test_best_plan_is_the_fastest_prediction_of_the_strategy():
     assert [p["strategy"] for p in plans] == live_names()
     for plan in plans:
         times = [evaluate(CFG, s, pipe=p, micro_batches=m, recompute=False, global_batch=BATCH, machine=MACHINE,
-                          flash_attention=False)["iter_s"] for s, p, m in configurations(plan["strategy"], CFG, 4, BATCH)]
+                          flash_attention=False)["iter_s"]
+                 for s, p, m in configurations(plan["strategy"], CFG, 4, BATCH)]
         assert plan["predicted"]["iter_s"] == pytest.approx(min(times))
     pp = next(p for p in plans if p["strategy"] == "megatron-pp")
     assert pp["predicted"]["bubble"] == pytest.approx(1 / 5) and pp["predicted"]["p2p_s"] > 0  # p=2, m=4

@@ -60,7 +60,7 @@ def test_float16_parameters_get_float32_masters_that_keep_small_updates():
     opt16 = AdamW(p16, lr=1e-4, weight_decay=0.0)
     opt64 = AdamW(p32, lr=1e-4, weight_decay=0.0)
     assert opt16.master["w.weight"].dtype == np.float32 and opt16.m["w.weight"].dtype == np.float32
-    assert not opt64.master  # float32/float64 parameters are updated in place, as before
+    assert not opt64.master  # float32/float64 parameters need no master copy: updated in place
     for _ in range(10):  # each step moves the weight by lr = 1e-4: below float16's spacing at 1.0 (9.8e-4)
         g = np.full(4, 0.5)
         opt16.step({"w.weight": g.astype(np.float16)})

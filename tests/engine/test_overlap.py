@@ -3,9 +3,9 @@
 Every overlap switch, alone and together (and with progress polling off), on
 grid shapes that exercise each path: OAR, the dX all-reduce (row > 1); ORS,
 AxoNN's dW-first order (row = 1); OAG and cache (depth > 1), buckets (data > 1,
-depth x data > 1); and all 32 combinations of the five switches in one job. Numbers must match overlap-off to 1e-12 in float64 (on
-MPICH they match bit for bit: the same MPI algorithms see the same buffers),
-and the collectives issued must be exactly those that
+depth x data > 1); and all 32 combinations of the five switches in one job.
+Numbers must match overlap-off to 1e-12 in float64 (on MPICH they match bit
+for bit: the same MPI algorithms see the same buffers), and the collectives issued must be exactly those that
 ``volume.collective_calls(..., overlap=)`` predicts. Timing is not tested
 here: docs/engine_overlap.md records it.
 """

@@ -71,7 +71,7 @@ def test_axonn_volumes_corrected_match_the_engine_and_the_bug_does_not(shape, K,
 
 
 def test_flops_and_parameter_counts():
-    for name, (L, C, nh) in GPT_SIZES.items():
+    for name in GPT_SIZES:
         nominal = float(name.split("-")[1][:-1]) * 1e9
         assert abs(params_count(gpt_config(name)) / nominal - 1) < 0.06, name
     cfg = tiny_config((2, 1, 1, 1))

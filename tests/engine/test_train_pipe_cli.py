@@ -38,7 +38,8 @@ def test_train_on_two_stages_learns_then_resumes_without_stages(tmp_path):
     (["--pipe", "0"], "argument --pipe: must be >= 1, got 0"),
     (["--pipe", "2", "--schedule", "zigzag"], "argument --schedule: invalid choice: 'zigzag'"),
 ])
-def test_bad_stage_arguments_exit_2_before_launching(args, message, no_job, capsys):
+@pytest.mark.usefixtures("no_job")
+def test_bad_stage_arguments_exit_2_before_launching(args, message, capsys):
     # in this process (tests/cli shows that a real one prints the same line and no traceback)
     from gpulab.cli import main
 

@@ -172,7 +172,8 @@ def check_nccl(world: MPI.Comm) -> int:
             expected = _payload(dtype, shape, seed=1000 * root + i)
             buf = device_buffer("cupy", expected, world.rank == root)
             assert nccl_bcast(buf, root, world) is buf
-            assert buf.get().tobytes() == expected.tobytes(), f"nccl root={root} {dtype}{shape}: rank {world.rank} differs"
+            assert buf.get().tobytes() == expected.tobytes(), \
+                f"nccl root={root} {dtype}{shape}: rank {world.rank} differs"
             checked += 1
     return checked
 

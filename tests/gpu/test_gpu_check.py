@@ -25,7 +25,8 @@ def test_dry_run_records_results_and_errors(tmp_path):
     assert {r["series"] for r in timings if "series" in r} == {
         "chain unpipelined", "chain pipelined 1M", "chain pipelined 4M"}
     engine = report["parts"]["engine_equivalence"]
-    assert engine["ok"] and len(engine["result"]["float32_staged"]) == 4 and len(engine["result"]["float16_staged"]) == 2
+    assert engine["ok"]
+    assert len(engine["result"]["float32_staged"]) == 4 and len(engine["result"]["float16_staged"]) == 2
     try:
         import cupy  # noqa: F401
     except ImportError:  # no GPU stack here: the probe fails, the run says so, the other parts still ran
@@ -38,8 +39,8 @@ def test_the_check_needs_only_numpy_mpi4py_and_cupy():
     blocked = ["matplotlib", "tqdm", "ipyparallel", "threadpoolctl", "IPython", "psutil", "traitlets", "pytest",
                "scipy", "ipywidgets", "jupytext"]
     code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
-            "import gpulab.bcast, gpulab.bcast.measure, gpulab.engine, tests.gpu.cases, tests.gpu.check_cases, tests.engine.cases, "
-            "tests.mpi_harness, tests.mpi_worker; sys.argv = ['x', '--help']; "
+            "import gpulab.bcast, gpulab.bcast.measure, gpulab.engine, tests.gpu.cases, tests.gpu.check_cases, "
+            "tests.engine.cases, tests.mpi_harness, tests.mpi_worker; sys.argv = ['x', '--help']; "
             "import runpy; runpy.run_path('scripts/gpu_check.py', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "gpu_check.json" in done.stdout, done.stderr

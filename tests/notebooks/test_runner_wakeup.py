@@ -1,9 +1,9 @@
-"""The notebook runner never sleeps through an execute_reply (the notebook-02 stall, fixed in nbrun.py).
+"""The notebook runner never sleeps through an execute_reply (nbrun.py's ``wake_pending_poll``).
 
 While a cell runs, nbclient waits for the reply with one asyncio poll on the
 shell socket; its stand-in for an ``ipywidgets.Output`` answers each display
 with a comm_msg on the same socket. A raw send there clears the socket's
-edge-triggered readiness, so a reply that arrived just before was noticed only
+edge-triggered readiness, so a reply that arrives just before is noticed only
 at the cell timeout. Both tests below stall for their whole timeout when
 ``wake_pending_poll`` is not applied (tried by removing it).
 """

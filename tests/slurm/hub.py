@@ -291,7 +291,8 @@ class Hub:
         env = {**os.environ, "SLURM_CONF": str(self.slurm.conf),
                "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"}
         t0 = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(self.workdir / "jupyterhub_config.py")],
+        config_file = self.workdir / "jupyterhub_config.py"
+        self.proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(config_file)],
                                      cwd=self.workdir, env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         try:

@@ -88,8 +88,8 @@ def test_a_killed_creator_leaves_no_daemon_job_or_namespace(slurm, subreaper):
 
 
 def test_all_of_one_testbeds_tests_run_before_the_others(request):
-    # conftest.py orders them so: interleaved, each testbed was started several times, and with the
-    # loopback one the time-limit job of test_engines.py, which waits out a 1-minute limit (83 s lost)
+    # conftest.py orders them so: interleaved, each testbed would be started several times, and with the
+    # loopback one the time-limit job of test_engines.py, which waits out a 1-minute limit (83 s measured)
     ranks = [order_of_testbed(item) for item in request.session.items if item.nodeid.startswith("tests/slurm/")]
     assert ranks == sorted(ranks), [item.nodeid for item in request.session.items]
 

@@ -112,7 +112,8 @@ FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.l
          "gpulab.fakedevice")
 # What may start emulated clusters, and so import gpulab.emulated: the commands (--nodes, `gpulab cluster`),
 # the notebook widgets (the cluster panel) and the engines (start_engines(nodes=...), the Slurm testbed's
-# nodes), and the scoreboard (its live rows run on an emulated cluster). Everything else learns where a job runs from gpulab.jobsite, which the cluster's state file feeds.
+# nodes), and the scoreboard (its live rows run on an emulated cluster). Everything else learns where a
+# job runs from gpulab.jobsite, which the cluster's state file feeds.
 STARTS_EMULATED_CLUSTERS = ("gpulab.emulated", "gpulab.cli", "gpulab.widgets", "gpulab.cluster", "gpulab.scoreboard")
 
 
@@ -146,6 +147,7 @@ def test_mpi_is_imported_in_one_place():
     places = [f"{p.relative_to(PACKAGE.parent)}:{node.lineno}"
               for p in PACKAGE.rglob("*.py") if p.name != "lazy_mpi.py"
               for node in ast.walk(ast.parse(p.read_text()))
-              if isinstance(node, ast.ImportFrom) and node.module == "mpi4py" and any(a.name == "MPI" for a in node.names)
+              if isinstance(node, ast.ImportFrom) and node.module == "mpi4py"
+              and any(a.name == "MPI" for a in node.names)
               or isinstance(node, ast.Import) and any(a.name == "mpi4py.MPI" for a in node.names)]
     assert not places, f"import MPI through gpulab.lazy_mpi instead: {places}"

@@ -34,6 +34,8 @@ both with MPICH's own progress thread).
 
 from __future__ import annotations
 
+import threading
+import time
 from contextlib import contextmanager
 from time import perf_counter
 
@@ -187,16 +189,12 @@ class ProgressThread:
         self._stop = None
 
     def _loop(self, stop) -> None:
-        import time
-
         while not stop.is_set():
             self.comm.Iprobe()
             time.sleep(self.interval)
 
     @contextmanager
     def running(self):
-        import threading
-
         stop = threading.Event()
         thread = threading.Thread(target=self._loop, args=(stop,), daemon=True, name="gpulab-progress")
         thread.start()

@@ -25,7 +25,7 @@ stage), the channel for point-to-point sends of activations and their
 gradients between neighbouring stages. The stage is kept out of
 ``GridShape``/``GridCoord`` on purpose: ``mesh.shape`` and ``mesh.coord`` stay
 the 4D tuples of one stage, so the layout, the collectives, the cost model and
-the many ``R, C, D, P = shape`` unpackings read as before, while ``mesh.pipe``
+the many ``R, C, D, P = shape`` unpackings hold with or without stages, while ``mesh.pipe``
 and ``mesh.stage`` say how many stages there are and which one this rank
 computes. ``mesh.comm`` is the whole job (every stage); ``stage_comm`` is one
 stage; ``embed_comm`` joins the first and the last stage (each alone when

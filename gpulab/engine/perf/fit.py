@@ -139,6 +139,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     fit every group stride too (``probes.collective_costs``), for ranks on several nodes; ``max_bytes``:
     the largest collective timed (smaller on slow links, where 4 MiB takes seconds per call)."""
 
+    # deferred: every gpulab command imports this module (gpulab model) to build its parser
     from threadpoolctl import threadpool_limits
 
     compute = comm.bcast(alone(comm, compute_rates), root=0)

@@ -29,6 +29,7 @@
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -63,11 +64,12 @@ def compute_rates() -> dict:
     mm = []
     for m, k, n in ((64, 64, 64), (256, 64, 192), (512, 128, 384), (1024, 128, 512), (1024, 256, 256)):
         a, b = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
-        mm.append((2.0 * m * k * n, median_time(lambda: a @ b, 15)))
+        mm.append((2.0 * m * k * n, median_time(partial(np.matmul, a, b), 15)))
     el = []
     for n in (1 << 10, 1 << 14, 1 << 18, 1 << 20):
         x = rng.random(n, dtype=np.float32)
-        el.append((n, median_time(lambda: np.tanh(x * 0.5 + x), 15) / 3))  # 3 passes: *, +, tanh
+        # 3 passes: *, +, tanh; the closure is timed at once, within this iteration
+        el.append((n, median_time(lambda: np.tanh(x * 0.5 + x), 15) / 3))  # noqa: B023
     tiny = np.ones(4, dtype=np.float32)
     overhead = median_time(lambda: [tiny + tiny for _ in range(100)], 15) / 100
     _, mm_slope = fit_line([f for f, _ in mm], [t for _, t in mm])
@@ -126,6 +128,13 @@ def collective_key(op: str, size: int, stride: int) -> str:
     return f"{op}/{size}" if stride == 1 else f"{op}/{size}@{stride}"
 
 
+def _collective_call(op: str, x, g: int, group):
+    """The call collective_costs times: ``op`` on ``x`` over ``group`` (``g`` ranks)."""
+    return {"all_reduce": lambda: coll.all_reduce(x, group),
+            "all_gather": lambda: coll.all_gather(x[:len(x) // g], group),
+            "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
+
+
 def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1]) -> dict:
     """"op/g[@s]" -> [[bytes, seconds], ...] for every size up to ``max_bytes``, on every rank."""
     p, out = comm.size, {}
@@ -138,12 +147,11 @@ def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SI
                 n = nbytes // 4
                 n -= n % g
                 x = np.ones(n, dtype=np.float32)
-                call = {"all_reduce": lambda: coll.all_reduce(x, group),
-                        "all_gather": lambda: coll.all_gather(x[:n // g], group),
-                        "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
+                call = _collective_call(op, x, g, group)
                 with_call, without = [], []
                 for _ in range(reps):  # alternated; the least disturbed of each
-                    with_call.append(per_step(comm, lambda: (work(), call())))
+                    # timed at once, within this iteration
+                    with_call.append(per_step(comm, lambda: (work(), call())))  # noqa: B023
                     without.append(per_step(comm, work))
                 points.append([n * 4, max(min(with_call) - min(without), 1e-6)])
             out[collective_key(op, g, s)] = points

@@ -1,1 +1,1 @@
-"""Training the GPT: optim (AdamW, loss scaling, one step), checkpoint (save/load on any grid), loop (``gpulab train``)."""
+"""Training the GPT: optim (AdamW, loss scaling, a step), checkpoint (save/load on any grid), loop (gpulab train)."""

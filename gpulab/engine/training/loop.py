@@ -94,6 +94,7 @@ class _Interrupt:
 
 
 def train(args, shape) -> int:
+    # deferred: every gpulab command imports this module to build its parser; only the ranks use these
     from threadpoolctl import threadpool_limits
     from tqdm import tqdm
 
@@ -122,7 +123,7 @@ def train(args, shape) -> int:
     try:
         overlap = Overlap.parse(args.overlap, progress=args.progress_mode, bucket_bytes=args.bucket_kb << 10)
     except ValueError as err:
-        raise SystemExit(f"--overlap: {err}")
+        raise SystemExit(f"--overlap: {err}") from err
     mesh = Mesh(*shape, pipe=args.pipe)
     gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=args.micro_batches, schedule=args.schedule,
                       recompute=args.recompute, sequence_parallel=args.sequence_parallel,
