@@ -107,7 +107,7 @@ def run(args) -> int:
             if native:
                 from gpulab.cli.bench_jobs import run_jobs
 
-                return run_jobs(args, algorithms, native)
+                return run_jobs(args, algorithms, native, report)
             return relaunch(args.ranks, sys.argv[1:])
     return _measure(args)
 
@@ -122,7 +122,7 @@ def _measure(args) -> int:
     if native:
         from gpulab.cli.bench_jobs import measure_variant
 
-        return measure_variant(comm, args, algorithms, native)
+        return measure_variant(comm, args, algorithms, native, report)
     if args.device == "cupy" or "nccl" in algorithms:
         pin_gpu(comm)  # one GPU per rank by node-local rank, before CuPy starts
     if "nccl" in algorithms:

@@ -17,10 +17,9 @@ from gpulab.bcast import native_variants
 from gpulab.launch import relaunch
 
 
-def run_jobs(args, algorithms: list[str], native: list[str]) -> int:
-    """A job for the Python algorithms (if any), then one per native variant; one table of them all."""
-    from gpulab.cli.bench import report
-
+def run_jobs(args, algorithms: list[str], native: list[str], report) -> int:
+    """A job for the Python algorithms (if any), then one per native variant; one table of them all,
+    written by ``report(args, records, p, metadata)`` (``gpulab.cli.bench.report``)."""
     groups = [([a for a in algorithms if a not in native], {})] if len(native) < len(algorithms) else []
     groups += [([name], native_variants.environment(name, chunk_bytes=args.chunk_bytes, radix=args.radix))
                for name in native]
@@ -48,12 +47,11 @@ def run_jobs(args, algorithms: list[str], native: list[str]) -> int:
     return report(args, records, args.ranks, meta) or int(failed)
 
 
-def measure_variant(comm, args, algorithms: list[str], native: list[str]) -> int:
+def measure_variant(comm, args, algorithms: list[str], native: list[str], report) -> int:
     """Inside a variant's job: time MPI_Bcast, which MPICH's control variables force to the variant."""
     from mpi4py import MPI
 
     from gpulab.bcast.measure import sweep
-    from gpulab.cli.bench import report
     from gpulab.cli.records import metadata
 
     forced = os.environ.get(native_variants.ENV)
