@@ -5,6 +5,7 @@
     compare(comm, sizes, ...)      auto vs MPI_Bcast vs every fixed algorithm, side by side
     accuracy(comm, sizes, ...)     every algorithm measured, for predicted-vs-measured
     sweep(comm, sizes, ...)        every candidate at every size, winners confirmed against MPI_Bcast
+    native_sweep(comm, sizes, v)   MPI_Bcast as one native variant forces it (the variant's own job)
     on_world(fit, ...)             any of these on MPI.COMM_WORLD, for a notebook's engines
 
 ``gpulab tune`` starts one job per process count and merges what rank 0 returns.
@@ -16,7 +17,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import replace
 
-from gpulab.bcast import measure, registry
+from gpulab.bcast import measure, native_variants, registry
 from gpulab.bcast.algorithms import ALGORITHMS, run_algorithm
 from gpulab.bcast.auto import reload, select
 from gpulab.bcast.fit import SIZES, call_overhead, fit_machine, pingpong
@@ -94,6 +95,23 @@ def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_bud
                 row["avg_us"] = max(row["avg_us"], native["avg_us"])
         rows += here
     return rows
+
+
+def native_sweep(comm, sizes, row_name: str, *, time_budget: float = 0.1, progress=None) -> list | None:
+    """Inside the job of one native variant (``native_variants``): the plain MPI_Bcast at every size, which
+    the job's MPICH control variables force to that variant, in rows named after it."""
+    from mpi4py import MPI
+
+    if row_name != "mpi":
+        native_variants.check_library(MPI.Get_library_version(), row_name)
+    rows = []
+    for nbytes in sizes:
+        rows.append({**_measure(comm, "mpi", nbytes, time_budget), "algorithm": row_name,
+                     "options": {k: v for k, v in native_variants.environment(row_name).items()
+                                                if k.startswith("MPIR_CVAR")}})
+        if progress:
+            progress(rows[-1])
+    return rows if comm.rank == 0 else None
 
 
 def fit(comm, sizes=None, ranks_per_node=None, time_budget=0.01, switch="library") -> dict | None:

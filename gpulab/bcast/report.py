@@ -20,8 +20,8 @@ from gpulab.bcast.tuning import table_path, update
 BAND = 64 << 10  # compare's summary splits sizes here: below, latency decides; from here up, bandwidth
 
 
-def format_ranges(table: dict) -> str:
-    lines = [f"p={table['p']}: algorithm='auto' uses (margin {table['margin']:.0%} over MPI_Bcast)"]
+def format_ranges(table: dict, user: str = "algorithm='auto'") -> str:
+    lines = [f"p={table['p']}: {user} uses (margin {table['margin']:.0%} over MPI_Bcast)"]
     for r in table["ranges"]:
         hi = "..." if r["hi"] is None else format_size(r["hi"])
         opts = "".join(f" {k}={v}" for k, v in r["options"].items())
@@ -172,7 +172,7 @@ def handle(args, results: dict, workload_report=None) -> bool:
             print(summary(Machine.from_dict(r["model"])))
         if args.what == "fit" and not args.no_save:
             print(f"saved the fit for p={p} in {update(args.table, p=p, model=r['model'], metadata=meta)}")
-        if args.what == "bcast":
+        if args.what == "bcast" and "table" in r:  # absent when only native variants were measured
             update(args.table, p=p, model=r.get("model"), table=r["table"], metadata=meta)
             print(format_ranges(r["table"]))
             ok &= all(m["valid"] for m in r["table"]["measured"])
@@ -181,7 +181,7 @@ def handle(args, results: dict, workload_report=None) -> bool:
             ok &= all(x["valid"] for x in r["rows"])
         if args.what == "workload":  # the workload sits above the broadcast: the caller hands its report in
             ok &= workload_report(r["rows"], p, _try(load_machine, args.table, p), args.table)
-    if args.what == "bcast":
+    if args.what == "bcast" and any("table" in r for r in results.values()):
         print(f"tuning table: {table_path(args.table)}")
     if args.what == "compare":
         print("\nsummary (auto/mpi: time ratio, above 1 = slower than MPI_Bcast)")

@@ -2,10 +2,14 @@
 
     gpulab bench bcast -n 4 --algorithms all --sizes 1K:64M --json out.json --plot out.png
     gpulab bench bcast -n 4 --device cupy --algorithms chain,mpi,nccl   # GPU buffers vs NCCL
+    gpulab bench bcast -n 4 --algorithms chain,mpi,mpi:pipelined_tree/kary/1 --chunk-bytes 256K   # MPICH's own chain
     gpulab bench engine -n 4 --shapes all --overlap "none;all" --out rows.json   # ParallelGPT iterations
 
 Outside an MPI job it starts ``mpiexec -n N`` on itself; inside one (srun,
-mpiexec) it measures on the ranks it was given.
+mpiexec) it measures on the ranks it was given. A native variant
+(``mpi:<MPICH algorithm>``, see ``gpulab.bcast.native_variants``) runs in a job
+of its own, since MPICH reads the variables that force it at MPI_Init; the
+rows of every job end up in one table, JSON and plot.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import os
 import sys
 
 from gpulab.backend import DEVICES
-from gpulab.bcast import nccl, registry
+from gpulab.bcast import native_variants, nccl, registry
 from gpulab.bcast.algorithms import ALGORITHMS
 from gpulab.bcast.measure import sweep
 from gpulab.bcast.sizes import format_size
@@ -55,7 +59,8 @@ def add_parser(subparsers) -> None:
                         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", "--ranks", type=positive_int, default=4, help="ranks to start when not inside an MPI job")
     p.add_argument("--algorithms", default="all", help="comma-separated names ('auto' too: the record says what it "
-                                                        "chose), or 'all' (default)")
+                                                        "chose; mpi:<MPICH algorithm> for MPICH's own, each in a "
+                                                        "job of its own), or 'all' (default)")
     p.add_argument("--sizes", type=sizes, default="1K:64M",
                    help="'LOW:HIGH' powers of two, or a comma list (default 1K:64M)")
     p.add_argument("--root", type=nonnegative_int, default=0, help="root rank (default 0)")
@@ -82,6 +87,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--csv", dest="csv_path", type=output_path, help="write the records as CSV")
     p.add_argument("--plot", dest="plot_path", type=output_path, help="save time and busbw against size (PNG/SVG/PDF)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--inner-out", help=argparse.SUPPRESS)  # one job of several: rank 0 writes its rows here
     add_topology_args(p)
     p.set_defaults(func=run)
     _add_engine(what)
@@ -89,15 +95,25 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
-    unknown = [a for a in algorithms if a not in ALGORITHMS and a not in ("auto", "nccl")]
+    native = [a for a in algorithms if native_variants.is_variant(a)]
+    for name in native:
+        try:
+            native_variants.parse(name)
+        except ValueError as e:
+            usage_error(f"gpulab bench bcast: error: {e}")
+    unknown = [a for a in algorithms if a not in ALGORITHMS and a not in ("auto", "nccl") and a not in native]
     if unknown:
         usage_error(f"gpulab bench bcast: error: unknown algorithm(s) {unknown}; valid: "
-                    f"{sorted(ALGORITHMS) + ['auto', 'nccl']}")
+                    f"{sorted(ALGORITHMS) + ['auto', 'nccl', 'mpi:<MPICH algorithm>']}")
     if not inside_mpi_job():
         if args.root >= args.ranks:
             usage_error(f"gpulab bench bcast: error: --root {args.root} is not a rank of -n {args.ranks} "
                         f"(0..{args.ranks - 1})")
         with topology_context(args):
+            if native:
+                from gpulab.cli.bench_jobs import run_jobs
+
+                return run_jobs(args, algorithms, native, report)
             return relaunch(args.ranks, sys.argv[1:])
     return _measure(args)
 
@@ -106,6 +122,11 @@ def _measure(args) -> int:
     comm = MPI.COMM_WORLD
     record_topology(comm)
     algorithms = sorted(ALGORITHMS) if args.algorithms == "all" else args.algorithms.split(",")
+    native = [a for a in algorithms if native_variants.is_variant(a)]
+    if native:
+        from gpulab.cli.bench_jobs import measure_variant
+
+        return measure_variant(comm, args, algorithms, native, report)
     if args.device == "cupy" or "nccl" in algorithms:
         pin_gpu(comm)  # one GPU per rank by node-local rank, before CuPy starts
     if "nccl" in algorithms:
@@ -129,8 +150,18 @@ def _measure(args) -> int:
         return 0
     if bar:
         bar.close()
+    return report(args, records, comm.size, metadata(comm.size))
+
+
+def report(args, records: list[dict], p: int, meta: dict) -> int:
+    """Rank 0 of the job, or the process that merged several jobs: the table and files, or the rows for that
+    process (--inner-out); exit 1 when a validation failed."""
+    if args.inner_out:
+        with open(args.inner_out, "w") as f:
+            json.dump({"metadata": meta, "records": records}, f)
+        return 0 if all(r["valid"] for r in records) else 1
     print(format_table(records))
-    _write_outputs(args, records, comm.size)
+    _write_outputs(args, records, p, meta)
     return 0 if all(r["valid"] for r in records) else 1
 
 
@@ -181,10 +212,10 @@ def format_table(records: list[dict]) -> str:
             + ("\nauto chose: " + "; ".join(chose) if chose else ""))
 
 
-def _write_outputs(args, records: list[dict], p: int) -> None:
+def _write_outputs(args, records: list[dict], p: int, meta: dict) -> None:
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump({"metadata": metadata(p), "records": records}, f, indent=1)
+            json.dump({"metadata": meta, "records": records}, f, indent=1)
     if args.csv_path:
         with open(args.csv_path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=[k for k in records[0] if k != "options"] + ["options"])
@@ -197,7 +228,7 @@ def _write_outputs(args, records: list[dict], p: int) -> None:
 
         matplotlib.use("Agg")
         fig = sweep_figure(records)
-        fig.suptitle(f"broadcast on {p} ranks ({metadata(p)['mpi']})")
+        fig.suptitle(f"broadcast on {p} ranks ({meta['mpi']})")
         fig.savefig(args.plot_path, dpi=120)
     for path in (args.json_path, args.csv_path, args.plot_path):
         if path:

@@ -2,6 +2,7 @@
 
     gpulab tune fit      -n 2                      ping-pong -> alpha/beta (saved in the tuning file)
     gpulab tune bcast    -n 2,3,4,8 --sizes 1K:64M sweep -> tuning table that algorithm="auto" uses
+    gpulab tune bcast    -n 4 --only-native --export mpich sel.json   MPICH's own algorithms -> its selection file
     gpulab tune compare  -n 2,3,4,8                auto vs MPI_Bcast vs every fixed algorithm
     gpulab tune accuracy -n 2:8                    model predictions vs measurements
     gpulab tune workload -n 4 --networks vgg16,gpt2   start-up broadcast of real networks
@@ -9,7 +10,10 @@
 The tuning file is --table PATH, else $GPULAB_TUNING_TABLE, else
 ~/.cache/gpulab/bcast_tuning.json. For each process count the command starts
 ``mpiexec -n P`` on itself (or measures on the ranks it was given inside an
-MPI job) and merges what each job's rank 0 reports.
+MPI job) and merges what each job's rank 0 reports. ``--export`` also
+measures MPICH's own algorithms (``--native``), each in a job of its own, and
+writes what was fastest among them as the MPI library's settings
+(``gpulab.bcast.export``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import os
 import sys
 import tempfile
 
+from gpulab.bcast import native_variants
 from gpulab.bcast.fit import MPICH_SINGLE_COPY, fit_machine
 from gpulab.cli.checks import typed, nonnegative_float, output_path, positive_int
 from gpulab.cli.checks import sizes as size_list
@@ -85,6 +90,16 @@ def add_parser(subparsers) -> None:
             p.add_argument("--margin", type=nonnegative_float, default=0.10,
                            help="how much faster than MPI_Bcast an algorithm must be to replace it")
             p.add_argument("--no-fit", action="store_true", help="do not fit the model before the sweep")
+            p.add_argument("--export", nargs="+", metavar=("FORMAT", "FILE"), default=None,
+                           help="also measure MPICH's own algorithms and write the fastest as FORMAT: mpich FILE "
+                                "(selection JSON), openmpi FILE (dynamic rules), mvapich2 (prints the ranges)")
+            p.add_argument("--native", default=None, help="native variants the export measures, comma-separated "
+                           f"(default {','.join(native_variants.TUNED)}; a pipelined_tree at each of --chunks)")
+            p.add_argument("--only-native", action="store_true",
+                           help="measure only the native variants (no gpulab sweep, the tuning table untouched)")
+            p.add_argument("--native-rounds", type=positive_int, default=2,
+                           help="rounds of the native jobs; each row keeps its fastest round (default 2)")
+            p.add_argument("--native-variant", help=argparse.SUPPRESS)  # inside one variant's job
         if name in ("compare", "accuracy", "workload"):
             p.add_argument("--algorithms", default=None, help="comma-separated algorithm names")
         if name == "accuracy":
@@ -115,6 +130,8 @@ def _reanalysed(path: str) -> dict:
 
 
 def run(args) -> int:
+    if any(getattr(args, k, None) for k in ("export", "native", "only_native")):
+        check_export(args)
     if getattr(args, "reanalyse", None):
         return outer(args, _reanalysed(args.reanalyse))
     if inside_mpi_job():
@@ -126,14 +143,70 @@ def run(args) -> int:
 def _launch_each(args) -> int:
     results = {}
     for p in args.ranks:
-        with tempfile.TemporaryDirectory(prefix="gpulab-tune-") as tmp:
-            out = os.path.join(tmp, "result.json")
-            if not args.quiet:
-                print(f"gpulab tune {args.what}: {p} ranks", file=sys.stderr, flush=True)
-            code = relaunch(p, [*sys.argv[1:], "--inner-out", out])
-            if code != 0 or not os.path.exists(out):
-                print(f"gpulab tune {args.what}: the job on {p} ranks failed (exit {code})", file=sys.stderr)
-                return code or 1
-            with open(out) as f:
-                results[p] = json.load(f)
+        jobs = [] if getattr(args, "only_native", False) else [("", {})]
+        # the native jobs in rounds, each round every variant once: a slow spell of a shared machine
+        # hits one round of each, and each row keeps its fastest round (see merge)
+        rounds = getattr(args, "native_rounds", 1) if native_rows(args) else 0
+        jobs += [(name, native_variants.environment(name)) for _ in range(rounds) for name in native_rows(args)]
+        for name, env in jobs:
+            with tempfile.TemporaryDirectory(prefix="gpulab-tune-") as tmp:
+                out = os.path.join(tmp, "result.json")
+                if not args.quiet:
+                    print(f"gpulab tune {args.what}: {p} ranks {name}", file=sys.stderr, flush=True)
+                extra = ["--native-variant", name] if name else []
+                code = relaunch(p, [*sys.argv[1:], *extra, "--inner-out", out], env=env)
+                if code != 0 or not os.path.exists(out):
+                    print(f"gpulab tune {args.what}: the job on {p} ranks {name} failed (exit {code})",
+                          file=sys.stderr)
+                    return code or 1
+                with open(out) as f:
+                    merge(results.setdefault(p, {}), json.load(f))
     return outer(args, results)
+
+
+def merge(result: dict, job: dict) -> None:
+    """One job's result into its process count's: native rows add up (a row measured again keeps its
+    fastest round, and is valid only if every round was), the rest is the main job's."""
+    rows = {(r["algorithm"], r["nbytes"]): r for r in result.get("native", [])}
+    for row in job.pop("native", []):
+        key = (row["algorithm"], row["nbytes"])
+        if key in rows:
+            before = rows[key]
+            row["rounds_us"] = before.get("rounds_us", [before["avg_us"]]) + [row["avg_us"]]
+            row["valid"] = row["valid"] and before["valid"]
+            if before["avg_us"] <= row["avg_us"]:
+                row = {**before, "rounds_us": row["rounds_us"], "valid": row["valid"]}
+        rows[key] = row
+    result.update({k: v for k, v in job.items() if k not in result or k != "metadata"})
+    if rows:
+        result["native"] = list(rows.values())
+
+
+def check_export(args) -> None:
+    from gpulab.bcast.export import FORMATS
+    from gpulab.cli.checks import usage_error
+
+    if args.export is None:
+        usage_error("gpulab tune bcast: error: --native and --only-native go with --export")
+    fmt, *path = args.export
+    if fmt not in FORMATS or len(path) != (0 if fmt == "mvapich2" else 1):
+        usage_error(f"gpulab tune bcast: error: --export takes mpich FILE, openmpi FILE or mvapich2, "
+                    f"not {' '.join(args.export)!r}")
+    try:
+        native_rows(args)
+    except ValueError as e:
+        usage_error(f"gpulab tune bcast: error: {e}")
+
+
+def native_rows(args) -> list[str]:
+    """The native rows to measure: 'mpi' and every variant, a pipelined_tree once per chunk size."""
+    if getattr(args, "export", None) is None or getattr(args, "native_variant", None):
+        return []
+    names = args.native.split(",") if args.native else list(native_variants.TUNED)
+    rows = ["mpi"] if "mpi" not in names else []
+    for name in names:
+        if name != "mpi" and native_variants.parse(name)[0] == "pipelined_tree":
+            rows += [native_variants.variant_name(name, chunk) for chunk in args.chunks]
+        else:
+            rows.append(name)
+    return rows

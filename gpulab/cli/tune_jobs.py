@@ -12,8 +12,9 @@ import json
 import os
 import sys
 
-from gpulab.bcast import experiments, report
+from gpulab.bcast import experiments, export, report
 from gpulab.bcast.sizes import format_size
+from gpulab.bcast.tuning import build_table
 from gpulab.cli.records import metadata
 from gpulab.jobsite import record_topology
 from gpulab.workloads.startup import broadcast_model
@@ -40,7 +41,12 @@ def inner(args) -> int:
     progress = _progress(comm, args)
     algorithms = args.algorithms.split(",") if getattr(args, "algorithms", None) else None
     result: dict = {}
-    if args.what == "fit":
+    if getattr(args, "native_variant", None):
+        result["native"] = experiments.native_sweep(comm, args.sizes, args.native_variant,
+                                                    time_budget=args.time_budget, progress=progress)
+        if comm.rank == 0 and MPI.Get_library_version().startswith("MPICH") and export.loaded_libmpi():
+            result["mpich_rules"] = export.library_rules(export.loaded_libmpi())
+    elif args.what == "fit":
         result["model"] = experiments.fit(comm, args.sizes, args.ranks_per_node, args.time_budget)
     elif args.what == "bcast":
         model = None if args.no_fit or comm.size < 2 else experiments.fit(comm, ranks_per_node=args.ranks_per_node)
@@ -82,6 +88,8 @@ def inner(args) -> int:
 def outer(args, results: dict) -> int:
     results = {int(p): r for p, r in results.items()}
     ok = report.handle(args, results, workload_report)
+    if getattr(args, "export", None):
+        ok &= _export(args, results)
     if args.json_path:
         with open(args.json_path, "w") as f:
             json.dump({str(p): r for p, r in results.items()}, f, indent=1)
@@ -96,3 +104,15 @@ def outer(args, results: dict) -> int:
         plots.for_command(args.what, results).savefig(args.plot_path, dpi=110)
         print(f"wrote {args.plot_path}")
     return 0 if ok else 1
+
+
+def _export(args, results: dict) -> bool:
+    """Tables of the native rows (MPI_Bcast's own choice unless a variant beats it by --margin), then the file."""
+    tables = {}
+    for p, r in sorted(results.items()):
+        tables[p] = r["native_table"] = build_table(r["native"], p, args.margin)
+        print(report.format_ranges(tables[p], "the exported native MPI_Bcast"))
+    builtin = next((r["mpich_rules"] for r in results.values() if "mpich_rules" in r), None)
+    fmt, *path = args.export
+    print(export.write(fmt, path[0] if path else None, tables, builtin))
+    return all(row["valid"] for r in results.values() for row in r["native"])

@@ -18,6 +18,10 @@ Buffers: host (numpy), GPU (CuPy, where every engine has one) or the fake
 GPU; for device buffers the path (auto, staged through host memory,
 CUDA-aware) and NCCL's broadcast alongside (CuPy only). Curves of device
 buffers are labelled with the device and the path taken.
+
+MPICH's own algorithms (``mpi:<algorithm>``) are not offered: the engines are
+one MPI job, and MPICH fixes its broadcast algorithm at MPI_Init, so a native
+variant needs a job of its own (``gpulab bench bcast`` starts one per variant).
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ ROUNDS = 3  # rounds per point by default: the least that has a median and a spr
 # A redraw renders the figure to PNG, about half a CPU-second: during a run, at most one a second (redrawn
 # after every curve of every round, a run of small sizes spends most of its time drawing)
 REDRAW_EVERY_S = 1.0
+NATIVE_NOTE = ("<small>MPICH's own algorithms (<code>mpi:pipelined_tree/kary/1</code>, ...) cannot run here: "
+               "MPICH fixes its broadcast algorithm when the engines' job starts. "
+               "<code>gpulab bench bcast --algorithms mpi,mpi:binomial,...</code> runs each in a job of its "
+               "own (docs/mpi_libraries.md).</small>")
 
 
 class BcastExplorer(W.VBox):
@@ -58,6 +66,7 @@ class BcastExplorer(W.VBox):
                                            description="algorithms", rows=min(len(names), 9))
         self.with_mpi = W.Checkbox(value="mpi" in runner.algorithms, description="native MPI_Bcast alongside",
                                    disabled="mpi" not in runner.algorithms)
+        self.native_note = W.HTML(NATIVE_NOTE, layout=W.Layout(width="300px"))
         self.chunk = W.SelectionSlider(options=[(size_label(c), c) for c in CHUNKS], value=1 << 16,
                                        description="chunk size")
         self.radix = W.IntSlider(value=4, min=2, max=8, description="radix")
@@ -81,7 +90,7 @@ class BcastExplorer(W.VBox):
         self.clear_button.on_click(lambda _: self.clear())
         sliders = [self.sizes, self.chunk, self.radix, self.ranks_per_node, self.root, self.rounds]
         controls = W.HBox([W.VBox(sliders),
-                           W.VBox([self.algorithms, self.with_mpi]),
+                           W.VBox([self.algorithms, self.with_mpi, self.native_note]),
                            W.VBox([self.device, self.path, self.with_nccl])])
         super().__init__([controls, W.HBox([self.run_button, self.clear_button, self.progress, self.status]),
                           self.plot, self.table])

@@ -1,0 +1,178 @@
+"""gpulab tune bcast --export: MPICH's selection JSON, Open MPI's dynamic rules, MVAPICH2's ranges."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from gpulab.bcast import export
+from tests.mpi_harness import ROOT
+
+pytestmark = pytest.mark.timeout(300)
+
+# a tuning of 4 ranks: MPICH's own choice kept below 46341 B, the chain inside MPICH above
+TABLE = {"p": 4, "margin": 0.1, "ranges": [
+    {"lo": 0, "hi": 46341, "algorithm": "mpi", "measured_at": [1024]},
+    {"lo": 46341, "hi": 2 << 20, "algorithm": "mpi:scatter_ring_allgather", "measured_at": [65536]},
+    {"lo": 2 << 20, "hi": None, "algorithm": "mpi:pipelined_tree/kary/1@256K", "measured_at": [32 << 20]}]}
+# the shape of MPICH's built-in rules (maint/tuning/coll/mpir/generic.json), cut down
+BUILTIN = {"collective=bcast": {
+    "comm_type=intra": {
+        "comm_size<8": {"comm_hierarchy=parent": {"avg_msg_size=any": {"algorithm=MPIR_Bcast_intra_smp": {}}},
+                        "comm_hierarchy=any": {"avg_msg_size=any": {"algorithm=MPIR_Bcast_intra_binomial": {}}}},
+        "comm_size=any": {"comm_hierarchy=any": {
+            "avg_msg_size=any": {"algorithm=MPIR_Bcast_intra_scatter_ring_allgather": {}}}}},
+    "comm_type=inter": {"algorithm=MPIR_Bcast_inter_remote_send_local_bcast": {}}},
+    "collective=allreduce": {"comm_type=intra": {"algorithm=MPIR_Allreduce_intra_recursive_doubling": {}}}}
+
+
+def _select(rules: dict, p: int, nbytes: int) -> dict:
+    """Walk MPICH's decision tree as csel.c does (first matching key at each level), no node hierarchy."""
+    node = rules["collective=bcast"]["comm_type=intra"]
+    while not any(k.startswith("algorithm=") for k in node):
+        for key, child in node.items():
+            name, value = key.replace("<=", "=").replace("<", "=").split("=", 1)
+            if value == "any":
+                hit = True
+            elif name == "comm_hierarchy":
+                hit = False
+            elif name == "comm_size":
+                hit = p <= int(value) if "<=" in key else p < int(value)
+            else:
+                hit = nbytes <= int(value) if "<=" in key else nbytes < int(value)
+            if hit:
+                node = child
+                break
+        else:
+            raise AssertionError(f"no rule for p={p}, {nbytes} B")
+    return node
+
+
+def test_mpich_rules_choose_the_tuned_algorithm_for_exactly_the_tuned_p():
+    rules = export.mpich_rules({4: TABLE}, BUILTIN)
+    assert rules["collective=allreduce"] == BUILTIN["collective=allreduce"]  # every other collective kept
+    assert rules["collective=bcast"]["comm_type=inter"] == BUILTIN["collective=bcast"]["comm_type=inter"]
+    assert _select(rules, 4, 1024) == {"algorithm=MPIR_Bcast_intra_binomial": {}}  # MPICH's own, kept
+    assert _select(rules, 4, 46340) == {"algorithm=MPIR_Bcast_intra_binomial": {}}
+    assert _select(rules, 4, 46341) == {"algorithm=MPIR_Bcast_intra_scatter_ring_allgather": {}}
+    assert _select(rules, 4, 32 << 20) == {"algorithm=MPIR_Bcast_intra_pipelined_tree": {
+        "tree_type=kary": {}, "k=1": {}, "chunk_size=262144": {}}}
+    for p in (3, 5, 16):  # other sizes: MPICH's own rules
+        assert _select(rules, p, 32 << 20) == _select(BUILTIN, p, 32 << 20)
+
+
+def test_mpich_rules_from_the_wheels_library_are_found():
+    lib = next((p for p in (os.path.join(sys.prefix, "lib", "libmpi.so.12"),) if os.path.exists(p)), None)
+    if lib is None:
+        pytest.skip("no MPICH libmpi beside this Python")
+    builtin = export.library_rules(lib)
+    assert {"collective=bcast", "collective=allreduce", "collective=ibcast"} <= set(builtin)
+
+
+def _classic_rules(text: str) -> list[tuple[int, int, list[tuple[int, int, int, int]]]]:
+    """Read Open MPI's classic rules format as coll_tuned_dynamic_file.c does: whole numbers, '#' comments,
+    anything else skipped; the checks it makes (message rules start at 0), plus increasing sizes."""
+    numbers = []
+    for line in text.splitlines():
+        numbers += [int(tok) for tok in line.split("#", 1)[0].split() if tok.lstrip("-").isdigit()]
+    it = iter(numbers)
+    out = []
+    for _ in range(next(it)):  # collectives
+        coll, comms = next(it), []
+        for _ in range(next(it)):  # communicator sizes
+            size, msgs = next(it), []
+            for _ in range(next(it)):  # message sizes
+                msgs.append((next(it), next(it), next(it), next(it)))
+            assert msgs[0][0] == 0, "Open MPI: the first message rule must be for size 0"
+            assert [m[0] for m in msgs] == sorted({m[0] for m in msgs}), "message sizes must increase"
+            assert all(0 <= m[1] <= 9 for m in msgs), "bcast algorithms are 0..9 (coll_tuned_bcast_algorithm)"
+            comms.append((size, msgs))
+        assert [c[0] for c in comms] == sorted({c[0] for c in comms}), "communicator sizes must increase"
+        out.append((coll, comms))
+    assert next(it, None) is None, "numbers left over: the counts do not match the rules"
+    return out
+
+
+def test_openmpi_rules_follow_the_classic_format_and_map_the_algorithms():
+    text = export.openmpi_rules({4: TABLE})
+    [(coll, comms)] = _classic_rules(text)
+    assert coll == export.OPENMPI_BCAST == 7
+    assert comms == [(4, [(0, 0, 0, 0), (46341, 9, 0, 0), (2 << 20, 2, 1, 256 << 10)]),
+                     (5, [(0, 0, 0, 0)])]  # p = 5 and up: Open MPI's fixed decision again
+
+
+@pytest.mark.skipif(not (shutil.which("mpirun.openmpi") and shutil.which("mpicc.openmpi")),
+                    reason="Open MPI (Debian's openmpi-bin, libopenmpi-dev) is not installed")
+def test_openmpi_runs_a_broadcast_with_the_rules_file(tmp_path):
+    """This Open MPI build prints nothing when it drops a rules file, so what is checked is that a job
+    given the file starts, broadcasts 64 KiB bit-exactly (the chain's range) and exits cleanly."""
+    rules = tmp_path / "bcast.rules"
+    rules.write_text(export.openmpi_rules({2: {**TABLE, "p": 2}}))
+    src = tmp_path / "bcast.c"
+    src.write_text("""#include <mpi.h>
+#include <stdio.h>
+int main(int c, char **v) { static unsigned char b[4 << 20]; int r, n = sizeof b, bad = 0;
+  MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  for (int i = 0; i < n; i++) b[i] = r == 0 ? (unsigned char)(i * 31 + 7) : 0;
+  MPI_Bcast(b, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+  for (int i = 0; i < n; i++) bad += b[i] != (unsigned char)(i * 31 + 7);
+  printf("rank %d wrong bytes %d\\n", r, bad); MPI_Finalize(); return bad != 0; }
+""")
+    subprocess.run(["mpicc.openmpi", "-o", str(tmp_path / "bcast"), str(src)], check=True, timeout=120)
+    run = subprocess.run(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                          "--mca", "coll_tuned_use_dynamic_rules", "1",
+                          "--mca", "coll_tuned_dynamic_rules_filename", str(rules), str(tmp_path / "bcast")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert sorted(run.stdout.split("\n")[:2]) == ["rank 0 wrong bytes 0", "rank 1 wrong bytes 0"], run.stdout
+
+
+def test_mvapich2_ranges_name_the_tuning_values():
+    text = export.mvapich2_ranges({4: TABLE})
+    assert "MV2_INTER_BCAST_TUNING=5:46341-2097151,9:2097152--1" in text
+    assert "0-46340 B: (default)" in text
+
+
+def _gpulab(*args):
+    env = {k: v for k, v in os.environ.items() if k != "GPULAB_CLUSTER" and not k.startswith("MPIR_CVAR_")}
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    return subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
+                          timeout=240, env=env, cwd=ROOT)
+
+
+def test_tune_export_writes_files_mpich_accepts(tmp_path):
+    selection, rules, record = tmp_path / "sel.json", tmp_path / "ompi.rules", tmp_path / "tune.json"
+    run = _gpulab("tune", "bcast", "-n", "2", "--sizes", "1K,64K", "--only-native", "--native",
+                  "mpi:binomial,mpi:pipelined_tree/kary/1", "--chunks", "16K", "--time-budget", "0.01",
+                  "--export", "mpich", str(selection), "--json", str(record), "--quiet")
+    assert run.returncode == 0, run.stderr[-3000:]
+    native = json.loads(record.read_text())["2"]["native"]
+    assert sorted({r["algorithm"] for r in native}) == ["mpi", "mpi:binomial", "mpi:pipelined_tree/kary/1@16K"]
+    assert all(r["valid"] for r in native)
+    probe = ("import numpy as np; from mpi4py import MPI; c = MPI.COMM_WORLD; "
+             "b = np.arange(1 << 16, dtype=np.uint8) if c.rank == 0 else np.zeros(1 << 16, np.uint8); "
+             "c.Bcast(b, 0); assert (b == np.arange(1 << 16, dtype=np.uint8)).all(), c.rank; print('exact')")
+    from gpulab.launch import mpiexec_command
+
+    job = subprocess.run(mpiexec_command(2, ["-c", probe]), capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "MPIR_CVAR_COLL_SELECTION_TUNING_JSON_FILE": str(selection)})
+    assert job.returncode == 0 and job.stdout.count("exact") == 2, job.stderr[-3000:]
+    ompi = _gpulab("tune", "bcast", "-n", "2", "--sizes", "1K", "--only-native", "--native", "mpi:binomial",
+                   "--time-budget", "0.01", "--export", "openmpi", str(rules), "--quiet")
+    assert ompi.returncode == 0, ompi.stderr[-3000:]
+    _classic_rules(rules.read_text())
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--export", "lam"], "--export takes mpich FILE"),
+    (["--export", "mpich"], "--export takes mpich FILE"),
+    (["--native", "mpi:binomial"], "go with --export"),
+    (["--export", "mvapich2", "--native", "mpi:nope"], "MPICH has no broadcast algorithm 'nope'")])
+def test_tune_export_usage_errors(args, why):
+    run = _gpulab("tune", "bcast", "-n", "2", *args)
+    assert run.returncode == 2 and why in run.stderr, run.stderr[-2000:]
