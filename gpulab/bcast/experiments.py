@@ -100,8 +100,6 @@ def sweep(comm, sizes, *, chunks=CHUNKS, radices=RADICES, machine=None, time_bud
 def native_sweep(comm, sizes, row_name: str, *, time_budget: float = 0.1, progress=None) -> list | None:
     """Inside the job of one native variant (``native_variants``): the plain MPI_Bcast at every size, which
     the job's MPICH control variables force to that variant, in rows named after it."""
-    from mpi4py import MPI
-
     if row_name != "mpi":
         native_variants.check_library(MPI.Get_library_version(), row_name)
     rows = []

@@ -15,6 +15,9 @@ import tempfile
 
 from gpulab.bcast import native_variants
 from gpulab.launch import relaunch
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def run_jobs(args, algorithms: list[str], native: list[str], report) -> int:
@@ -49,8 +52,6 @@ def run_jobs(args, algorithms: list[str], native: list[str], report) -> int:
 
 def measure_variant(comm, args, algorithms: list[str], native: list[str], report) -> int:
     """Inside a variant's job: time MPI_Bcast, which MPICH's control variables force to the variant."""
-    from mpi4py import MPI
-
     from gpulab.bcast.measure import sweep
     from gpulab.cli.records import metadata
 
