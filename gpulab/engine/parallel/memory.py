@@ -120,8 +120,11 @@ def backward_working_set(size: dict, grads: dict, *, blocks: int, depth: int, fi
 
 def working_set_of(gpt, cache, c_ce, after_backward: bool) -> int:
     """``backward_working_set`` in bytes for ``gpt``'s stage and one micro-batch's ``ModelCache``
-    (and the last stage's cross-entropy cache ``c_ce``), read from the sizes of its arrays."""
-    if not cache.blocks:
+    (and the last stage's cross-entropy cache ``c_ce``), read from the sizes of its arrays.
+
+    0 (not accounted) with recomputation or sequence parallelism: their backward keeps other arrays
+    (a block's input only, the QKV output only, sequence shards) than the bound above reads."""
+    if not cache.blocks or gpt.recompute is not None or gpt.sequence_parallel:
         return 0
     block, item = cache.blocks[0], np.dtype(gpt.config.dtype).itemsize
     q, _, _, att, _ = block.att
