@@ -204,11 +204,14 @@ class Engines:
             if time.monotonic() > deadline:
                 stacks = "".join(f"\n  engine {rank} stuck at: {stuck_at(dumps / f'engine{rank}.txt', frames=4)}"
                                  for rank in pending)
+                finished = f"(finished: {sorted(set(tasks) - set(pending))}{_errors(tasks)})"
+                # a rank waiting in a collective busy-polls a core until it is killed (MPICH's progress
+                # throttle did not lower that): stopping them bounds it to the timeout
+                self._end_stuck()
                 raise EngineTimeout(
-                    f"{what} did not finish within {timeout:g} s on engine(s) {pending} "
-                    f"(finished: {sorted(set(tasks) - set(pending))}{_errors(tasks)}).{stacks}\n"
-                    "A collective is probably waiting for a rank that never joined. The engines are "
-                    "still blocked: call engines.restart() before running more.")
+                    f"{what} did not finish within {timeout:g} s on engine(s) {pending} {finished}.{stacks}\n"
+                    "A collective is probably waiting for a rank that never joined. The engines were "
+                    "stopped (a rank stuck in MPI holds a core): call engines.restart() before running more.")
             tasks[pending[0]].wait(0.2)
         died = [rank for rank, task in tasks.items() if _ename(task.exception()) == "EngineError"]
         if died:
@@ -233,11 +236,14 @@ class Engines:
     def _logs(self) -> str:
         return f" (engine logs: {self.cluster.profile_dir}/log)" if self.cluster else ""
 
-    def restart(self):
-        """Stop everything (a hung MPI call cannot be interrupted) and start a fresh cluster of the same size."""
-        # hung engines ignore SIGTERM for seconds: do not wait for those on this host
+    def _end_stuck(self) -> None:
+        """Kill the engines on this host at once (hung ones ignore SIGTERM for seconds), then stop the rest."""
         kill_trees(self._local_pids())
         self.stop(keep_network=True)
+
+    def restart(self):
+        """Stop everything (a hung MPI call cannot be interrupted) and start a fresh cluster of the same size."""
+        self._end_stuck()
         self._start()
 
     def stop(self, keep_network: bool = False):
