@@ -183,7 +183,8 @@ class Engines:
 
         Raises, within about timeout seconds: EngineFailed (fn raised), EngineDied
         (an engine exited) or EngineTimeout (naming the engines that did not answer
-        and the line each one is stuck at).
+        and the line each one is stuck at; the engines are stopped then, since a rank
+        stuck in MPI busy-polls a core: ``restart()`` brings fresh ones).
         """
         if self.client is None:
             raise EngineProblem("the engines are stopped: start_engines() or engines.restart()")

@@ -98,7 +98,9 @@ print(json.dumps({{"sweeps": sweeps, "rows": rows, "s": time.monotonic() - t0,
 """
 SLURM_ENGINES = """
 from gpulab.cluster import start_engines
-slurm_engines = start_engines(2)   # the hub's GPULAB_LAUNCHER=slurm: a Slurm job of their own
+# the hub's GPULAB_LAUNCHER=slurm: a Slurm job of their own; no GPUs (the test nodes' 2 each would let only two
+# learners' jobs run at once, and these tests need none)
+slurm_engines = start_engines(2, gpus_per_node=0, ranks_per_node=2)
 print(json.dumps({"job": slurm_engines.job_id, "pids": [p["pid"] for p in slurm_engines.placement],
                   "nodes": [p["host"] for p in slurm_engines.placement]}))
 """
@@ -373,28 +375,33 @@ def test_a_culled_or_killed_server_leaves_nothing_and_spares_the_others(classroo
     slurm = slurm_env
     culled, killed, bystander = classroom[0], classroom[1], classroom[2]
     took = {}
-    for learner in (culled, killed, bystander):
-        learner.slurm_job = learner.run(SLURM_ENGINES, timeout=240)["job"]
-        assert learner.run(SWEEP_02)["token"] == [learner.user.name] * 4  # engines that hold MPI state
-        assert learner.jobs(slurm), learner.user.name
-    assert scratch_of(culled.uid) or scratch_of(killed.uid), "no MPI scratch file to see removed"
-    # an idle culler and a teacher's "stop" both stop a server through the hub's API (DELETE .../server)
-    culled.close_kernel()
-    culled.hub.stop_server(user=culled.user)
-    took["culled"] = gone_within(culled, slurm, CLEANUP_S)
-    # the server's process killed: the job ends with it, and Slurm kills what is left of the job
-    server = next(p for p in killed.user.processes() if "jupyterhub-singleuser" in " ".join(p.cmdline()))
-    killed.close_kernel()
-    server.kill()
-    took["killed"] = gone_within(killed, slurm, CLEANUP_S)
-    # the other learner's kernel, emulated cluster and Slurm engines carried on
-    assert bystander.run(SWEEP_02)["token"] == [bystander.user.name] * 4
-    assert bystander.run("print(json.dumps(slurm_engines.ids))") == [0, 1]
-    assert bystander.slurm_job in bystander.jobs(slurm)
-    bystander.run("slurm_engines.stop(); print(json.dumps(1))")
-    deadline = time.monotonic() + CLEANUP_S
-    while bystander.slurm_job in slurm.jobs() and time.monotonic() < deadline:
-        time.sleep(0.5)
+    try:
+        for learner in (culled, killed, bystander):
+            learner.slurm_job = learner.run(SLURM_ENGINES, timeout=240)["job"]
+            assert learner.run(SWEEP_02)["token"] == [learner.user.name] * 4  # engines that hold MPI state
+            assert learner.jobs(slurm), learner.user.name
+        assert scratch_of(culled.uid) or scratch_of(killed.uid), "no MPI scratch file to see removed"
+        # an idle culler and a teacher's "stop" both stop a server through the hub's API (DELETE .../server)
+        culled.close_kernel()
+        culled.hub.stop_server(user=culled.user)
+        took["culled"] = gone_within(culled, slurm, CLEANUP_S)
+        # the server's process killed: the job ends with it, and Slurm kills what is left of the job
+        server = next(p for p in killed.user.processes() if "jupyterhub-singleuser" in " ".join(p.cmdline()))
+        killed.close_kernel()
+        server.kill()
+        took["killed"] = gone_within(killed, slurm, CLEANUP_S)
+        # the other learner's kernel, emulated cluster and Slurm engines carried on
+        assert bystander.run(SWEEP_02)["token"] == [bystander.user.name] * 4
+        assert bystander.run("print(json.dumps(slurm_engines.ids))") == [0, 1]
+        assert bystander.slurm_job in bystander.jobs(slurm)
+        bystander.run("slurm_engines.stop(); print(json.dumps(1))")
+        deadline = time.monotonic() + CLEANUP_S
+        while bystander.slurm_job in slurm.jobs() and time.monotonic() < deadline:
+            time.sleep(0.5)
+    finally:  # a failure above must not leave the others' engines' jobs running for the next tests
+        for learner in (killed, bystander):
+            with contextlib.suppress(Exception):
+                learner.run("slurm_engines.stop(); print(json.dumps(1))", timeout=60)
     print(f"\nclass cleanup: everything of the learner gone {took['culled']:.1f} s after the hub stopped the "
           f"server, {took['killed']:.1f} s after its process was killed")
 
