@@ -183,8 +183,8 @@ class Engines:
 
         Raises, within about timeout seconds: EngineFailed (fn raised), EngineDied
         (an engine exited) or EngineTimeout (naming the engines that did not answer
-        and the line each one is stuck at; the engines are stopped then, since a rank
-        stuck in MPI busy-polls a core: ``restart()`` brings fresh ones).
+        and the line each one is stuck at; the engines on this machine are killed then,
+        since a rank stuck in MPI busy-polls a core: ``restart()`` brings fresh ones).
         """
         if self.client is None:
             raise EngineProblem("the engines are stopped: start_engines() or engines.restart()")
@@ -207,12 +207,12 @@ class Engines:
                                  for rank in pending)
                 finished = f"(finished: {sorted(set(tasks) - set(pending))}{_errors(tasks)})"
                 # a rank waiting in a collective busy-polls a core until it is killed (MPICH's progress
-                # throttle did not lower that): stopping them bounds it to the timeout
-                self._end_stuck()
+                # throttle did not lower that): killing those on this machine bounds it to the timeout
+                kill_trees(self._local_pids())
                 raise EngineTimeout(
                     f"{what} did not finish within {timeout:g} s on engine(s) {pending} {finished}.{stacks}\n"
-                    "A collective is probably waiting for a rank that never joined. The engines were "
-                    "stopped (a rank stuck in MPI holds a core): call engines.restart() before running more.")
+                    "A collective is probably waiting for a rank that never joined. The engines on this "
+                    "machine were killed (a rank stuck in MPI holds a core): call engines.restart().")
             tasks[pending[0]].wait(0.2)
         died = [rank for rank, task in tasks.items() if _ename(task.exception()) == "EngineError"]
         if died:
@@ -237,14 +237,11 @@ class Engines:
     def _logs(self) -> str:
         return f" (engine logs: {self.cluster.profile_dir}/log)" if self.cluster else ""
 
-    def _end_stuck(self) -> None:
-        """Kill the engines on this host at once (hung ones ignore SIGTERM for seconds), then stop the rest."""
-        kill_trees(self._local_pids())
-        self.stop(keep_network=True)
-
     def restart(self):
         """Stop everything (a hung MPI call cannot be interrupted) and start a fresh cluster of the same size."""
-        self._end_stuck()
+        # hung engines ignore SIGTERM for seconds: do not wait for those on this host
+        kill_trees(self._local_pids())
+        self.stop(keep_network=True)
         self._start()
 
     def stop(self, keep_network: bool = False):
