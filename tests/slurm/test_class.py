@@ -6,9 +6,10 @@ kernel kept open. In each kernel the engines of notebooks 02 and 05 (``notebook_
 an emulated cluster in a user namespace, inside the learner's job) and, for the isolation and cull
 tests, engines as a Slurm job of their own (the hub's GPULAB_LAUNCHER=slurm).
 
-The notebooks' measuring cells run reduced (``SWEEP_02``, ``MESH_05``: fewer sizes and iterations, no
-widgets); the full-notebook times in docs/cluster.md come from scripts/class_times.py. The limits that
-need no hub (engines per core, idle CPU, a rank stuck in a collective) run on this machine's own engines.
+Whole notebooks through the hub would take minutes per learner: the notebooks' measuring cells run
+reduced instead (``SWEEP_02``, ``MESH_05``: fewer sizes and iterations, no widgets), on the engines
+the notebooks start. The limits that need no hub (engines per core, idle CPU, a rank stuck in a
+collective) run on this machine's own engines.
 """
 
 from __future__ import annotations
