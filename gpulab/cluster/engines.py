@@ -184,7 +184,8 @@ class Engines:
 
         Raises, within about timeout seconds: EngineFailed (fn raised), EngineDied
         (an engine exited) or EngineTimeout (naming the engines that did not answer
-        and the line each one is stuck at).
+        and the line each one is stuck at; the engines on this machine are killed then,
+        since a rank stuck in MPI busy-polls a core: ``restart()`` brings fresh ones).
         """
         if self.client is None:
             raise EngineProblem("the engines are stopped: start_engines() or engines.restart()")
@@ -205,11 +206,14 @@ class Engines:
             if time.monotonic() > deadline:
                 stacks = "".join(f"\n  engine {rank} stuck at: {stuck_at(dumps / f'engine{rank}.txt', frames=4)}"
                                  for rank in pending)
+                finished = f"(finished: {sorted(set(tasks) - set(pending))}{_errors(tasks)})"
+                # a rank waiting in a collective busy-polls a core until it is killed (MPICH's progress
+                # throttle did not lower that): killing those on this machine bounds it to the timeout
+                kill_trees(self._local_pids())
                 raise EngineTimeout(
-                    f"{what} did not finish within {timeout:g} s on engine(s) {pending} "
-                    f"(finished: {sorted(set(tasks) - set(pending))}{_errors(tasks)}).{stacks}\n"
-                    "A collective is probably waiting for a rank that never joined. The engines are "
-                    "still blocked: call engines.restart() before running more.")
+                    f"{what} did not finish within {timeout:g} s on engine(s) {pending} {finished}.{stacks}\n"
+                    "A collective is probably waiting for a rank that never joined. The engines on this "
+                    "machine were killed (a rank stuck in MPI holds a core): call engines.restart().")
             tasks[pending[0]].wait(0.2)
         died = [rank for rank, task in tasks.items() if _ename(task.exception()) == "EngineError"]
         if died:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -121,6 +122,10 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 2.0) -> N
 
     Looks every ``poll`` s (a look reads the process table and the processes' maps: about 30 ms of CPU),
     and at once when its stdin closes: the owner has stopped the cluster, or has died."""
+    # outlive the owner's end: Slurm ending a JupyterLab job (a hub culling or stopping the server) sends
+    # SIGTERM to all its processes, this one included, and the engines' Slurm job would be left running
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
     known, scratch = {}, set()
     owner = next(iter(_processes([owner])), None)  # the Process: a new process may get its pid later
     waiting = [sys.stdin]  # until the owner closes it (nobody writes to it)

@@ -30,6 +30,7 @@ import importlib.metadata
 import math
 import os
 import re
+import subprocess
 
 from traitlets.config import Config
 
@@ -47,6 +48,7 @@ SLURM_TEMPLATE = """\
 #SBATCH --export=ALL
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 {mpi_env}
+{owner_watch}
 srun --mpi={mpi} --kill-on-bad-exit=1 --cpu-bind=none {program_and_args}
 """
 
@@ -66,15 +68,36 @@ def mpi_env_line(mpi: str) -> str:
         "  # the mpich wheel under Slurm's pmi2 (gpulab.cluster.slurm)"
 
 
+def owner_watch_line(owner_job: str | None) -> str:
+    """The job script's line that cancels the engines' job once the job that submitted it (a JupyterLab
+    spawned by batchspawner) is no longer running, however that one ended: a server culled by the hub,
+    stopped, or killed takes the processes that would have cancelled the engines with it. "" outside a job."""
+    if not owner_job or not re.fullmatch(r"[0-9_]+", owner_job):
+        return ""
+    # scontrol, not squeue: squeue forgets a finished job after MinJobAge and says nothing about a failed
+    # query; only an answer naming the owner as gone cancels (a slurmctld that is busy for a moment does not)
+    state = f"scontrol -o show job {owner_job} 2>&1"
+    return (f"( while ! {state} | grep -Eq 'JobState=({'|'.join(OWNER_GONE)})|Invalid job id'; do sleep 2; done; "
+            f"scancel $SLURM_JOB_ID ) &  # ends with the job that started these engines (gpulab.cluster.slurm)")
+
+
+# the owner job's states after which its engines have nobody to serve (COMPLETING: it is ending)
+OWNER_GONE = ("COMPLETING", "COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+              "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
+
+
 def slurm_fields(n: int, *, partition: str = "", account: str = "", gpus_per_node: int = 4,
-                 ranks_per_node: int | None = None, time: str = "00:30:00", mpi: str = "pmi2") -> dict:
-    """The template's gpulab fields; by default one rank per GPU, as many nodes as that needs."""
+                 ranks_per_node: int | None = None, time: str = "00:30:00", mpi: str = "pmi2",
+                 owner_job: str | None = None) -> dict:
+    """The template's gpulab fields; by default one rank per GPU, as many nodes as that needs.
+    ``owner_job``: the Slurm job the engines end with (default: the job this process runs in, if any)."""
     if n < 1 or gpus_per_node < 0:
         raise ValueError(f"need n >= 1 and gpus_per_node >= 0, got n={n}, gpus_per_node={gpus_per_node}")
     ranks_per_node = ranks_per_node or max(gpus_per_node, 1)
+    owner_job = os.environ.get("SLURM_JOB_ID") if owner_job is None else owner_job
     return {"partition": partition, "account": account, "gpus_per_node": gpus_per_node,
             "ranks_per_node": ranks_per_node, "nodes": math.ceil(n / ranks_per_node), "time": time,
-            "mpi": mpi or "none", "mpi_env": mpi_env_line(mpi)}
+            "mpi": mpi or "none", "mpi_env": mpi_env_line(mpi), "owner_watch": owner_watch_line(owner_job)}
 
 
 def _drop_empty_directives(text: str) -> str:
@@ -101,6 +124,26 @@ def submit_command(environ=None) -> list[str]:
     inherited = sorted(k for k in environ if k.startswith(("SLURM_", "SBATCH_", "SRUN_", "SALLOC_"))
                        and k != "SLURM_CONF")
     return ["env", *(f"--unset={k}" for k in inherited), "sbatch"] if inherited else ["sbatch"]
+
+
+def request_problem(n: int, *, template: str = SLURM_TEMPLATE, environ=None, **fields) -> str:
+    """"" if Slurm could ever run the engines' job (``sbatch --test-only``), else Slurm's reason, so that a
+    request larger than the partition fails at once with that reason instead of a bare sbatch error."""
+    script = slurm_script(n, template=template, **fields).replace("{cluster_id}", "check").replace(
+        "{output_file}", "/dev/null").replace("{program_and_args}", "true")
+    try:
+        done = subprocess.run([*submit_command(environ), "--test-only"], input=script, capture_output=True,
+                              text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):  # no answer is no refusal: the submission will say more
+        return ""
+    if done.returncode == 0:
+        return ""
+    asked = slurm_fields(n, **fields)
+    where = f"partition {asked['partition']}" if asked["partition"] else "the default partition"
+    return (f"Slurm cannot run {n} engines as asked ({asked['nodes']} node(s) x {asked['ranks_per_node']} ranks, "
+            f"{asked['gpus_per_node']} GPU(s) per node, {where}): "
+            f"{' '.join(done.stderr.split()) or f'sbatch --test-only exited with {done.returncode}'}. "
+            "Ask for fewer engines (or another partition).")
 
 
 def slurm_config(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> Config:

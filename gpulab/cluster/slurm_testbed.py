@@ -34,7 +34,9 @@ sets CUDA_VISIBLE_DEVICES in jobs) whatever the machine has
 (``SlurmdParameters=config_overrides``). No cgroups, no systemd, no
 accounting: ``proctrack/linuxproc`` and ``task/none``. ``KillOnBadExit=1``: a
 task that fails ends its step, so an MPI abort cannot leave srun waiting for
-the other tasks. A ``TaskProlog`` gives every task ``task_env`` (by default
+the other tasks. An ``Epilog`` removes an ended job's MPI scratch files that no process of
+its user still holds (``EPILOG``), as a site's node clean-up does. A ``TaskProlog`` gives every task
+``task_env`` (by default
 ``FI_TCP_IFACE=lo``: libfabric's TCP between nodes stays on the loopback the
 nodes share), as a site's node set-up names its fabric interface.
 
@@ -74,6 +76,29 @@ import psutil
 PACKAGES = ["slurm-wlm", "slurm-client", "munge"]
 BINARIES = ["slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scancel", "sinfo"]
 CLIENTS = ["sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol"]  # wrapped in emulated mode
+# The node clean-up a site's Epilog does: a cancelled job's MPI ranks die by signal and leave their scratch
+# files (/dev/shm/mpich_shm_*, hydra's /tmp files) on every node they ran on, where nothing of the job is
+# left to remove them. Run by slurmd as root, in the node's mount namespace (its private /dev/shm).
+EPILOG = """#!{python}
+import os
+import sys
+import psutil
+from gpulab.procfs import MPI_SCRATCH, mpi_scratch_held, remove_files
+try:
+    uid = int(os.environ["SLURM_JOB_UID"])
+    theirs = set()
+    for prefix in MPI_SCRATCH:
+        folder, stem = os.path.split(prefix)
+        for entry in os.scandir(folder):
+            if entry.name.startswith(stem) and entry.stat(follow_symlinks=False).st_uid == uid:
+                theirs.add(entry.path)
+    # the user's other jobs on this node (a JupyterLab and its engines) keep what they still hold
+    held = mpi_scratch_held(p.pid for p in psutil.process_iter(["uids"])
+                            if p.info["uids"] and p.info["uids"].real == uid)
+    remove_files(theirs - held)
+except Exception as err:  # an Epilog that fails drains the node: report, never fail
+    print(f"gpulab epilog: {{err}}", file=sys.stderr)
+"""
 SLURMCTLD_PORT, SLURMD_PORT = 6817, 6818  # Slurm's own: every emulated node has its ports to itself
 
 
@@ -178,6 +203,7 @@ class SlurmTestbed:
             "SlurmdParameters=config_overrides", "ReturnToService=2", "MpiDefault=none",
             "SchedulerType=sched/builtin", "MinJobAge=10", "KillWait=2", "InactiveLimit=0", "KillOnBadExit=1",
             f"TaskProlog={d}/task_prolog.sh",  # MinJobAge: why a job ended stays visible between 2-s polls
+            f"Epilog={d}/epilog.py",
             "MessageTimeout=10", "MailProg=/bin/true", "SlurmdTimeout=60", "SlurmctldTimeout=60",
             "UnkillableStepTimeout=30",
             "GresTypes=gpu" if self.gpus else "",
@@ -224,6 +250,9 @@ class SlurmTestbed:
         prolog = self.dir / "task_prolog.sh"  # slurmstepd exports what it prints as "export K=V"
         prolog.write_text("#!/bin/sh\n" + "".join(f"echo export {k}={v}\n" for k, v in self.task_env.items()))
         prolog.chmod(0o755)
+        epilog = self.dir / "epilog.py"
+        epilog.write_text(EPILOG.format(python=sys.executable))
+        epilog.chmod(0o755)
         if self.gpus:
             (self.dir / "gres.conf").write_text(self.gres_conf())
         self._start_munge(login)

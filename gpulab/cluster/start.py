@@ -13,10 +13,10 @@ from pathlib import Path
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from gpulab.cluster.engines import CONTROLLER_ARGS, PROFILE, Engines
+from gpulab.cluster.engines import CONTROLLER_ARGS, PROFILE, EngineProblem, Engines
 from gpulab.cluster.ipc_sockets import IpcSockets
 from gpulab.cluster.processes import stop_stale_clusters
-from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_config
+from gpulab.cluster.slurm import SLURM_TEMPLATE, request_problem, slurm_config
 from gpulab.launch import THREAD_LIMITS, find_mpiexec
 
 
@@ -50,6 +50,33 @@ def cluster_config(n: int, launcher: str = "local", controller_ip: str | None = 
         config.Cluster.controller_args = list(CONTROLLER_ARGS)
         return "slurm", config, ip, socket.getfqdn() if ip in ("*", "0.0.0.0") else ip
     raise ValueError(f"launcher must be 'local' or 'slurm', got {launcher!r}")
+
+
+# Engines per core that a machine still serves: idle engines cost next to nothing, but every rank in a
+# collective busy-polls a core, and past a few per core a broadcast's time is the scheduler's
+ENGINES_PER_CORE = 4
+
+
+def local_engine_limit(environ=None) -> tuple[int, str]:
+    """(most local engines, what that is from): $GPULAB_MAX_ENGINES, else ENGINES_PER_CORE x the cores this
+    process may use (a Slurm job's CPUs on this node: a JupyterLab spawned by batchspawner)."""
+    environ = os.environ if environ is None else environ
+    if environ.get("GPULAB_MAX_ENGINES"):
+        return int(environ["GPULAB_MAX_ENGINES"]), "GPULAB_MAX_ENGINES"
+    cores, where = len(os.sched_getaffinity(0)), "this machine's cores"
+    if environ.get("SLURM_CPUS_ON_NODE", "").isdigit():
+        cores, where = min(cores, int(environ["SLURM_CPUS_ON_NODE"])), "the CPUs of this Slurm job"
+    return ENGINES_PER_CORE * cores, f"{ENGINES_PER_CORE} per core, {cores} core(s): {where}"
+
+
+def too_many_engines(n: int, environ=None) -> str:
+    """Why n local engines are more than this machine (or job) serves, or ""."""
+    limit, why = local_engine_limit(environ)
+    if n <= limit:
+        return ""
+    return (f"start_engines({n}): at most {limit} engines run here ({why}); more would leave each a sliver of "
+            "a core and everyone on this machine waiting. Ask for fewer, or run them as a Slurm job "
+            "(launcher='slurm'); a site may set GPULAB_MAX_ENGINES.")
 
 
 def _env(name: str, default=None, kind=str):
@@ -88,7 +115,9 @@ def start_engines(n: int = 4, *, launcher: str | None = None, controller_ip: str
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"start_engines needs a positive number of engines, got n={n!r}")
-    launcher = launcher or _env("GPULAB_LAUNCHER", "local")
+    # an emulated cluster is made on this machine (inside the JupyterLab job under a hub that sends
+    # plain start_engines(n) to Slurm)
+    launcher = launcher or ("local" if nodes else _env("GPULAB_LAUNCHER", "local"))
     controller_ip = controller_ip or _env("GPULAB_CONTROLLER_IP")
     slurm = {} if launcher != "slurm" else dict(
         partition=_env("GPULAB_SLURM_PARTITION", "") if partition is None else partition,
@@ -97,6 +126,8 @@ def start_engines(n: int = 4, *, launcher: str | None = None, controller_ip: str
         ranks_per_node=ranks_per_node or _env("GPULAB_RANKS_PER_NODE", None, int),
         time=_env("GPULAB_SLURM_TIME", "00:30:00") if time is None else time,
         mpi=_env("GPULAB_SLURM_MPI", "pmi2") if mpi is None else mpi, template=slurm_template)
+    if launcher == "local" and (problem := too_many_engines(n)):
+        raise EngineProblem(problem)
     emulated = ipc_sockets = None
     if nodes:
         if launcher != "local":
@@ -109,6 +140,8 @@ def start_engines(n: int = 4, *, launcher: str | None = None, controller_ip: str
         engines, config, ip, location = cluster_config(n, launcher, controller_ip, emulated=emulated,
                                                        ipc_prefix=ipc_sockets.prefix if ipc_sockets else None,
                                                        **slurm)
+        if launcher == "slurm" and (problem := request_problem(n, **slurm)):  # Slurm's reason, not sbatch's status
+            raise EngineProblem(problem)
         profile_dir = ipp.Cluster(profile=profile, load_profile=False).profile_dir
         stop_stale_clusters(profile_dir)
     except BaseException:

@@ -30,8 +30,9 @@ from tests.slurm.time_limit import TimeLimitJob
 NODES = ("n1", "n2")
 # declared, whatever the machine has: 2 engines per node, the JupyterLab job's 2 (docs/cluster.md's
 # req_nprocs) and 1 for the time-limit job running alongside (time_limit.py; with 4 the hub test's
-# engines waited for that job to end)
-CPUS_PER_NODE = 5
+# engines waited for that job to end), and 2 more: three learners' servers and their engines' jobs at
+# once (test_class.py)
+CPUS_PER_NODE = 7
 GPUS_PER_NODE = 2  # fake GPUs: Slurm sets CUDA_VISIBLE_DEVICES in jobs, pin_gpu picks one per engine
 EMULATED_LINK = "1gbit"
 

@@ -98,12 +98,15 @@ class TestUser:
 
     __test__ = False  # not a pytest class
 
-    def __init__(self, name: str | None = None):
+    def __init__(self, name: str | None = None, home_mode: str | None = None):
         self.name = name or f"gl{secrets.token_hex(3)}"
+        self.home_mode = home_mode  # e.g. "0700", as a site with several learners keeps homes
 
     def __enter__(self) -> "TestUser":
+        mode = ["-K", f"HOME_MODE={self.home_mode}"] if self.home_mode else []
         try:
-            subprocess.run(["useradd", "-m", "-s", "/bin/bash", self.name], check=True, capture_output=True, timeout=30)
+            subprocess.run(["useradd", "-m", *mode, "-s", "/bin/bash", self.name], check=True, capture_output=True,
+                           timeout=30)
         except BaseException:
             self.__exit__()
             raise
@@ -241,8 +244,9 @@ class Hub:
     """The documented hub (SITE values for this machine), run as a child of the test."""
 
     def __init__(self, workdir: Path, user: TestUser, python: UserPython, slurm, *, partition: str,
-                 extra_env: dict | None = None):
+                 extra_env: dict | None = None, more_users: tuple = ()):
         self.workdir, self.user, self.python, self.slurm = workdir, user, python, slurm
+        self.servers: dict[str, tuple[str, str]] = {}  # user name -> (server URL through the proxy, token)
         self.port, self.hub_port, self.api_port = free_port(), free_port(), free_port()
         self.token = secrets.token_hex(24)
         address = slurm.controller_address  # the login node's on the emulated testbed
@@ -276,7 +280,7 @@ class Hub:
             f"c.ConfigurableHTTPProxy.api_url = 'http://127.0.0.1:{self.api_port}'\n"
             f"c.JupyterHub.db_url = 'sqlite:///{workdir}/jupyterhub.sqlite'\n"
             f"c.JupyterHub.cookie_secret_file = '{workdir}/jupyterhub_cookie_secret'\n"
-            f"c.Authenticator.allowed_users = {{{user.name!r}}}\n"
+            f"c.Authenticator.allowed_users = {sorted({user.name, *(u.name for u in more_users)})!r}\n"
             "c.JupyterHub.services = [{'name': 'gpulab-test', 'api_token': %r}]\n"
             "c.JupyterHub.load_roles = [{'name': 'gpulab-test', 'services': ['gpulab-test'], 'scopes': "
             "['admin:users', 'admin:servers', 'tokens', 'access:servers', 'read:users']}]\n"
@@ -324,33 +328,37 @@ class Hub:
     def api(self, method: str, path: str, body: dict | None = None, token: str | None = None):
         return http(method, f"{self.url}/hub/api{path}", token or self.token, body, timeout=60)
 
-    def server_state(self) -> dict:
-        status, info = self.api("GET", f"/users/{self.user.name}")
+    def server_state(self, user: TestUser | None = None) -> dict:
+        status, info = self.api("GET", f"/users/{(user or self.user).name}")
         assert status == 200, (status, info)
         return (info.get("servers") or {}).get("", {})
 
-    def spawn(self, timeout: float = 120) -> dict:
+    def spawn(self, timeout: float = 120, user: TestUser | None = None) -> dict:
         """Start the user's server (a Slurm job) and wait until the hub says it is ready."""
+        user = user or self.user
         t0 = time.monotonic()
-        status, body = self.api("POST", f"/users/{self.user.name}/server")
+        status, body = self.api("POST", f"/users/{user.name}/server")
         assert status in (201, 202), f"spawn request: {status} {body}\n{self.log_tail()}"
-        self._wait(lambda: self.server_state().get("ready"), timeout, "the user's server did not become ready")
+        self._wait(lambda: self.server_state(user).get("ready"), timeout, "the user's server did not become ready")
         self.timings["spawn_s"] = time.monotonic() - t0
-        status, body = self.api("POST", f"/users/{self.user.name}/tokens", {"note": "gpulab test", "expires_in": 3600})
+        status, body = self.api("POST", f"/users/{user.name}/tokens", {"note": "gpulab test", "expires_in": 3600})
         assert status in (200, 201), (status, body)
-        self.user_token = body["token"]
-        self.server_url = f"{self.url}/user/{self.user.name}"  # through the hub's proxy
-        return self.server_state()
+        self.servers[user.name] = (f"{self.url}/user/{user.name}", body["token"])  # through the hub's proxy
+        if user is self.user:
+            self.server_url, self.user_token = self.servers[user.name]
+        return self.server_state(user)
 
-    def stop_server(self, timeout: float = 60) -> None:
+    def stop_server(self, timeout: float = 60, user: TestUser | None = None) -> None:
+        """Stop the user's server through the hub's API: what a teacher's "stop" and an idle culler do."""
+        user = user or self.user
         t0 = time.monotonic()
-        status, body = self.api("DELETE", f"/users/{self.user.name}/server")
+        status, body = self.api("DELETE", f"/users/{user.name}/server")
         assert status in (202, 204), (status, body)
-        self._wait(lambda: not self.server_state(), timeout, "the user's server did not stop")
+        self._wait(lambda: not self.server_state(user), timeout, "the user's server did not stop")
         self.timings["server_stop_s"] = time.monotonic() - t0
 
-    def kernel(self) -> "RemoteKernel":
-        return RemoteKernel(self.server_url, self.user_token)
+    def kernel(self, user: TestUser | None = None) -> "RemoteKernel":
+        return RemoteKernel(*self.servers[(user or self.user).name])
 
     def __exit__(self, *exc) -> None:
         if self.proc is not None and self.proc.poll() is None:
