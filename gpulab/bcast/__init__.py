@@ -25,14 +25,18 @@ import importlib
 
 # public name -> the module of this package that defines it
 _PUBLIC = {"ALGORITHMS": "algorithms", "bcast": "algorithms", "option_names": "algorithms",
-           "BcastSizeError": "group", "BcastArgumentMismatch": "agreement", "Decision": "auto", "select": "auto",
+           "BcastSizeError": "executor", "BcastArgumentMismatch": "agreement", "Decision": "auto", "select": "auto",
            "gather_trace": "trace", "tracing": "trace"}
 
 
 def __getattr__(name: str):
     if name not in _PUBLIC:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    # kept as a plain attribute: ``gpulab.bcast.bcast(...)`` in a loop then costs a dictionary lookup,
+    # not an import look-up on every call
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -127,7 +127,8 @@ def check_auto(world: MPI.Comm, make=lambda expected, is_root: expected.copy() i
     """``algorithm="auto"`` moves the data correctly and runs what ``select`` decided, around the switch points.
 
     ``make(expected, is_root)`` builds each rank's buffer (host by default), ``read(buf)`` brings it to the host.
-    Returns (nbytes, the decision's algorithm and source, the algorithms the trace saw) per size, on rank 0.
+    Returns (nbytes, the decision's algorithm, source and reason, the algorithms the trace saw) per size,
+    on rank 0.
     """
     from gpulab.bcast import gather_trace, select, tracing
 
@@ -141,7 +142,8 @@ def check_auto(world: MPI.Comm, make=lambda expected, is_root: expected.copy() i
         ran = gather_trace(events, world)
         if ran is not None:
             decision = select(nbytes, world)
-            chosen.append((nbytes, decision.name, decision.source, sorted({e["algorithm"] for e in ran})))
+            chosen.append((nbytes, decision.name, decision.source, decision.reason,
+                           sorted({e["algorithm"] for e in ran})))
     return chosen
 
 
