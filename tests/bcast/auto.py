@@ -16,6 +16,7 @@ def assert_auto_rows(rows: list, p: int) -> None:
     cluster link that is MPI_Bcast itself, whose reason names what MPICH runs on these ranks (one node)."""
     assert [r[0] for r in rows] == list(AUTO_SIZES)
     for nbytes, name, source, reason, ran in rows:
-        assert ran == [name], f"{nbytes} B: select chose {name}, the trace saw {ran}"
+        # MPI's own Bcast sends inside the library, where gpulab's trace cannot see: it sees nothing then
+        assert ran == ([] if name == "mpi" else [name]), f"{nbytes} B: select chose {name}, the trace saw {ran}"
         assert (source, name) == ("native", "mpi"), nbytes
         assert f"{mpich_rule(nbytes, p)} on {p}" in reason, (nbytes, reason)
