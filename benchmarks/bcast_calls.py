@@ -83,6 +83,31 @@ def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
                           "rounds_us": {k: [t * 1e6 for t in v] for k, v in times.items()}}))
 
 
+def front_end(calls: int, rounds: int, nbytes: int) -> dict:
+    """Microseconds per call on a one-rank communicator (COMM_SELF), where MPI_Bcast returns at once and no
+    other rank's scheduling enters: what gpulab's front end adds is the difference to ``bare``. Loops of
+    1000 calls, the entries interleaved, ``rounds * 8`` times; the least of each (quiet moments)."""
+    import timeit
+
+    import numpy as np
+    from mpi4py import MPI
+
+    import gpulab.bcast
+
+    comm, buf = MPI.COMM_SELF, np.zeros(nbytes, dtype=np.uint8)
+    runs = {"bare": lambda: comm.Bcast(buf, 0),
+            "mpi": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="mpi"),
+            "binomial": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="binomial"),
+            "auto": lambda: gpulab.bcast.bcast(buf, 0, comm)}
+    best = {name: float("inf") for name in runs}
+    for run in runs.values():
+        run()
+    for _ in range(rounds * 8):
+        for name, run in runs.items():
+            best[name] = min(best[name], timeit.timeit(run, number=1000) / 1000 * 1e6)
+    return best
+
+
 def table(rows: list[dict]) -> str:
     lines = ["| p | " + " | ".join(VARIANTS) + " | mpi / bare | binomial / bare | auto / bare |",
              "|---|" + "---|" * (len(VARIANTS) + 3)]
@@ -118,9 +143,11 @@ def main() -> int:
         row.update(load_before=load, load_after=os.getloadavg()[0], cpus=os.cpu_count())
         rows.append(row)
     print(table(rows))
+    single = front_end(args.calls, args.rounds, args.bytes)
+    print("one rank (COMM_SELF), us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in single.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"command": "python benchmarks/bcast_calls.py " + " ".join(sys.argv[1:]),
-                                    "rows": rows}, indent=1))
+                                    "rows": rows, "one_rank_us": single}, indent=1))
     print(f"wrote {args.out}")
     return 0
 

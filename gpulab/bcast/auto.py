@@ -14,7 +14,7 @@ Sources, tried in order (``gpulab.bcast.tuning`` says where the file is):
      with the node layout of the communicator (``Split_type``). Every candidate
      is ranked against MPI_Bcast priced as MPICH runs it on that layout
      (``gpulab.bcast.mpich``); one replaces MPI_Bcast only when predicted faster by
-     ``tuning.MARGIN``, so the model's errors cost little where it is unsure.
+     ``MARGINS[source]``, so the model's errors cost little where it is unsure.
   3. "native": nothing known: MPI_Bcast itself (the reason names what MPICH runs).
 The choice depends on (nbytes, the layout, the files and variables every rank
 of a job shares), never on timing, so all ranks decide alike. The first
@@ -44,6 +44,9 @@ CLUSTER_ALPHA = 50e-6
 # and gpulab's Python per message, assumed 20 us (docs/bcast_calls.md measures a whole call at 4 ranks).
 SHARED_MEMORY = Link.plain(1e-6, 1 / 5e9)
 CLUSTER_OVERHEAD = 20e-6
+# How much faster than MPI_Bcast a candidate must be predicted: the measured sources' margin, and more
+# where latency and Python overhead are assumed (the cluster's link rate alone)
+MARGINS = {"model": MARGIN, "machine": MARGIN, "cluster": 0.30}
 
 
 @dataclass(frozen=True)
@@ -111,10 +114,11 @@ def _from_model(nbytes: int, p: int, rank_nodes, table=None) -> Decision | None:
                      key=lambda r: r[0])
     where = f"{len(set(nodes))} nodes" if nodes else "one node"
     runs = mpich.describe(nbytes, nodes or [0] * p)
-    if not ranking or ranking[0][0] * (1 + MARGIN) >= mpi:
+    margin = MARGINS[source]
+    if not ranking or ranking[0][0] * (1 + margin) >= mpi:
         best = f"; best other {ranking[0][1]} {ranking[0][0] * 1e6:.1f} us" if ranking else ""
         return Decision("mpi", {}, f"{said}, {where}: MPI_Bcast ({runs}) predicted {mpi * 1e6:.1f} us{best}, "
-                                   f"not {MARGIN:.0%} faster", source)
+                                   f"not {margin:.0%} faster", source)
     seconds, name, options = ranking[0]
     if name == "hierarchical" and not spans and machine.ranks_per_node:  # nodes emulated by rank blocks
         options = {**options, "ranks_per_node": machine.ranks_per_node}
