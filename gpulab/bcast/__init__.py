@@ -14,8 +14,8 @@ receives), tree_shapes (the trees), trees, pipelined, scatter_allgather (each
 algorithm's cached schedule builder), hierarchical, native (MPI_Bcast), trace;
 gpu, staging, nccl (device buffers); measure (OSU-style timing) and
 experiments (what ``gpulab tune`` measures); critical_path, model, fit (cost
-model); tuning (the tuning file) and auto (``select``: what
-``algorithm="auto"`` runs); report, results, sizes, drawings, tuning_plots.
+model), mpich (what MPICH's own MPI_Bcast runs on a layout); tuning (the
+tuning file) and auto (``select``: what ``algorithm="auto"`` runs); report, results, sizes, drawings, tuning_plots.
 docs/adding_an_algorithm.md adds an algorithm.
 """
 

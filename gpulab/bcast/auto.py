@@ -63,7 +63,8 @@ def native(nbytes: int, rank_nodes) -> Decision:
     """MPI_Bcast itself, saying what MPICH runs for it here."""
     runs = mpich.describe(nbytes, rank_nodes)
     return Decision("mpi", {}, f"MPI_Bcast (MPICH runs {runs}): no tuning table, fitted model, machine profile "
-                               f"($GPULAB_MACHINE) or cluster link rate to predict anything faster", "native")
+                               f"($GPULAB_MACHINE) or cluster link between these ranks' nodes to predict "
+                               f"anything faster", "native")
 
 
 def site_machine(p: int, table=None):
