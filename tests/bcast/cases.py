@@ -242,7 +242,7 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
     from gpulab.bcast import algorithms
     from gpulab.bcast.auto import reload
 
-    os.environ["GPULAB_TUNING_TABLE"] = table + ".absent"  # MPICH's rule: binomial at p < 8
+    os.environ["GPULAB_TUNING_TABLE"] = table + ".absent"  # nothing known: MPI_Bcast
     reload()
     comm = world.Dup()
     ran = []
@@ -277,7 +277,7 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
     remembered = sum(1 for key in algorithms._plans if key[0] == id(comm))
     comm.Free()
     forgotten = not any(key[0] == id(comm) for key in algorithms._plans)
-    bcast(np.zeros(129), 0, world)  # remembered on world: binomial
+    bcast(np.zeros(129), 0, world)  # remembered on world: MPI_Bcast
     if world.rank == 0:
         entry = {"lo": 0, "hi": None, "algorithm": "linear", "options": {}, "why": "test", "measured_at": [1032]}
         with open(table, "w") as f:
