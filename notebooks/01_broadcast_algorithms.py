@@ -51,7 +51,7 @@ engines
 # **binomial**: every rank that has the data sends it on, so the number of
 # holders doubles each round: `ceil(log2 p)(a + n·b)`. Ranks are renumbered
 # relative to the root (`vr = (me - root) % p`), so any root works the same
-# way. MPICH's generic rule (Thakur et al. 2005, in `gpulab.bcast.auto.mpich_default`)
+# way. MPICH's generic rule (Thakur et al. 2005, in `gpulab.bcast.mpich.mpir_rule`)
 # uses it below 12 KiB and on fewer than 8 processes.
 #
 # **What `MPI_Bcast` runs is not always that rule.** MPICH 5's ch4 device
@@ -120,7 +120,7 @@ show_patterns(runner, ["chain", "binary_tree", "split_binary_tree"], N_ENGINES, 
 #
 # MPICH's generic rule uses them only from 8 processes up: from 12 KiB,
 # recursive doubling when `p` is a power of two and the message is below
-# 512 KiB, the ring otherwise (`gpulab.bcast.auto.mpich_default` says why
+# 512 KiB, the ring otherwise (`gpulab.bcast.mpich.mpir_rule` says why
 # for any size and `p`). On these 4 engines, on one node, `MPI_Bcast` is a
 # binomial tree at every size; across nodes it is the node-aware composition
 # of section 1.

@@ -14,8 +14,8 @@ receives), tree_shapes (the trees), trees, pipelined, scatter_allgather (each
 algorithm's cached schedule builder), hierarchical, native (MPI_Bcast), trace;
 gpu, staging, nccl (device buffers); measure (OSU-style timing) and
 experiments (what ``gpulab tune`` measures); critical_path, model, fit (cost
-model); tuning (the tuning file) and auto (``select``: what
-``algorithm="auto"`` runs); report, results, sizes, drawings, tuning_plots.
+model), mpich (what MPICH's own MPI_Bcast runs on a layout); tuning (the
+tuning file) and auto (``select``: what ``algorithm="auto"`` runs); report, results, sizes, drawings, tuning_plots.
 docs/adding_an_algorithm.md adds an algorithm.
 """
 
@@ -25,14 +25,18 @@ import importlib
 
 # public name -> the module of this package that defines it
 _PUBLIC = {"ALGORITHMS": "algorithms", "bcast": "algorithms", "option_names": "algorithms",
-           "BcastSizeError": "group", "BcastArgumentMismatch": "agreement", "Decision": "auto", "select": "auto",
+           "BcastSizeError": "executor", "BcastArgumentMismatch": "agreement", "Decision": "auto", "select": "auto",
            "gather_trace": "trace", "tracing": "trace"}
 
 
 def __getattr__(name: str):
     if name not in _PUBLIC:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
+    # kept as a plain attribute: ``gpulab.bcast.bcast(...)`` in a loop then costs a dictionary lookup,
+    # not an import look-up on every call
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

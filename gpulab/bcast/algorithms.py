@@ -25,6 +25,7 @@ from gpulab.backend import is_device_array
 from gpulab.bcast import agreement, gpu, registry, tuning
 from gpulab.bcast.auto import select
 from gpulab.bcast.executor import Group, execute, on_free, private_comm
+from gpulab.bcast.native import native
 from gpulab.bcast.registry import REGISTRY
 from gpulab.lazy_mpi import lazy_mpi
 
@@ -125,9 +126,9 @@ def _nbytes_or_error(buf):
 
 def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, **options):
     """Broadcast ``buf`` in place from ``root`` over ``comm`` with algorithm ``name``; return ``buf``."""
-    comm = MPI.COMM_WORLD if comm is None else comm
     if not options and _repeat(name, buf, root, comm):
         return buf
+    asked, comm = comm, MPI.COMM_WORLD if comm is None else comm
     if agreement.checking():  # before any check that could fail on some ranks only
         agreement.agree(private_comm(comm), name, int(root) if isinstance(root, (int, np.integer)) else repr(root),
                         options, _nbytes_or_error(buf))
@@ -149,11 +150,11 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
     if build is not None:
         schedule = g.ranks(build(g.size, int(root), g.me, data.nbytes, **options))  # schedule_of, inlined
         if not options:
-            _remember(name, buf, root, comm, g, schedule)
+            _remember(name, buf, root, (asked, comm), g, schedule)
         execute(g, schedule, data)
         return buf
-    if record.level and not options:  # a flat runner ('mpi')
-        _remember(name, buf, root, comm, g, record.run)
+    if record.run is native and not options:  # MPI's own Bcast
+        _remember(name, buf, root, (asked, comm), g, record.run)
     _run(name, g, data, int(root), options)
     return buf
 
@@ -165,32 +166,40 @@ def _check_root(root, comm) -> None:
 
 # The fast path of a repeated broadcast: a program broadcasts the same sizes from the same root
 # again and again, and a 1 KiB MPI_Bcast takes a few microseconds, so every check and decision
-# is made once. (id of the user's communicator, algorithm as asked ("auto" too), root, nbytes)
-# -> (Group, schedule, the communicator, tuning generation) for host arrays called without options.
-# (a function in place of the schedule: a flat runner such as MPI's own Bcast.) Holding the
-# communicator keeps its id from being reused; freeing it forgets every plan, and an "auto" plan
-# made before the tuning file changed is decided again.
+# is made once. (id of the communicator as the caller passed it (None too), algorithm as asked
+# ("auto" too), root, nbytes) -> (run, root or None, the communicator, tuning generation) for host
+# arrays called without options; ``run`` is MPI's own Bcast on the private duplicate (called with
+# the array and the root), or the executor with the schedule bound (called with the bytes).
+# Holding the communicator keeps its id from being reused; freeing it forgets every plan, and an
+# "auto" plan made before the tuning file changed is decided again. What is checked again on every
+# call: that the buffer is a writable C-contiguous host array (else the full checks run and
+# raise), and whether argument checking across ranks is on.
 _plans: dict = {}
 on_free.append(_plans.clear)
 
 
 def _repeat(name: str, buf, root, comm) -> bool:
     """Run a remembered broadcast; False (nothing done) if this call has no plan yet."""
-    if type(buf) is not np.ndarray or agreement.checking():
+    if type(buf) is not np.ndarray:
         return False
     try:
         plan = _plans.get((id(comm), name, root, buf.nbytes))
     except TypeError:  # an unhashable root: the full checks will say what is wrong
         return False
-    if plan is None or plan[3] != tuning.generation:
+    if plan is None or plan[3] != tuning.generation or agreement.checking():
         return False
+    if plan[1] is not None:  # MPI's own Bcast takes the array as it is: no byte view to make
+        if not buf.flags.writeable:  # MPI would send from a read-only root: the full checks refuse it
+            return False
+        try:
+            plan[0](buf, plan[1])
+        except (BufferError, KeyError, ValueError):  # strided, or a dtype MPI cannot map: before any
+            return False  # message; the full checks raise, or send its bytes
+        return True
     data = _host_bytes(buf)
     if data is None:  # read-only or strided: the full checks say what is wrong
         return False
-    if type(plan[1]) is tuple:
-        execute(plan[0], plan[1], data)
-    else:
-        plan[1](plan[0], data, root)
+    plan[0](data)
     return True
 
 
@@ -209,11 +218,18 @@ def _host_bytes(buf: np.ndarray) -> memoryview | None:
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
 
-def _remember(name: str, buf, root, comm, g: Group, schedule) -> None:
-    if type(buf) is np.ndarray:
-        if len(_plans) > 65536:
-            _plans.clear()
-        _plans[(id(comm), name, root, buf.nbytes)] = (g, schedule, comm, tuning.generation)
+def _remember(name: str, buf, root, comms, g: Group, schedule) -> None:
+    """Keep the plan under each communicator key the caller may use (None stands for COMM_WORLD)."""
+    if type(buf) is not np.ndarray:
+        return
+    if len(_plans) > 65536:
+        _plans.clear()
+    if type(schedule) is tuple:
+        run, native_root = functools.partial(execute, g, schedule), None
+    else:  # MPI's own Bcast: straight to the private communicator, no list spec to parse per call
+        run, native_root = g.native.Bcast, int(root)
+    for comm in comms:
+        _plans[(id(comm), name, root, buf.nbytes)] = (run, native_root, comm, tuning.generation)
 
 
 def _entry(name: str) -> functools.partial:
@@ -246,21 +262,22 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
 
     ``algorithm="auto"`` picks one with ``select()``; options given here then
     override the chosen algorithm's defaults. A repeated call (same
-    communicator, root, size, no options) runs its remembered schedule at once.
+    communicator, root, size, no options) runs its remembered plan at once.
     """
-    comm = MPI.COMM_WORLD if comm is None else comm
+    if not options and _repeat(algorithm, buf, root, comm):
+        return buf
     if algorithm != "auto" or options:
         return run_algorithm(algorithm, buf, root, comm, **options)
-    if _repeat("auto", buf, root, comm):
-        return buf
+    asked, comm = comm, MPI.COMM_WORLD if comm is None else comm
     decision = select(buf.nbytes if isinstance(buf, np.ndarray) else byte_view(buf).nbytes, comm)
     run_algorithm(decision.name, buf, root, comm, **decision.options)
     record = REGISTRY[decision.name]
-    if record.level and (record.build is not None or not decision.options) and type(buf) is np.ndarray:
+    if type(buf) is np.ndarray and (record.build is not None and record.level or record.run is native) \
+            and (record.build is not None or not decision.options):
         # remember what auto ran, options too
         private = private_comm(comm)
         g = Group(private, range(private.size), private.rank, decision.name, private)
         schedule = schedule_of(decision.name, g, buf.nbytes, int(root), decision.options) \
             if record.build is not None else record.run
-        _remember("auto", buf, root, comm, g, schedule)
+        _remember("auto", buf, root, (asked, comm), g, schedule)
     return buf

@@ -33,14 +33,11 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
-from gpulab.bcast import registry
+from gpulab.bcast import mpich, registry
 from gpulab.bcast.critical_path import REPLAY_MAX_P, Plan, nominal, replay
 from gpulab.bcast.placement import PLACED, placed
 from gpulab.bcast.tree_shapes import DEFAULT_CHUNK
 from gpulab.bcast.tuning import load, table_path
-
-# MPICH's default selection (MPIR_CVAR_BCAST_SHORT_MSG_SIZE, _LONG_MSG_SIZE, _MIN_PROCS), used for 'mpi'
-MPICH_SHORT, MPICH_LONG, MPICH_MIN_PROCS = 12288, 524288, 8
 
 
 @dataclass(frozen=True)
@@ -132,12 +129,9 @@ ZERO = Prediction(0.0, 0.0, 0.0, "path")
 
 
 def mpich_choice(nbytes: int, p: int) -> str:
-    """MPICH's default broadcast for (nbytes, p): what MPI_Bcast runs unless the device overrides it."""
-    if nbytes < MPICH_SHORT or p < MPICH_MIN_PROCS:
-        return "binomial"
-    if p & (p - 1) == 0 and nbytes < MPICH_LONG:
-        return "scatter_allgather_rd"
-    return "scatter_allgather_ring"
+    """MPICH's MPIR rule for (nbytes, p): what MPI_Bcast runs on ranks of one node, or of one node each
+    (``gpulab.bcast.mpich``; ``mpich_bcast`` prices a communicator spread over nodes)."""
+    return mpich.mpir_rule(nbytes, p)
 
 
 def plan_of(algorithm: str, nbytes: float, p: int, serial: Callable[[float], bool],
@@ -254,6 +248,8 @@ def _messages(algorithm: str, nbytes: int, p: int, machine: Machine, options: di
                       options.get("intra_options") or {}, ranks=p if emulated else local,
                       groups=nodes if emulated else 1)
         return inter + intra
+    if algorithm == "mpi" and machine.ranks_per_node is not None and p > machine.ranks_per_node:
+        return mpich_bcast(nbytes, block_nodes(p, machine.ranks_per_node), machine)  # ranks in node blocks
     return _flat(algorithm, nbytes, p, machine.link(p), machine, options)
 
 
@@ -266,12 +262,43 @@ def predict(algorithm: str, nbytes: int, p: int, machine: Machine | None = None,
     broadcast that spans nodes pays the network for every message.
     """
     machine = machine or load_machine()
+    if algorithm == "mpi" and rank_nodes is not None and p > 1 and len(set(rank_nodes)) > 1:
+        if len(rank_nodes) != p:
+            raise ValueError(f"rank_nodes names {len(rank_nodes)} ranks, not p = {p}")
+        return mpich_bcast(nbytes, rank_nodes, machine).seconds + machine.call * stretch(machine, p)
     if rank_nodes is not None and algorithm in PLACED and len(set(rank_nodes)) > 1:
         if len(rank_nodes) != p:
             raise ValueError(f"rank_nodes names {len(rank_nodes)} ranks, not p = {p}")
         call = machine.call * stretch(machine, p) if p > 1 else 0.0
         return placed(algorithm, nbytes, rank_nodes, machine, **options) + call
     return breakdown(algorithm, nbytes, p, machine, **options).seconds
+
+
+def block_nodes(p: int, ranks_per_node: int | None) -> list[int] | None:
+    """The node of each of p ranks placed in blocks of ``ranks_per_node`` (None: all on one node)."""
+    return None if ranks_per_node is None or p <= ranks_per_node else [r // ranks_per_node for r in range(p)]
+
+
+def mpich_bcast(nbytes: int, rank_nodes, machine: Machine, root: int = 0) -> Prediction:
+    """MPICH 5's MPI_Bcast with rank i on node ``rank_nodes[i]``: its phases (``gpulab.bcast.mpich.steps``:
+    the ch4 rule's composition), one after another, each run in C (no Python overhead).
+
+    A flat phase over several nodes prices a binomial tree message by message on its own link
+    (``gpulab.bcast.placement``), the scatter-allgathers at the network's price.
+    """
+    native = replace(machine, overhead=0.0)
+    total = ZERO
+    for level, algorithm, ranks in mpich.steps(int(nbytes), rank_nodes, root)[1]:
+        if level == "send":  # the root hands the message to its node's leader, on their node
+            h = machine.intra.regime(nbytes)
+            total = total + Prediction(h.time(nbytes), h.alpha, nbytes * h.beta, "path")
+        elif level == "flat" and algorithm in PLACED:
+            seconds = placed(algorithm, nbytes, list(rank_nodes), native, root=root)
+            total = total + Prediction(seconds, 0.0, seconds, "path")
+        else:
+            link = machine.intra if level == "intra" else machine.inter
+            total = total + _flat(algorithm, nbytes, ranks, link, native, {})
+    return total
 
 
 def best_chunk(algorithm: str, nbytes: int, p: int, machine: Machine | None = None) -> int:

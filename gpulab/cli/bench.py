@@ -3,13 +3,17 @@
     gpulab bench bcast -n 4 --algorithms all --sizes 1K:64M --json out.json --plot out.png
     gpulab bench bcast -n 4 --device cupy --algorithms chain,mpi,nccl   # GPU buffers vs NCCL
     gpulab bench bcast -n 4 --algorithms chain,mpi,mpi:pipelined_tree/kary/1 --chunk-bytes 256K   # MPICH's own chain
+    gpulab bench bcast -n 2 --algorithms mpi --check --dtype float32      # OSU's -c, nccl-tests' -d
+    gpulab bench bcast -n 4 --sizes 1K --algorithms mpi,binomial --back-to-back   # no barrier between calls
     gpulab bench engine -n 4 --shapes all --overlap "none;all" --out rows.json   # ParallelGPT iterations
 
 Outside an MPI job it starts ``mpiexec -n N`` on itself; inside one (srun,
 mpiexec) it measures on the ranks it was given. A native variant
 (``mpi:<MPICH algorithm>``, see ``gpulab.bcast.native_variants``) runs in a job
 of its own, since MPICH reads the variables that force it at MPI_Init; the
-rows of every job end up in one table, JSON and plot.
+rows of every job end up in one table, JSON and plot. The 'mpi' column on host
+buffers is the bare comm.Bcast on the job's communicator. The JSON and CSV
+records follow docs/bench_schema.md (``SCHEMA``, versioned).
 """
 
 from __future__ import annotations
@@ -68,6 +72,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--warmup", type=nonnegative_int, default=None, help="warm-up iterations (default: OSU's 100/10)")
     p.add_argument("--time-budget", type=nonnegative_float, default=1.0,
                    help="max seconds of timed iterations per point, 0 for none (default 1.0)")
+    p.add_argument("--dtype", default="uint8", type=_dtype,
+                   help="element type of the buffer, e.g. uint8, float32, float64 (default uint8): MPI sees it")
+    p.add_argument("--check", action="store_true",
+                   help="validate every timed iteration (OSU -c, nccl-tests -c); the fill and compare are not timed")
+    p.add_argument("--back-to-back", action="store_true",
+                   help="no barrier between iterations: calls follow each other as in a framework's loop")
     p.add_argument("--chunk-bytes", type=size, default=None, help="segment size for pipelined algorithms")
     p.add_argument("--radix", type=radix, default=None, help="k-nomial radix")
     p.add_argument("--ranks-per-node", type=positive_int, default=None, help="emulated node size for 'hierarchical'")
@@ -105,6 +115,11 @@ def run(args) -> int:
     if unknown:
         usage_error(f"gpulab bench bcast: error: unknown algorithm(s) {unknown}; valid: "
                     f"{sorted(ALGORITHMS) + ['auto', 'nccl', 'mpi:<MPICH algorithm>']}")
+    import numpy as np  # here: every gpulab command builds this parser, and only this one needs numpy
+
+    uneven = [n for n in args.sizes if n % np.dtype(args.dtype).itemsize]
+    if uneven:
+        usage_error(f"gpulab bench bcast: error: sizes {uneven} are not whole numbers of {args.dtype}")
     if not inside_mpi_job():
         if args.root >= args.ranks:
             usage_error(f"gpulab bench bcast: error: --root {args.root} is not a rank of -n {args.ranks} "
@@ -143,6 +158,7 @@ def _measure(args) -> int:
                "path": args.path, "staging_chunk_bytes": args.staging_chunk_bytes, **_level_options(args)}
     bar = _progress(len(algorithms) * len(args.sizes)) if comm.rank == 0 and not args.quiet else None
     records = sweep(comm, algorithms, args.sizes, options=options, root=args.root, iters=args.iters,
+                    dtype=args.dtype, check=args.check, back_to_back=args.back_to_back,
                     device="cupy" if "nccl" in algorithms else args.device,
                     warmup=args.warmup, time_budget=args.time_budget or None,
                     progress=(lambda done, total, r: _advance(bar, r)) if bar else None)
@@ -163,6 +179,15 @@ def report(args, records: list[dict], p: int, meta: dict) -> int:
     print(format_table(records))
     _write_outputs(args, records, p, meta)
     return 0 if all(r["valid"] for r in records) else 1
+
+
+def _dtype(text: str) -> str:
+    import numpy as np
+
+    try:
+        return np.dtype(text).name
+    except TypeError:
+        raise argparse.ArgumentTypeError(f"not a numpy dtype: {text!r}") from None
 
 
 def _level_options(args) -> dict:
@@ -208,19 +233,31 @@ def format_table(records: list[dict]) -> str:
     chose = [f"{format_size(r['nbytes'])}: {r['chose']['algorithm']}"
              + "".join(f" {k}={v}" for k, v in sorted(r["chose"]["options"].items()))
              + f" ({r['chose']['source']})" for r in records if "chose" in r]
-    return (f"broadcast time per call (us, average over {p} ranks)\n" + "\n".join(lines)
+    mode = records[0].get("mode", "barrier") if records else "barrier"
+    bare = any(r.get("entry") == "comm.Bcast" for r in records)
+    title = (f"broadcast time per call (us, average over {p} ranks), {mode}"
+             + ("; mpi = bare comm.Bcast" if bare else ""))
+    return (title + "\n" + "\n".join(lines)
             + ("\nauto chose: " + "; ".join(chose) if chose else ""))
+
+
+# the records' format (docs/bench_schema.md); the version changes whenever a field changes meaning or goes
+SCHEMA = {"name": "gpulab-bench-bcast", "version": 2}
+CSV_FIELDS = ("schema_version", "algorithm", "entry", "nbytes", "dtype", "count", "p", "root", "iters", "warmup",
+              "mode", "avg_us", "min_us", "max_us", "p50_us", "p90_us", "p99_us", "algbw_GBps", "busbw_GBps",
+              "check", "errors", "valid", "device", "path", "options", "chose")
 
 
 def _write_outputs(args, records: list[dict], p: int, meta: dict) -> None:
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump({"metadata": meta, "records": records}, f, indent=1)
+            json.dump({"schema": SCHEMA, "metadata": meta, "records": records}, f, indent=1)
     if args.csv_path:
         with open(args.csv_path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=[k for k in records[0] if k != "options"] + ["options"])
+            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
             writer.writeheader()
-            writer.writerows({**r, "options": json.dumps(r["options"])} for r in records)
+            writer.writerows({**r, "schema_version": SCHEMA["version"], "options": json.dumps(r["options"]),
+                              "chose": json.dumps(r["chose"]) if "chose" in r else ""} for r in records)
     if args.plot_path:
         import matplotlib  # here, not at the top: every rank of every gpulab command imports this module
 

@@ -47,7 +47,7 @@ sizes within 2-4x of it cost about the same.""",
 (`2(p-1)/p·n` against `ceil(log2 p)·n` bytes on the critical path) but pays many more latencies
 (`2 log2 p` for recursive doubling, `log2 p + p - 1` for the ring), so it wins only for large messages;
 in Python each of those messages costs extra, which pushes the crossover further up. MPICH's generic rule
-(Thakur, Rabenseifner and Gropp 2005; `gpulab.bcast.auto.mpich_default`) uses it from 12 KiB but only from
+(Thakur, Rabenseifner and Gropp 2005; `gpulab.bcast.mpich.mpir_rule`) uses it from 12 KiB but only from
 8 processes. """ + MPICH_CH4 + """: for p < 8 on a communicator that spans nodes it runs its node-aware
 composition instead, on one node a binomial tree.""",
         exercise="exercises/03_scatter_allgather"),

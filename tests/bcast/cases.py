@@ -127,7 +127,8 @@ def check_auto(world: MPI.Comm, make=lambda expected, is_root: expected.copy() i
     """``algorithm="auto"`` moves the data correctly and runs what ``select`` decided, around the switch points.
 
     ``make(expected, is_root)`` builds each rank's buffer (host by default), ``read(buf)`` brings it to the host.
-    Returns (nbytes, the decision's algorithm and source, the algorithms the trace saw) per size, on rank 0.
+    Returns (nbytes, the decision's algorithm, source and reason, the algorithms the trace saw) per size,
+    on rank 0.
     """
     from gpulab.bcast import gather_trace, select, tracing
 
@@ -141,7 +142,8 @@ def check_auto(world: MPI.Comm, make=lambda expected, is_root: expected.copy() i
         ran = gather_trace(events, world)
         if ran is not None:
             decision = select(nbytes, world)
-            chosen.append((nbytes, decision.name, decision.source, sorted({e["algorithm"] for e in ran})))
+            chosen.append((nbytes, decision.name, decision.source, decision.reason,
+                           sorted({e["algorithm"] for e in ran})))
     return chosen
 
 
@@ -240,7 +242,7 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
     from gpulab.bcast import algorithms
     from gpulab.bcast.auto import reload
 
-    os.environ["GPULAB_TUNING_TABLE"] = table + ".absent"  # MPICH's rule: binomial at p < 8
+    os.environ["GPULAB_TUNING_TABLE"] = table + ".absent"  # nothing known: MPI_Bcast
     reload()
     comm = world.Dup()
     ran = []
@@ -275,7 +277,7 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
     remembered = sum(1 for key in algorithms._plans if key[0] == id(comm))
     comm.Free()
     forgotten = not any(key[0] == id(comm) for key in algorithms._plans)
-    bcast(np.zeros(129), 0, world)  # remembered on world: binomial
+    bcast(np.zeros(129), 0, world)  # remembered on world: MPI_Bcast
     if world.rank == 0:
         entry = {"lo": 0, "hi": None, "algorithm": "linear", "options": {}, "why": "test", "measured_at": [1032]}
         with open(table, "w") as f:

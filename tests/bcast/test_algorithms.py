@@ -69,8 +69,9 @@ def test_broadcasts_leave_the_users_messages_alone():
 def test_repeated_broadcasts_take_the_fast_path_and_stay_correct(tmp_path):
     rows = run_mpi(3, "tests.bcast.cases:repeated_calls", table=str(tmp_path / "table.json"), timeout=60)
     for first_auto, last_auto, remembered, forgotten, after_reload in rows:
-        # auto ran binomial on a fresh plan and on a remembered one (MPICH's rule at p = 3)
-        assert first_auto == last_auto == ["binomial"]
+        # with nothing to predict from, auto ran MPI_Bcast on a fresh plan and on a remembered one: MPI's own
+        # messages, which gpulab's trace does not see (tests/bcast/test_auto_sources.py checks the decision)
+        assert first_auto == last_auto == []
         assert remembered == 8  # (auto, binomial, chain, mpi) x two roots
         assert forgotten
         assert after_reload == ["linear"]  # the new table decides, not the remembered plan

@@ -61,17 +61,21 @@ def test_buffer_protocol_objects_and_single_rank_are_accepted():
     assert bcast(buf, comm=SELF, algorithm="scatter_allgather_rd") is buf and buf == b"abc"
 
 
-def test_auto_follows_mpich_thresholds(tmp_path, monkeypatch):
+def test_auto_without_sources_runs_mpi_bcast_and_names_mpichs_rule(tmp_path, monkeypatch):
     class Comm:
         def __init__(self, size):
             self.size = size
 
-    # no tuning table and no fitted model (whatever the user's cache holds): MPICH's rule decides
+    # no tuning table, no fitted model, no machine profile, no cluster link: MPI_Bcast itself, and the
+    # reason says what MPICH runs for it (the MPIR rule's thresholds, tests/bcast/test_mpich_rule.py)
     monkeypatch.setenv("GPULAB_TUNING_TABLE", str(tmp_path / "none.json"))
-    reload()  # select() reads the variable and the file once per process
-    assert select(100, Comm(16)).source == "mpich-default"
-    assert select(100, Comm(16)).name == "binomial"
-    assert select(100_000, Comm(4)).name == "binomial"  # MPICH: p < 8 always binomial
-    assert select(100_000, Comm(16)).name == "scatter_allgather_rd"
-    assert select(100_000, Comm(12)).name == "scatter_allgather_ring"
-    assert select(1 << 20, Comm(16)).name == "scatter_allgather_ring"
+    for name in ("GPULAB_MACHINE", "GPULAB_TOPOLOGY"):
+        monkeypatch.delenv(name, raising=False)
+    reload()  # select() reads the variables and the file once per process
+    assert select(100, Comm(16)).source == "native"
+    assert select(100, Comm(16)).name == "mpi"
+    assert "binomial on 16" in select(100, Comm(16)).reason
+    assert "binomial on 4" in select(100_000, Comm(4)).reason  # MPICH: p < 8 always binomial
+    assert "scatter_allgather_rd on 16" in select(100_000, Comm(16)).reason
+    assert "scatter_allgather_ring on 12" in select(1 << 20, Comm(12)).reason
+    assert "scatter_allgather_ring on 16" in select(1 << 20, Comm(16)).reason

@@ -72,7 +72,7 @@ def test_cli_measures_auto_and_says_what_it_chose(tmp_path):
     assert done.returncode == 0, done.stderr
     auto = json.loads(out.read_text())["records"][0]
     assert auto["algorithm"] == "auto" and auto["valid"]
-    assert set(auto["chose"]) == {"algorithm", "options", "source"}
+    assert set(auto["chose"]) == {"algorithm", "options", "source", "reason"}
     assert f"auto chose: 1K: {auto['chose']['algorithm']}" in done.stdout
 
 

@@ -73,12 +73,15 @@ def test_candidates_cover_every_algorithm_with_sensible_options():
     assert not any(name == "knomial" for name, _ in small)  # radix 3 needs p > 3
 
 
-def test_select_falls_back_to_mpich_rule(no_table):
+def test_select_falls_back_to_mpi_bcast(no_table, monkeypatch):
+    for name in ("GPULAB_MACHINE", "GPULAB_TOPOLOGY"):
+        monkeypatch.delenv(name, raising=False)
+    reload()
     d = select(100_000, Comm(16))
     assert select(100_000, Comm(16)) is d  # decided once, then looked up
-    assert isinstance(d, Decision) and d.source == "mpich-default"
-    assert (d.name, d.options) == ("scatter_allgather_rd", {})
-    assert "MPICH" in d.reason and "power of two" in d.reason
+    assert isinstance(d, Decision) and d.source == "native"
+    assert (d.name, d.options) == ("mpi", {})
+    assert "MPICH runs beta" in d.reason and "scatter_allgather_rd on 16" in d.reason
 
 
 def test_select_uses_model_then_table(tmp_path):

@@ -1,0 +1,84 @@
+"""`auto` with no tuning run against MPI_Bcast on the emulated cluster (4 nodes x 1 rank, 1 Gbit/s).
+
+    python benchmarks/auto_untuned.py            # writes docs/results/auto_untuned.json, prints the table
+    python benchmarks/auto_untuned.py --sizes 1K,64K,1M,8M,32M --link 1gbit
+
+No tuning file ($GPULAB_TUNING_TABLE points at a missing one) and no machine
+profile: what `auto` knows is the node layout (Split_type) and the link rate
+the cluster publishes to every rank ($GPULAB_TOPOLOGY). Each size is measured
+by ``gpulab bench bcast --algorithms auto,mpi`` ('mpi' = the bare comm.Bcast);
+the ratio auto / mpi is what section 3 of issue 29 asks about (at most 0.7 at
+8 and 32 MiB, at most 1.1 at every size). The load average before and after is
+recorded: other jobs may share the cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "auto_untuned.json"
+sys.path.insert(0, str(ROOT))
+
+from gpulab.emulated import EmulatedCluster  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="1K,64K,1M,8M,32M")
+    parser.add_argument("--link", default="1gbit")
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--iters", default="5")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    with EmulatedCluster(nodes=args.nodes, link=args.link, placement="block"), \
+            tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
+               "GPULAB_TUNING_TABLE": os.path.join(tmp, "no-tuning-file.json"), "GPULAB_MACHINE": ""}
+        out = os.path.join(tmp, "bench.json")
+        command = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(args.nodes), "--sizes", args.sizes,
+                   "--algorithms", "auto,mpi", "--iters", args.iters, "--warmup", "1", "--time-budget", "3",
+                   "--quiet", "--json", out]
+        load_before = os.getloadavg()
+        subprocess.run(command, check=True, env=env, cwd=ROOT)
+        bench = json.loads(Path(out).read_text())
+    assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
+    records = bench["records"]
+    mpi = {r["nbytes"]: r for r in records if r["algorithm"] == "mpi"}
+    rows = []
+    for r in records:
+        if r["algorithm"] == "auto":
+            rows.append({"nbytes": r["nbytes"], "auto_us": r["max_us"], "mpi_us": mpi[r["nbytes"]]["max_us"],
+                         "ratio": r["max_us"] / mpi[r["nbytes"]]["max_us"], "chose": r["chose"]})
+    result = {"command": " ".join(["gpulab bench bcast"] + command[5:-3]) + f" (on {args.nodes} emulated nodes "
+                                   f"x 1, {args.link}, no tuning file)",
+              "load_before": load_before, "load_after": os.getloadavg(), "cpus": os.cpu_count(),
+              "metadata": bench["metadata"], "rows": rows, "records": records}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    print(table(rows))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def table(rows: list[dict]) -> str:
+    from gpulab.bcast.sizes import format_size
+
+    lines = ["| size | auto (ms, slowest rank) | MPI_Bcast (ms) | auto / MPI_Bcast | auto chose (source) |",
+             "|---|---|---|---|---|"]
+    for r in rows:
+        chose = r["chose"]
+        options = "".join(f" {k}={v}" for k, v in sorted(chose["options"].items()))
+        lines.append(f"| {format_size(r['nbytes'])} | {r['auto_us'] / 1e3:.2f} | {r['mpi_us'] / 1e3:.2f} | "
+                     f"{r['ratio']:.2f} | {chose['algorithm']}{options} ({chose['source']}) |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Per-call cost of gpulab's broadcast: back-to-back 1 KiB broadcasts, bare comm.Bcast beside gpulab's entries.
+
+    python benchmarks/bcast_calls.py            # p = 2 and 4, writes docs/results/bcast_calls.json
+    python benchmarks/bcast_calls.py --ranks 4 --calls 20000 --rounds 7
+
+A framework broadcasting layer after layer calls back to back, with no barrier
+between calls, so every microsecond of Python in front of MPI_Bcast adds up.
+Each variant runs ``calls`` broadcasts in a loop on every rank; the time per
+call is the slowest rank's loop time / calls. Variants are interleaved in
+``rounds`` (a burst of load elsewhere hits one round of each) and the median
+round is kept. The reference, ``bare``, is ``comm.Bcast`` on the user's own
+communicator: what a program gets with no gpulab at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results" / "bcast_calls.json"
+VARIANTS = ("bare", "python_binomial", "mpi", "binomial", "auto")
+TARGETS = {"mpi": 1.1, "binomial": 1.3, "auto": 1.2}  # at most this many times bare, issue 29 section 4
+
+
+def python_binomial(comm, buf, root: int = 0) -> None:
+    """A plain binomial tree in mpi4py (MPICH's own loop, MPIR_Bcast_intra_binomial), for reference."""
+    p, me = comm.size, comm.rank
+    rel = (me - root) % p
+    mask = 1
+    while mask < p:
+        if rel & mask:
+            comm.Recv(buf, (me - mask) % p)
+            break
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:
+        if rel + mask < p:
+            comm.Send(buf, (me + mask) % p)
+        mask >>= 1
+
+
+def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
+    import numpy as np
+    from mpi4py import MPI
+
+    import gpulab.bcast
+    from gpulab.bcast import auto, tuning
+
+    comm = MPI.COMM_WORLD
+    buf = np.zeros(nbytes, dtype=np.uint8)
+    if comm.rank == 0:
+        buf[:] = 7
+    # the package attribute on every call, as a program writing gpulab.bcast.bcast(...) calls it
+    runs = {"bare": lambda: comm.Bcast(buf, 0),
+            "python_binomial": lambda: python_binomial(comm, buf, 0),
+            "mpi": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="mpi"),
+            "binomial": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="binomial"),
+            "auto": lambda: gpulab.bcast.bcast(buf, 0, comm)}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            for _ in range(calls // 10):  # warm-up: plans made, caches filled
+                run()
+            comm.Barrier()
+            t0 = MPI.Wtime()
+            for _ in range(calls):
+                run()
+            elapsed = comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX)
+            times[name].append(elapsed / calls)
+    assert int(buf.sum()) == 7 * nbytes, f"rank {comm.rank}: the broadcasts did not deliver"
+    if comm.rank == 0:
+        decision = auto.select(nbytes, comm)
+        print(json.dumps({"p": comm.size, "nbytes": nbytes, "calls": calls, "rounds": rounds,
+                          "tuning_file": str(tuning.table_path()),
+                          "auto_chose": {"algorithm": decision.name, "source": decision.source},
+                          "us": {k: statistics.median(v) * 1e6 for k, v in times.items()},
+                          "rounds_us": {k: [t * 1e6 for t in v] for k, v in times.items()}}))
+
+
+def front_end(calls: int, rounds: int, nbytes: int) -> dict:
+    """Microseconds per call on a one-rank communicator (COMM_SELF), where MPI_Bcast returns at once and no
+    other rank's scheduling enters: what gpulab's front end adds is the difference to ``bare``. Loops of
+    1000 calls, the entries interleaved, ``rounds * 8`` times; the least of each (quiet moments)."""
+    import timeit
+
+    import numpy as np
+    from mpi4py import MPI
+
+    import gpulab.bcast
+
+    comm, buf = MPI.COMM_SELF, np.zeros(nbytes, dtype=np.uint8)
+    runs = {"bare": lambda: comm.Bcast(buf, 0),
+            "mpi": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="mpi"),
+            "binomial": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="binomial"),
+            "auto": lambda: gpulab.bcast.bcast(buf, 0, comm)}
+    best = {name: float("inf") for name in runs}
+    for run in runs.values():
+        run()
+    for _ in range(rounds * 8):
+        for name, run in runs.items():
+            best[name] = min(best[name], timeit.timeit(run, number=1000) / 1000 * 1e6)
+    return best
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| p | " + " | ".join(VARIANTS) + " | mpi / bare | binomial / bare | auto / bare |",
+             "|---|" + "---|" * (len(VARIANTS) + 3)]
+    for r in rows:
+        us, bare = r["us"], r["us"]["bare"]
+        ratios = " | ".join(f"{us[k] / bare:.2f} (target <= {TARGETS[k]})" for k in ("mpi", "binomial", "auto"))
+        lines.append(f"| {r['p']} | " + " | ".join(f"{us[k]:.2f}" for k in VARIANTS) + f" | {ratios} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", default="2,4", help="process counts (default 2,4)")
+    parser.add_argument("--calls", type=int, default=20000, help="broadcasts per timed loop")
+    parser.add_argument("--rounds", type=int, default=7, help="interleaved rounds; the median is kept")
+    parser.add_argument("--bytes", type=int, default=1024, help="message size (default 1 KiB)")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--in-ranks", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.in_ranks:
+        in_ranks(args.calls, args.rounds, args.bytes)
+        return 0
+    from gpulab.launch import mpiexec_command
+
+    rows = []
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    for p in (int(x) for x in args.ranks.split(",")):
+        command = mpiexec_command(p, [__file__, "--in-ranks", "--calls", str(args.calls),
+                                      "--rounds", str(args.rounds), "--bytes", str(args.bytes)])
+        load = os.getloadavg()[0]
+        out = subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True, text=True).stdout
+        row = json.loads(out.strip().splitlines()[-1])
+        row.update(load_before=load, load_after=os.getloadavg()[0], cpus=os.cpu_count())
+        rows.append(row)
+    print(table(rows))
+    single = front_end(args.calls, args.rounds, args.bytes)
+    print("one rank (COMM_SELF), us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in single.items()))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"command": "python benchmarks/bcast_calls.py " + " ".join(sys.argv[1:]),
+                                    "rows": rows, "one_rank_us": single}, indent=1))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

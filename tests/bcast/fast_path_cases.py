@@ -1,0 +1,57 @@
+"""In the ranks: the remembered (fast) path of repeated broadcasts keeps every check of the API, and the
+bench's OSU / nccl-tests options (tests/bcast/test_fast_path.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+from mpi4py import MPI
+
+import gpulab.bcast
+
+
+def _raises(call) -> str:
+    try:
+        call()
+    except (TypeError, ValueError) as error:
+        return type(error).__name__
+    return "nothing raised"
+
+
+def repeated_calls_keep_their_checks(world: MPI.Comm, algorithm: str) -> dict:
+    """After a plan exists for (comm, algorithm, root, 1 KiB), bad buffers of that size still raise, and
+    other dtypes of that size still arrive bit for bit."""
+    expected = np.arange(128, dtype=np.float64)
+    for _ in range(3):  # the first call makes the plan, the others take it
+        buf = expected.copy() if world.rank == 0 else np.zeros(128)
+        gpulab.bcast.bcast(buf, 0, world, algorithm=algorithm)
+        assert np.array_equal(buf, expected), f"rank {world.rank}: wrong data on a repeated call"
+    read_only = np.zeros(128)
+    read_only.flags.writeable = False
+    strided = np.zeros(256)[::2]  # 1 KiB too, but not contiguous
+    out = {"read_only": _raises(lambda: gpulab.bcast.bcast(read_only, 0, world, algorithm=algorithm)),
+           "strided": _raises(lambda: gpulab.bcast.bcast(strided, 0, world, algorithm=algorithm))}
+    for dtype in ("float16", "datetime64[s]", "V8"):  # MPI maps the first, not the others: same bytes arrive
+        source = np.frombuffer(expected.tobytes(), dtype=dtype)
+        buf = source.copy() if world.rank == 0 else np.zeros_like(source)
+        gpulab.bcast.bcast(buf, 0, world, algorithm=algorithm)
+        out[dtype] = buf.tobytes() == expected.tobytes()
+    out["package_attribute_kept"] = "bcast" in vars(gpulab.bcast)
+    return out
+
+
+def measure_with_options(world: MPI.Comm, algorithm: str, **kwargs) -> dict:
+    from gpulab.bcast.measure import measure_bcast
+
+    return measure_bcast(world, algorithm, 4096, iters=20, warmup=2, **kwargs)
+
+
+def check_catches_a_broken_algorithm(world: MPI.Comm) -> dict:
+    """--check validates every iteration: an 'algorithm' that moves nothing fails every one."""
+    from gpulab.bcast.algorithms import ALGORITHMS
+    from gpulab.bcast.measure import measure_bcast
+
+    ALGORITHMS["does_nothing"] = lambda buf, root, comm: buf
+    try:
+        return measure_bcast(world, "does_nothing", 100, iters=4, warmup=1, validate=False, check=True)
+    finally:
+        del ALGORITHMS["does_nothing"]
