@@ -9,9 +9,9 @@
 Each run measures every chosen algorithm at every power-of-two size in the
 range (native MPI_Bcast alongside), ``rounds`` times, the rounds interleaved
 so that a burst of load on a shared machine hits one round of every point
-rather than every round of one point. A point shows the median of its rounds,
-with the band from the fastest to the slowest round: a bump inside the band is
-noise, not an effect. The rows go to ``explorer.results``; earlier runs stay on
+rather than every round of one point. A point shows its median round (every
+column of its table row from that one round), with the band from the fastest
+to the slowest round: a bump inside the band is noise, not an effect. The rows go to ``explorer.results``; earlier runs stay on
 the plot so runs can be compared.
 
 Buffers: host (numpy), GPU (CuPy, where every engine has one) or the fake
@@ -112,7 +112,7 @@ class BcastExplorer(W.VBox):
         return [(a, n, self.options_for(a)) for a in algorithms for n in SIZES if lo <= n <= hi]
 
     def run(self, *, raise_errors: bool = True) -> list[dict]:
-        """Measure the plan ``rounds`` times, interleaved; one row per point (the median of its rounds).
+        """Measure the plan ``rounds`` times, interleaved; one row per point (its median round).
 
         Rows measured before a failure are kept. The Run button passes raise_errors=False: the error
         then shows in the status line.
@@ -161,10 +161,21 @@ class BcastExplorer(W.VBox):
 
 
 def results_html(rows: list[dict], last: int = 12) -> str:
-    """The last few result rows as a small HTML table."""
-    head = "<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th><th>valid</th></tr>"
+    """The last few result rows as a small HTML table.
+
+    A row's avg/min/max/busbw all come from one round, the median one (min and max: that round's fastest
+    and slowest rank); the last column is the spread of the average over the rounds.
+    """
+    head = ("<tr><th>series</th><th>size</th><th>avg us</th><th>min us (rank)</th><th>max us (rank)</th>"
+            "<th>busbw GB/s</th><th>avg us over rounds</th><th>valid</th></tr>")
     body = "".join(f"<tr><td>{series_of(r)}</td><td>{size_label(r['nbytes'])}</td><td>{r['avg_us']:.1f}</td>"
                    f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td><td>{r['busbw_GBps']:.3f}</td>"
-                   f"<td>{r['valid']}</td></tr>" for r in rows[-last:])
-    return f"<table>{head}{body}</table>" if rows else ""
+                   f"<td>{_spread(r)}</td><td>{r['valid']}</td></tr>" for r in rows[-last:])
+    caption = ("<caption style='text-align:left'>each row: the median round (min/max: its fastest and slowest "
+               "rank); the last column: the fastest to the slowest round</caption>")
+    return f"<table>{caption}{head}{body}</table>" if rows else ""
 
+
+def _spread(row: dict) -> str:
+    times = row.get("rounds_us") or [row["avg_us"]]
+    return f"{min(times):.1f}" if len(times) == 1 else f"{min(times):.1f} - {max(times):.1f} ({len(times)})"
