@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
-
 
 def median_row(rounds: list[dict], run: int) -> dict:
     """One point from its rounds: the median round's row whole (its mean, its fastest and slowest rank,
