@@ -61,8 +61,11 @@ class BcastExplorer(W.VBox):
         self.chunk = W.SelectionSlider(options=[(size_label(c), c) for c in CHUNKS], value=1 << 16,
                                        description="chunk size")
         self.radix = W.IntSlider(value=4, min=2, max=8, description="radix")
-        self.ranks_per_node = W.IntSlider(value=max(runner.p // 2, 1), min=1, max=max(runner.p, 1),
-                                          description="ranks/node")
+        # 0: the nodes the ranks really run on (Split_type), what an emulated cluster's placement makes them
+        on_nodes = getattr(getattr(runner, "engines", None), "emulated", None) is not None
+        self.ranks_per_node = W.IntSlider(value=0 if on_nodes else max(runner.p // 2, 1), min=0,
+                                          max=max(runner.p, 1), description="ranks/node",
+                                          tooltip="hierarchical's nodes: 0 = the real ones, k = blocks of k ranks")
         self.root = W.IntSlider(value=0, min=0, max=max(runner.p - 1, 0), description="root")
         self.rounds = W.IntSlider(value=rounds, min=1, max=9, description="rounds")
         devices = getattr(runner, "devices", ["host"])
@@ -93,12 +96,13 @@ class BcastExplorer(W.VBox):
             self.with_nccl.value = False
 
     def options_for(self, algorithm: str) -> dict:
-        """The current slider values this algorithm accepts (hierarchical gets ranks_per_node, etc.);
+        """The current slider values this algorithm accepts (hierarchical gets ranks_per_node unless it is 0,
+        the real nodes, etc.);
         for device buffers, the path when one is forced (every algorithm takes it)."""
         if algorithm == "nccl":
             return {}
         current = {"chunk_bytes": self.chunk.value, "radix": self.radix.value,
-                   "ranks_per_node": self.ranks_per_node.value}
+                   **({"ranks_per_node": self.ranks_per_node.value} if self.ranks_per_node.value else {})}
         options = {k: v for k, v in current.items() if k in self.runner.algorithms[algorithm]}
         if self.device.value != "host" and self.path.value != "auto":
             options["path"] = self.path.value

@@ -262,3 +262,18 @@ def test_every_column_of_a_table_row_comes_from_one_round():
     assert row["rounds_us"] == [25.1, 43.5, 44.5]
     html = results_html([row])
     assert "<td>43.5</td><td>43.0</td><td>44.0</td>" in html and "25.1 - 44.5 (3)" in html
+
+
+def test_hierarchical_takes_the_real_nodes_on_an_emulated_cluster():
+    """ranks/node 0 passes no ranks_per_node (the algorithm asks MPI which node each rank is on): with
+    round-robin placement consecutive ranks are on different nodes, so blocks of k would be wrong."""
+    from types import SimpleNamespace
+
+    class ClusterRunner(FakeRunner):
+        engines = SimpleNamespace(emulated=object())
+
+    on_cluster = BcastExplorer(ClusterRunner())
+    assert on_cluster.ranks_per_node.value == 0 and on_cluster.options_for("hierarchical") == {}
+    on_cluster.ranks_per_node.value = 2
+    assert on_cluster.options_for("hierarchical") == {"ranks_per_node": 2}
+    assert BcastExplorer(FakeRunner()).ranks_per_node.value == 2  # one machine: blocks of p/2 stand for nodes
