@@ -8,7 +8,9 @@ copies of the notebooks with these injected after the "parameters" cell) both us
 PARAMETERS = {
     "00_start_here": {"NBYTES": 1 << 16, "ITERS": 5},
     "01_broadcast_algorithms": {"SIZES": [1 << 10, 1 << 16], "ITERS": 5},
-    "02_broadcast_explorer": {"SIZES": (1 << 10, 1 << 14), "ITERS": 5},
+    # the scoreboard's rows live are tests/scoreboard's: here the recorded ones only
+    "02_broadcast_explorer": {"SIZES": (1 << 10, 1 << 14), "ITERS": 5, "DENSE_SIZES": (1 << 10, 1 << 12),
+                              "SCOREBOARD_LIVE": ()},
     # 10 Gbit/s: the start-up broadcast of ResNet-50 (102 MB, six times) took 10.8 s of the test at 1 Gbit/s
     "03_model_and_tuning": {"LINK": "10gbit", "FIT_SIZES": [64, 8192, 1 << 20], "CHECK_SIZES": [1 << 12, 1 << 20], "CHUNK_MESSAGE": 1 << 20, "CHUNKS": [1 << 16, 1 << 18], "TUNE_SIZES": [1 << 10, 1 << 18], "NETWORKS": ["resnet50"]},
     "04_tensor_parallel_3d": {},  # already small: one 8 x 12 layer on 4 ranks
