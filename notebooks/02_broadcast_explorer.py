@@ -124,10 +124,11 @@ else:
 # the first one stays usable.
 #
 # **What to expect.** Here (`gpulab bench bcast -n 8 --nodes 4 --placement
-# round-robin --link 100mbit`: 8 busy-polling ranks on 2 cores, load 22) hierarchical was 1.2-1.6x faster than binomial from 64 KiB to
-# 1 MiB (1 MiB: 152 ms against 242 ms), and `MPI_Bcast` followed binomial:
-# on 8 ranks MPICH's rule is no longer node-aware (it is for p < 8, see
-# question 6). On a laptop the gap is the same in kind; with block placement
+# round-robin --link 100mbit`: 8 busy-polling ranks on 2 cores, load 22)
+# hierarchical was 1.2-1.6x faster than binomial from 64 KiB to 1 MiB
+# (1 MiB: 152 ms against 242 ms); `MPI_Bcast` lay between the two up to
+# 512 KiB and on binomial at 1 MiB: on 8 ranks MPICH's rule (notebook 01
+# §1) is node-aware below 512 KiB and flat above. On a laptop the gap is the same in kind; with block placement
 # it shrinks, since then binomial already crosses each link about once. **On
 # a real cluster** with 4-8 GPUs per node the intra-node links (NVLink) are
 # 10x or more faster than the network, which is what makes the two levels
