@@ -202,8 +202,9 @@ engines.stop()
 from IPython.display import display
 
 from gpulab.scoreboard import load, show, table
+from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
 
-recorded = "../docs/results/scoreboard_quick.json"
+recorded = results_dir() / "scoreboard_quick.json"
 print(f"recorded: {recorded}")
 display(table(load(recorded)))
 

@@ -173,9 +173,10 @@ assert patterns.events, "the traced broadcast sent no messages"
 
 # %%
 from gpulab.scoreboard import load, show, table
+from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
 
 print("recorded (docs/results/scoreboard_quick.json):")
-display(table([row for row in load("../docs/results/scoreboard_quick.json") if row["id"] in ("a", "b")]))
+display(table([row for row in load(results_dir() / "scoreboard_quick.json") if row["id"] in ("a", "b")]))
 if SCOREBOARD_LIVE:
     print("live, this run:")
     display(show(SCOREBOARD_LIVE))

@@ -504,9 +504,10 @@ assert all(r["tuned_bcast_ms"] <= r["mpi_bcast_ms"] for r in sync)
 
 # %%
 from gpulab.scoreboard import load, show, table
+from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
 
 print("recorded (docs/results/scoreboard_quick.json):")
-display(table([row for row in load(Path(RECORDS, "scoreboard_quick.json")) if row["id"] in ("b", "d", "i")]))
+display(table([row for row in load(results_dir() / "scoreboard_quick.json") if row["id"] in ("b", "d", "i")]))
 if SCOREBOARD_LIVE:
     print("live, this run:")
     display(show(SCOREBOARD_LIVE))

@@ -431,9 +431,10 @@ assert steps[1 + saved_at_scale.index(max(saved_at_scale))] == "+OAG"  # the ans
 
 # %%
 from gpulab.scoreboard import load, show, table
+from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
 
 print("recorded (docs/results/scoreboard_quick.json):")
-display(table([row for row in load("../docs/results/scoreboard_quick.json") if row["id"] == "h"]))
+display(table([row for row in load(results_dir() / "scoreboard_quick.json") if row["id"] == "h"]))
 if SCOREBOARD_LIVE:
     print("live, this run:")
     display(show(SCOREBOARD_LIVE))
