@@ -73,8 +73,14 @@ engines
 # on other `p`, alpha below 12 KiB and gamma above.
 #
 # **k-nomial** (radix k): each round multiplies the holders by k; fewer rounds,
-# more sends per round: about `(k-1)·ceil(log_k p)(a + n·b)`. Open MPI's default
-# for many sizes uses k = 4.
+# more sends per round: about `(k-1)·ceil(log_k p)(a + n·b)`. Open MPI's
+# fixed rules (`coll_tuned_bcast_intra_dec_fixed` in
+# `ompi/mca/coll/tuned/coll_tuned_decision_fixed.c`) pick the k-nomial tree
+# for some sizes on 8-31 ranks and for many from 32 ranks up (every size
+# on 64-127 ranks); its radix is the MCA parameter
+# `coll_tuned_bcast_algorithm_knomial_radix`, 4 by default
+# (`coll_tuned_bcast_decision.c`). On 4-7 ranks, as here, the same rules
+# never pick it: binary tree, binomial, linear, or the chain from 1 MiB.
 #
 # The pattern plots below: ranks on the y axis, logical steps (messages that
 # can travel at the same time) on the x axis, one arrow per message from

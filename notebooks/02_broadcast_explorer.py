@@ -27,7 +27,9 @@
 #
 # The engines run on an **emulated cluster** where this machine can make one
 # (`NODES` network namespaces joined by rate-limited links, see
-# `docs/cluster.md`), else on the machine itself; the banner says which. Its
+# `docs/cluster.md`), else on the machine itself; the banner says which (and
+# why not: making one needs root or user namespaces; without them every
+# "link" is shared memory and the curves below show the cores, not a network). Its
 # controls change the link rate at once and the placement (block: ranks 0, 1
 # on node 1; round-robin: rank i on node i mod NODES) by restarting the engines.
 # Each point is the median of `ROUNDS` interleaved rounds, with a band from the
@@ -36,16 +38,19 @@
 
 # %% tags=["parameters"]
 N_ENGINES = 4
-SIZES = (1 << 10, 1 << 20)          # first run: 1 KiB .. 1 MiB, every power of two
+SIZES = (1 << 14, 1 << 21)          # first run: 16 KiB .. 2 MiB, every power of two
 ALGORITHMS = ("binomial", "chain")  # first run: the two the questions below compare
 CHUNK = 1 << 16                     # chain / binary tree chunk size
 ITERS = 10                          # timed iterations per point (OSU: 100-1000; more = smoother, slower)
 ROUNDS = 3                          # rounds per point: the curve is their median, the band their spread
-NODES = 2                           # emulated nodes (None: the single machine)
-LINK = "1gbit"                      # each node's link: 100mbit, 200mbit, 1gbit, 10gbit, unlimited
+NODES = 4                           # emulated nodes (None: the single machine); 4 x 1: every message crosses a link
+LINK = "100mbit"                    # each node's link: 100mbit, 200mbit, 1gbit, 10gbit, unlimited
 PLACEMENT = "block"                 # or "round-robin"
-
+DENSE_SIZES = (1 << 16, 1 << 20)    # the second run: 2 ranks per node, round-robin, hierarchical against flat
+SCOREBOARD_LIVE = ("a", "b")        # the scoreboard's rows of this notebook, measured live (() : recorded only)
 # %%
+from IPython.display import display
+
 from gpulab.cluster.bcast_runner import EngineRunner
 from gpulab.widgets import BcastExplorer, PatternView, crossover, notebook_engines, size_label
 
@@ -78,6 +83,27 @@ assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
 # ## Where does the chain overtake binomial?
 # From the rows of the first run: the smallest size from which the chain is
 # faster at every larger size measured.
+#
+# **Why these defaults.** 4 nodes x 1 rank: every message crosses a link, so
+# binomial's root sends the whole message twice (`log2 4` levels) while the
+# chain streams 64 KiB chunks through the ranks. (On 2 nodes x 2 with block
+# placement binomial crosses the slow link only once, as the chain does, and
+# the chain's extra latencies make it lose at every size.) 100 Mbit/s, because
+# the ranks busy-poll and share this machine's cores: at 1 Gbit/s a rank that
+# forwards a chunk waits for a core about as long as for the link.
+#
+# **What to expect.** On a 2-core machine under load (a load average of 22)
+# `gpulab bench bcast --nodes 4 --link 100mbit` with these settings gave:
+# binomial and the chain level up to 128 KiB (latency and
+# noise), the chain ahead from 256 KiB (1.5x) to 2.4x at 2 MiB; at 1 Gbit/s
+# the same machine showed the chain behind binomial up to 4 MiB. A laptop
+# with idle cores may show the crossover at 1 Gbit/s too (not measured
+# here: raise the **link** and see). **On a real cluster** (InfiniBand: a
+# few microseconds of latency, 10-25 GB/s) the link is 800-2000x faster:
+# where the crossover sits follows the ratio of latency to per-byte time
+# (question 1; notebook 03's model predicts it for a cluster's profile), the
+# chain's gain over binomial at large sizes grows with `log2 p` (2x here, 7x
+# on 128 GPUs), and GPU ranks do not share cores, so the core caveat goes.
 
 # %%
 chain_wins_from = crossover(first, "chain", "binomial")
@@ -87,18 +113,73 @@ else:
     print(f"on {N_ENGINES} ranks the chain did not stay ahead of binomial in this run")
 
 # %% [markdown]
+# ## Dense nodes: hierarchical against flat
+# Now 2 ranks per node on the same `NODES` nodes, placed **round-robin**
+# (rank i on node i mod NODES), the placement that hurts a flat tree most:
+# binomial's early steps pair ranks on different nodes and the root's node
+# sends several copies over its link; **hierarchical** crosses the links
+# once per node (leaders first, then inside each node; its `ranks/node` 0
+# means the real nodes, as MPI reports them). The cell starts 8 more engines
+# on a second emulated cluster (a few seconds) and runs a second explorer;
+# the first one stays usable.
+#
+# **What to expect.** Here (`gpulab bench bcast -n 8 --nodes 4 --placement
+# round-robin --link 100mbit`: 8 busy-polling ranks on 2 cores, load 22)
+# hierarchical was 1.2-1.6x faster than binomial from 64 KiB to 1 MiB
+# (1 MiB: 152 ms against 242 ms); `MPI_Bcast` lay between the two up to
+# 512 KiB and on binomial at 1 MiB: on 8 ranks MPICH's rule (notebook 01
+# §1) is node-aware below 512 KiB and flat above. On a laptop the gap is the same in kind; with block placement
+# it shrinks, since then binomial already crosses each link about once. **On
+# a real cluster** with 4-8 GPUs per node the intra-node links (NVLink) are
+# 10x or more faster than the network, which is what makes the two levels
+# pay; NCCL and MPI libraries do it for you when they know the topology.
+
+# %%
+dense_engines, dense_cluster = notebook_engines(2 * N_ENGINES, nodes=NODES, link=LINK, placement="round-robin")
+dense_runner = EngineRunner(dense_engines, iters=ITERS, warmup=2, time_budget=0.2)
+dense_cluster.follow(dense_runner)
+dense = BcastExplorer(dense_runner, sizes=DENSE_SIZES, algorithms=("binomial", "hierarchical"), rounds=ROUNDS)
+display(dense_cluster, dense)
+dense_rows = dense.run()
+assert dense_rows and all(row["valid"] for row in dense_rows), "every rank must receive the root's data"
+ratio = {r["nbytes"]: r["avg_us"] for r in dense_rows if r["algorithm"] == "binomial"}
+for r in dense_rows:
+    if r["algorithm"] == "hierarchical":
+        print(f"{size_label(r['nbytes'])}B: hierarchical {ratio[r['nbytes']] / r['avg_us']:.2f}x faster than binomial")
+
+# %% [markdown]
 # ## The pattern view
 # Choose an algorithm and a process count, press **Draw**. Ranks on the y
 # axis, logical steps on the x axis, one arrow per message: look for how many
 # steps the last rank waits and which ranks send in the same step.
 
 # %%
-patterns = PatternView(runner, algorithm="chain")
+patterns = PatternView(dense_runner, algorithm="chain")
 patterns.draw()
 patterns
 
 # %%
 assert patterns.events, "the traced broadcast sent no messages"
+
+# %% [markdown]
+# ## This notebook's rows of the scoreboard
+# The kit's [scoreboard](../docs/scoreboard.md) checks the papers' claims by
+# running the kit. This notebook's experiments are its rows (a), the chain
+# overtakes binomial above a size the model predicts, and (b), the model's
+# best chunk matches the measured one: first as recorded
+# (`docs/results/scoreboard_quick.json`), then measured live now for the ids
+# in `SCOREBOARD_LIVE` (each on an emulated cluster of its own, 4 nodes x 1,
+# 100 Mbit/s; about 40 s for both).
+
+# %%
+from gpulab.scoreboard import load, show, table
+from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
+
+print("recorded (docs/results/scoreboard_quick.json):")
+display(table([row for row in load(results_dir() / "scoreboard_quick.json") if row["id"] in ("a", "b")]))
+if SCOREBOARD_LIVE:
+    print("live, this run:")
+    display(show(SCOREBOARD_LIVE))
 
 # %% [markdown]
 # ## Questions to answer from the plots
@@ -128,10 +209,10 @@ assert patterns.events, "the traced broadcast sent no messages"
 #
 # On a single machine the ranks share its cores and memory is the network, so
 # the curves are noisy and the gaps small; on GPUs across InfiniBand they are
-# not.
-# On the emulated cluster the links between nodes are slow again: lower the
-# **link** to 100mbit and watch which curves move, then try **round-robin**
-# placement (restart the engines) with binomial and hierarchical.
+# not. On the emulated cluster the links between nodes are slow again: raise
+# the **link** to 1gbit and watch which curves move (and whether the chain
+# still wins), then compare **block** and **round-robin** placement with
+# binomial and hierarchical.
 #
 # **On a GPU cluster** the *buffers* menu offers GPU (CuPy) buffers when every
 # engine has a GPU (one per engine, by node-local rank). Then:
@@ -169,4 +250,6 @@ lesson.check(2, math.log2(N_ENGINES), context)  # binomial's log2(p) whole messa
 lesson.answers(context)
 
 # %%
-cluster.engines.stop()  # the engines of the last restart, and their emulated cluster
+# the engines of the last restart of each cluster panel, and their emulated clusters
+cluster.engines.stop()
+dense_cluster.engines.stop()

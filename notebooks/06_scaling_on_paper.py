@@ -112,6 +112,25 @@ for name, preds in ranked.items():
           f"worst that fits {tuple(preds[-1]['shape'])} {preds[-1]['iter_s']:.2f} s")
 
 # %% [markdown]
+# ### Try other shapes without editing code
+# The engine-free calculator (the widget of notebook 08) prices one shape
+# with the same model: it starts at Perlmutter's best shape from the table;
+# move **row**, **col**, **depth** (data fills the rest), the batch, ZeRO or
+# recomputation and watch memory per GPU, time and MFU change. Where a
+# question below asks for another setting, try it here first.
+
+# %%
+from gpulab.widgets.calculator import Calculator
+
+best = ranked["perlmutter"][0]["shape"]
+calc = Calculator(model=MODEL, world=WORLD, shape=tuple(best[:3]), pipe=1, micro_batches=1, global_batch=BATCH,
+                  machine_name="perlmutter")
+calc
+
+# %%
+assert calc.shape() == tuple(best) and "cannot" not in calc.status.value, calc.status.value
+
+# %% [markdown]
 # ## Why the winners win
 # The best shape on each machine, and the time each group's communication
 # leaves exposed. Groups that fit inside a node (col is innermost: consecutive

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-import statistics
-
 
 def median_row(rounds: list[dict], run: int) -> dict:
-    """One point from its rounds: the median round's time (and bandwidth from it), the rounds' times kept
-    for the spread; valid only if every round was."""
+    """One point from its rounds: the median round's row whole (its mean, its fastest and slowest rank,
+    the bandwidth from its time), so that every column comes from one round; the rounds' times kept as
+    ``rounds_us`` for the spread; valid only if every round was.
+
+    With an even number of rounds the lower of the two middle rounds stands for the point (a mean of two
+    would be a time no round measured).
+    """
     times = [r["avg_us"] for r in rounds]
-    median = statistics.median(times)
-    bandwidth = rounds[0]["nbytes"] / median / 1e3 if median > 0 else 0.0  # GB/s; broadcast: busbw = algbw
-    return dict(rounds[0], run=run, avg_us=median, algbw_GBps=bandwidth, busbw_GBps=bandwidth, rounds_us=times,
+    middle = sorted(rounds, key=lambda r: r["avg_us"])[(len(rounds) - 1) // 2]
+    median = middle["avg_us"]
+    bandwidth = middle["nbytes"] / median / 1e3 if median > 0 else 0.0  # GB/s; broadcast: busbw = algbw
+    return dict(middle, run=run, algbw_GBps=bandwidth, busbw_GBps=bandwidth, rounds_us=times,
                 valid=all(r["valid"] for r in rounds))
 
 

@@ -5,6 +5,7 @@
     gpulab train --mesh 1,1,2,2 --overlap all     # overlap communication (gpulab.engine.parallel.overlap)
     gpulab train --mesh 1,2,1,1 --device cupy --dtype float16   # on GPUs, mixed precision
     gpulab train --strategy megatron -n 4         # a named strategy picks the grid (gpulab.engine.strategies)
+    gpulab train -n 4 --steps 30                  # only -n: the axonn strategy's grid (one printed line says which)
     gpulab train --mesh 1,1,1,1 --pipe 4 --micro-batches 8 --n-layer 4   # 4 pipeline stages, 1F1B
     gpulab train --mesh 2,1,1,2 --recompute selective --distributed-optimizer --sequence-parallel
     gpulab train --mesh 1,1,1,1 --pipe 2 --schedule interleaved --virtual-stages 2 --n-layer 4
@@ -34,7 +35,8 @@ NEW_MODEL = {"block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64, "dtype":
 
 # (flags, argparse keywords): one list drives the parser and the re-launch argv
 _OPTIONS = [
-    (("--mesh",), dict(default=None, help="grid row,col,depth,data (default 1,1,1,1)")),
+    (("--mesh",), dict(default=None, help="grid row,col,depth,data (default: with -n, the axonn strategy's "
+                                          "grid for -n ranks; else 1,1,1,1)")),
     (("--strategy",), dict(default=None, choices=tuple(STRATEGIES),
                            help="instead of --mesh: a grid for -n ranks (divided by --pipe), " + "; ".join(
                                f"{k} = {v}" for k, v in STRATEGIES.items()))),
@@ -109,12 +111,16 @@ def parse_mesh(text: str) -> tuple[int, int, int, int]:
     return shape
 
 
-def strategy_shape(args) -> tuple[int, int, int, int]:
-    """The grid ``--strategy`` picks for ``-n`` ranks, this model and batch; one line if none."""
+def strategy_shape(args, strategy: str | None = None) -> tuple[int, int, int, int]:
+    """The grid ``--strategy`` (or ``strategy``, for -n alone) picks for ``-n`` ranks, this model and batch;
+    one line if none."""
+    given = strategy is None
+    strategy = args.strategy if given else strategy
+    flag = f"--strategy {strategy}" if given else f"-n {args.nprocs} without --mesh (the {strategy} strategy's grid)"
     if args.mesh is not None:
         usage_error("gpulab train: give --mesh or --strategy, not both")
     if args.nprocs is None:
-        usage_error(f"gpulab train: --strategy {args.strategy} needs -n (the number of ranks)")
+        usage_error(f"gpulab train: --strategy {strategy} needs -n (the number of ranks)")
     if args.nprocs % args.pipe:
         usage_error(f"gpulab train: -n {args.nprocs} is not divisible by --pipe {args.pipe}")
     ranks = args.nprocs // args.pipe  # the strategy's grid is one stage's
@@ -122,14 +128,26 @@ def strategy_shape(args) -> tuple[int, int, int, int]:
     config = GPTConfig(vocab_size=math.lcm(8, ranks), block_size=args.block_size, n_layer=args.n_layer,
                        n_head=args.n_head, n_embd=args.n_embd)
     try:
-        shape = pick_shape(args.strategy, ranks, config, args.batch_size)
+        shape = pick_shape(strategy, ranks, config, args.batch_size)
     except ValueError as err:
-        usage_error(f"gpulab train: --strategy {args.strategy}: {err}")
+        usage_error(f"gpulab train: {flag}: {err}")
     if not inside_mpi_job():
         stages = f" x {args.pipe} pipeline stages" if args.pipe > 1 else ""
-        print(f"--strategy {args.strategy} on {args.nprocs} ranks: mesh {','.join(map(str, shape))} "
-              f"({describe(shape)}){stages}")
+        mesh = f"mesh {','.join(map(str, shape))} ({describe(shape)}){stages}"
+        if given:
+            print(f"--strategy {strategy} on {args.nprocs} ranks: {mesh}")
+        else:
+            print(f"-n {args.nprocs} without --mesh: {mesh}, the {strategy} strategy's pick ({WHY_DEFAULT}); "
+                  f"--mesh or --strategy chooses another")
     return shape
+
+
+# Why -n alone gets the axonn strategy's grid rather than the performance model's best: the model needs a
+# profile of this computer (``gpulab model fit``, a minute of MPI probes) and its ranking for a model this
+# small on shared CPU cores is within its own error; the axonn pick is instant, the same on every machine,
+# and exercises every grid dimension the lessons are about.
+DEFAULT_STRATEGY = "axonn"
+WHY_DEFAULT = "every grid dimension that splits this model and batch, then the most 3D tensor parallelism"
 
 
 def _argv(args) -> list[str]:
@@ -147,11 +165,17 @@ def _argv(args) -> list[str]:
 
 def main(args) -> int:
     resolve_model(args)
-    shape = strategy_shape(args) if args.strategy else parse_mesh(args.mesh or "1,1,1,1")
+    if args.strategy:
+        shape = strategy_shape(args)
+    elif args.mesh is None and args.nprocs is not None:
+        shape = strategy_shape(args, DEFAULT_STRATEGY)
+        args.mesh = ",".join(map(str, shape))  # the re-launched ranks take the grid as given, silently
+    else:
+        shape = parse_mesh(args.mesh or "1,1,1,1")
     n = math.prod(shape) * args.pipe
     if args.nprocs is not None and args.nprocs != n:
-        raise SystemExit(f"-n {args.nprocs} does not match --mesh {args.mesh} --pipe {args.pipe} "
-                         f"(row*col*depth*data*pipe = {n})")
+        raise SystemExit(f"gpulab train: -n {args.nprocs} does not match --mesh {','.join(map(str, shape))} "
+                         f"--pipe {args.pipe} (row*col*depth*data*pipe = {n})")
     check_stages(args, shape)
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress_mode == "mpich" else {}

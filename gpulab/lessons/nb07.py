@@ -104,9 +104,9 @@ The kit's number is the formula for the notebook's `MICRO` on 4 stages
     4: Answer(
         text="""DDP's traffic is on **data** (one all-reduce of every gradient); ZeRO-3's on **depth** (an
 all-gather of every weight in forward, again in backward because the full weight was not kept, and a
-reduce-scatter of the gradients). The plot shows **buffer** sizes (the array each collective works on), and
-there ZeRO-3's three full-weight buffers are about 3x DDP's one gradient buffer. That is not what goes on
-the wire. With rings, an all-reduce sends `2(p-1)/p` of its buffer per rank, an all-gather and a
+reduce-scatter of the gradients). Counted as **buffer** sizes (the array each collective works on, the
+table's "buffer KiB"), ZeRO-3's three full-weight buffers are about 3x DDP's one gradient buffer. That is
+not what goes on the wire, which the plot shows. With rings, an all-reduce sends `2(p-1)/p` of its buffer per rank, an all-gather and a
 reduce-scatter `(p-1)/p` each: DDP sends `2(p-1)/p · Ψ`, ZeRO-3 `3(p-1)/p · Ψ` for Ψ the parameters, so
 ZeRO-3 moves **about 1.5x** DDP's bytes, not 3x: the ZeRO paper's count, 3Ψ against data parallelism's
 2Ψ (Rajbhandari et al., SC20, arXiv 1910.02054, section 7). The kit's number is the ratio of wire bytes for
@@ -115,7 +115,7 @@ little above 1.5 because the tied embedding is gathered three times (embedding, 
 backward).""",
         value=lambda ctx: wire_ratio(ctx["gpt_config"], ctx["ranks"], ctx["batch_size"]), unit="x",
         needs=("gpt_config", "ranks", "batch_size"), rel_tol=0.03, close_tol=0.25,
-        hint="The plot's 3x compares buffers. On the wire an all-reduce sends 2(p-1)/p of its buffer, an "
+        hint="The 3x compares buffers. On the wire an all-reduce sends 2(p-1)/p of its buffer, an "
              "all-gather or a reduce-scatter (p-1)/p: count 2 all-gathers + 1 reduce-scatter against 1 all-reduce.",
         exercise="exercises/03_scatter_allgather"),
     5: Answer(

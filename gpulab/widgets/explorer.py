@@ -9,9 +9,9 @@
 Each run measures every chosen algorithm at every power-of-two size in the
 range (native MPI_Bcast alongside), ``rounds`` times, the rounds interleaved
 so that a burst of load on a shared machine hits one round of every point
-rather than every round of one point. A point shows the median of its rounds,
-with the band from the fastest to the slowest round: a bump inside the band is
-noise, not an effect. The rows go to ``explorer.results``; earlier runs stay on
+rather than every round of one point. A point shows its median round (every
+column of its table row from that one round), with the band from the fastest
+to the slowest round: a bump inside the band is noise, not an effect. The rows go to ``explorer.results``; earlier runs stay on
 the plot so runs can be compared.
 
 Buffers: host (numpy), GPU (CuPy, where every engine has one) or the fake
@@ -70,8 +70,11 @@ class BcastExplorer(W.VBox):
         self.chunk = W.SelectionSlider(options=[(size_label(c), c) for c in CHUNKS], value=1 << 16,
                                        description="chunk size")
         self.radix = W.IntSlider(value=4, min=2, max=8, description="radix")
-        self.ranks_per_node = W.IntSlider(value=max(runner.p // 2, 1), min=1, max=max(runner.p, 1),
-                                          description="ranks/node")
+        # 0: the nodes the ranks really run on (Split_type), what an emulated cluster's placement makes them
+        on_nodes = getattr(getattr(runner, "engines", None), "emulated", None) is not None
+        self.ranks_per_node = W.IntSlider(value=0 if on_nodes else max(runner.p // 2, 1), min=0,
+                                          max=max(runner.p, 1), description="ranks/node",
+                                          tooltip="hierarchical's nodes: 0 = the real ones, k = blocks of k ranks")
         self.root = W.IntSlider(value=0, min=0, max=max(runner.p - 1, 0), description="root")
         self.rounds = W.IntSlider(value=rounds, min=1, max=9, description="rounds")
         devices = getattr(runner, "devices", ["host"])
@@ -102,12 +105,13 @@ class BcastExplorer(W.VBox):
             self.with_nccl.value = False
 
     def options_for(self, algorithm: str) -> dict:
-        """The current slider values this algorithm accepts (hierarchical gets ranks_per_node, etc.);
+        """The current slider values this algorithm accepts (hierarchical gets ranks_per_node unless it is 0,
+        the real nodes, etc.);
         for device buffers, the path when one is forced (every algorithm takes it)."""
         if algorithm == "nccl":
             return {}
         current = {"chunk_bytes": self.chunk.value, "radix": self.radix.value,
-                   "ranks_per_node": self.ranks_per_node.value}
+                   **({"ranks_per_node": self.ranks_per_node.value} if self.ranks_per_node.value else {})}
         options = {k: v for k, v in current.items() if k in self.runner.algorithms[algorithm]}
         if self.device.value != "host" and self.path.value != "auto":
             options["path"] = self.path.value
@@ -121,7 +125,7 @@ class BcastExplorer(W.VBox):
         return [(a, n, self.options_for(a)) for a in algorithms for n in SIZES if lo <= n <= hi]
 
     def run(self, *, raise_errors: bool = True) -> list[dict]:
-        """Measure the plan ``rounds`` times, interleaved; one row per point (the median of its rounds).
+        """Measure the plan ``rounds`` times, interleaved; one row per point (its median round).
 
         Rows measured before a failure are kept. The Run button passes raise_errors=False: the error
         then shows in the status line.
@@ -170,11 +174,21 @@ class BcastExplorer(W.VBox):
 
 
 def results_html(rows: list[dict], last: int = 12) -> str:
-    """The last few result rows as a small HTML table."""
-    head = ("<tr><th>series</th><th>size</th><th>avg us</th><th>min us</th><th>max us</th><th>busbw GB/s</th>"
-            "<th>valid</th></tr>")
+    """The last few result rows as a small HTML table.
+
+    A row's avg/min/max/busbw all come from one round, the median one (min and max: that round's fastest
+    and slowest rank); the last column is the spread of the average over the rounds.
+    """
+    head = ("<tr><th>series</th><th>size</th><th>avg us</th><th>min us (rank)</th><th>max us (rank)</th>"
+            "<th>busbw GB/s</th><th>avg us over rounds</th><th>valid</th></tr>")
     body = "".join(f"<tr><td>{series_of(r)}</td><td>{size_label(r['nbytes'])}</td><td>{r['avg_us']:.1f}</td>"
                    f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td><td>{r['busbw_GBps']:.3f}</td>"
-                   f"<td>{r['valid']}</td></tr>" for r in rows[-last:])
-    return f"<table>{head}{body}</table>" if rows else ""
+                   f"<td>{_spread(r)}</td><td>{r['valid']}</td></tr>" for r in rows[-last:])
+    caption = ("<caption style='text-align:left'>each row: the median round (min/max: its fastest and slowest "
+               "rank); the last column: the fastest to the slowest round</caption>")
+    return f"<table>{caption}{head}{body}</table>" if rows else ""
 
+
+def _spread(row: dict) -> str:
+    times = row.get("rounds_us") or [row["avg_us"]]
+    return f"{min(times):.1f}" if len(times) == 1 else f"{min(times):.1f} - {max(times):.1f} ({len(times)})"

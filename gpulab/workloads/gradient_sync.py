@@ -1,8 +1,9 @@
 """The cost model's price of data-parallel gradient synchronisation as a reduce followed by a broadcast.
 
-The CNTK set-up of the broadcast paper (Awan et al. 2018) synchronised gradients
-this way, so a better broadcast shortens every iteration; the measured version
-is ``gpulab.engine.training.reduce_bcast``.
+CNTK, the framework of the broadcast paper's training result (Awan et al. 2018), sums gradients with an
+allreduce (its SimpleDistGradAggregator calls MPI_Allreduce or NCCL's all-reduce); the miniature *assumes*
+the MPI library runs that allreduce as a reduce followed by a broadcast, so that a better broadcast shortens
+every iteration. The measured version is ``gpulab.engine.training.reduce_bcast``.
 
     from gpulab.bcast.profiles import profile
     predicted_sync(553 << 20, 128, profile("kesch"))   # {"reduce_ms", "mpi_bcast_ms", "tuned_bcast_ms", ...}

@@ -53,13 +53,30 @@ def test_train_then_resume_on_another_grid(tmp_path):
     assert json.loads(log[-1])["step"] == 70 and len(log) == 70
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--mesh", "1,2,2,1", "-n", "3"], "-n 3 does not match --mesh 1,2,2,1"),
+@pytest.mark.parametrize("args, message", [  # one case per message train refuses a command line with
+    (["--mesh", "1,2,2,1", "-n", "3"], "-n 3 does not match --mesh 1,2,2,1 --pipe 1"),
     (["--mesh", "1,2,x,1"], "--mesh must be four positive ints"),
+    (["--strategy", "zero3"], "--strategy zero3 needs -n"),
+    (["--strategy", "ddp", "--mesh", "1,1,1,2", "-n", "2"], "give --mesh or --strategy, not both"),
+    (["--strategy", "megatron", "-n", "3"], "--strategy megatron: no megatron grid of 3 ranks"),
+    (["-n", "3"], "-n 3 without --mesh (the axonn strategy's grid): no axonn grid of 3 ranks"),
+    (["-n", "4", "--pipe", "3"], "-n 4 is not divisible by --pipe 3"),
+    (["-n", "4", "--pipe", "4"], "--pipe 4 --micro-batches 4:"),
+    (["--resume", "no/such/checkpoint.npz"], "--resume"),
 ])
 def test_bad_arguments_fail_before_launching(args, message):
     run = gpulab("train", *args, timeout=60)
-    assert run.returncode != 0 and message in run.stderr
+    assert run.returncode != 0 and message in run.stderr, run.stderr
+    assert "None" not in run.stdout + run.stderr  # an unset flag is never printed as Python's None
+
+
+def test_only_n_picks_the_axonn_grid_says_so_in_one_line_and_trains(tmp_path):
+    run = gpulab("train", "-n", "4", "--steps", "10", "--out", str(tmp_path / "gpt.npz"), *TINY)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (said,) = [line for line in run.stdout.splitlines() if line.startswith("-n 4 without --mesh")]
+    assert "the axonn strategy's pick" in said and "None" not in said
+    mesh = [int(v) for v in said.split("mesh ")[1].split(" ")[0].split(",")]
+    assert summary(run.stdout)["mesh"] == mesh and sum(v > 1 for v in mesh) >= 2  # a 4D grid, not plain DDP
 
 
 def test_help_lists_train_and_stays_fast():

@@ -238,3 +238,42 @@ def test_crossover_is_where_the_fast_one_stays_ahead():
     measured = rows("binomial", [1, 2, 4, 8, 16]) + rows("chain", [3, 1, 5, 6, 7])
     assert crossover(measured, "chain", "binomial") == 8  # the win at 2 B does not last
     assert crossover(measured, "binomial", "chain") is None
+
+
+def test_every_column_of_a_table_row_comes_from_one_round():
+    """Rounds whose ranks' spreads differ: the row shows the median round's mean, fastest and slowest rank
+    together (a row read avg 43.5, min 8.0, max 42.2 when min/max came from the first round)."""
+    from gpulab.widgets.explorer import results_html
+
+    class RoundsRunner(FakeRunner):
+        rounds = iter([(8.0, 42.2), (43.0, 44.0), (40.0, 49.0)])  # (fastest, slowest rank) per round
+
+        def measure(self, *args, **kwargs):
+            row = super().measure(*args, **kwargs)
+            low, high = next(self.rounds)
+            return dict(row, min_us=low, max_us=high, avg_us=(low + high) / 2)
+
+    explorer = BcastExplorer(RoundsRunner(), sizes=(1 << 10, 1 << 10), algorithms=("binomial",))
+    explorer.with_mpi.value = False
+    (row,) = explorer.run()
+    assert (row["avg_us"], row["min_us"], row["max_us"]) == (43.5, 43.0, 44.0)  # the second round: the median
+    assert row["min_us"] <= row["avg_us"] <= row["max_us"]
+    assert row["busbw_GBps"] == pytest.approx(1024 / 43.5 / 1e3)
+    assert row["rounds_us"] == [25.1, 43.5, 44.5]
+    html = results_html([row])
+    assert "<td>43.5</td><td>43.0</td><td>44.0</td>" in html and "25.1 - 44.5 (3)" in html
+
+
+def test_hierarchical_takes_the_real_nodes_on_an_emulated_cluster():
+    """ranks/node 0 passes no ranks_per_node (the algorithm asks MPI which node each rank is on): with
+    round-robin placement consecutive ranks are on different nodes, so blocks of k would be wrong."""
+    from types import SimpleNamespace
+
+    class ClusterRunner(FakeRunner):
+        engines = SimpleNamespace(emulated=object())
+
+    on_cluster = BcastExplorer(ClusterRunner())
+    assert on_cluster.ranks_per_node.value == 0 and on_cluster.options_for("hierarchical") == {}
+    on_cluster.ranks_per_node.value = 2
+    assert on_cluster.options_for("hierarchical") == {"ranks_per_node": 2}
+    assert BcastExplorer(FakeRunner()).ranks_per_node.value == 2  # one machine: blocks of p/2 stand for nodes

@@ -96,8 +96,9 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
             schedule: str = "1f1b"):
     """Time ``iters`` iterations on grid ``shape`` (one stage's, ``pipe`` stages) with arrays on ``device``;
     the result dict on rank 0, None elsewhere. An iteration ends with a synchronizing read (the gradient
-    norm), so GPU work is timed. ``bytes_by_group``: what each group's calls moved in the median iteration
-    (``collectives.trace``, full buffers), per rank, mean over ranks."""
+    norm), so GPU work is timed. ``bytes_by_group``: the buffers each group's calls worked on in the median
+    iteration (``collectives.trace``, full buffers), per rank, mean over ranks; ``wire_by_group``: the bytes
+    each rank sent in them (the trace's ``sent_bytes``), mean over ranks."""
     overlap = overlap or Overlap()
     T = seq_len or config.block_size
     mesh = Mesh(*shape, comm=comm, pipe=pipe)
@@ -123,6 +124,7 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
     median = sorted(range(iters), key=lambda i: times[i])[iters // 2]
     gathered = comm.gather(summaries[median], root=0)
     group_bytes = comm.gather(_bytes_by_group(traced[median]), root=0)
+    group_wire = comm.gather(_bytes_by_group(traced[median], "sent_bytes"), root=0)
     memories = comm.gather(memory_report(gpt), root=0)
     timelines = timeline.gather(events[median], comm, root=0) if keep_events else None
     gpt.free()
@@ -140,16 +142,18 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
            "peak_flops": peak_flops, "mfu": flops / iter_s / peak_flops if peak_flops else None,
            "summary": timeline.mean_summary(gathered), "per_rank": gathered,
            "memory": {k: max(m[k] for m in memories) for k in memories[0]},
-           "bytes_by_group": {g: sum(b.get(g, 0) for b in group_bytes) / comm.size for g in groups}}
+           "bytes_by_group": {g: sum(b.get(g, 0) for b in group_bytes) / comm.size for g in groups},
+           "wire_by_group": {g: sum(b.get(g, 0) for b in group_wire) / comm.size for g in groups}}
     if keep_events:
         row["events"] = timelines
     return row
 
 
-def _bytes_by_group(calls) -> dict:
+def _bytes_by_group(calls, key: str = "nbytes") -> dict:
+    """Per group, the calls' buffer sizes (``nbytes``) or the bytes this rank sent (``sent_bytes``)."""
     out = {}
     for call in calls:
-        out[call["group"]] = out.get(call["group"], 0) + call["nbytes"]
+        out[call["group"]] = out.get(call["group"], 0) + call[key]
     return out
 
 
