@@ -25,3 +25,11 @@ def run_check(comm, assignment: str, check: str, functions: list[str], kwargs: d
         return "passed: " + check_fn(fns[0] if len(fns) == 1 else tuple(fns), comm, **(kwargs or {}))
     except CheckFailed as failed:
         return "failed: " + str(failed)
+
+
+def run_measurement(comm, assignment: str, measure: str, functions: list[str], kwargs: dict | None = None):
+    """A notebook's measurement (timing, chunk_sweep, timing_tp3d, prediction_vs_measured) with the references."""
+    fns = [_function(spec, assignment) for spec in functions]
+    step(f"{measure}({', '.join(functions)})")
+    measure_fn = getattr(importlib.import_module("gpulab.exercises"), measure)
+    return measure_fn(fns[0] if len(fns) == 1 else tuple(fns), comm, **(kwargs or {}))

@@ -155,7 +155,9 @@ nbformat.write(nb, path)
 """
 
 
-# the emulated testbed, as the test above: the learner's server on a node, the teacher on the login machine
+# the emulated testbed, as the test above: the learner's server on a node, the teacher on the login machine;
+# the hub test's steps plus nine nbgrader commands and a notebook graded on 4 engines (about 3 minutes)
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
 def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packages, tmp_path):
     """The teacher releases exercise 1 into the exchange; the learner, in a JupyterLab that the hub spawned
