@@ -63,8 +63,8 @@ def test_generate_assignment_strips_the_solutions(released, assignment):
     text = (release / f"{assignment}.ipynb").read_text()
     assert "BEGIN SOLUTION" not in text and "YOUR CODE HERE" in text
     nb = nbformat.read(release / f"{assignment}.ipynb", as_version=4)
-    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")  # statements may give hints
-    leaked = [line for line in solution_lines(assignment) if line in code]
+    code = {line.strip() for c in nb.cells if c.cell_type == "code" for line in c.source.splitlines()}
+    leaked = [line for line in solution_lines(assignment) if line in code]  # statements may give hints
     assert solution_lines(assignment) and not leaked, f"solution code in the student version: {leaked}"
     tests = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
     assert tests and all(c.metadata.nbgrader["locked"] and c.metadata.nbgrader["points"] > 0 for c in tests)

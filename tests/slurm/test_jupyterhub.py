@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -190,10 +191,16 @@ def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packag
             f.write(f"\nc.Exchange.root = {str(exchange)!r}\n")
         env_of_teacher = teacher_env(tmp_path / "ipython")
 
-        def teacher(*args, timeout=300):
-            done = subprocess.run(["nbgrader", *args], cwd=course, env=env_of_teacher, capture_output=True, text=True,
-                                  timeout=timeout)
-            assert done.returncode == 0, f"nbgrader {' '.join(args)}:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}"
+        def teacher(*args, timeout=240):
+            proc = subprocess.Popen(["nbgrader", *args], cwd=course, env=env_of_teacher, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            try:
+                out, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # nbgrader, its kernel and the kernel's engines
+                out, _ = proc.communicate()
+                pytest.fail(f"nbgrader {' '.join(args)} did not finish within {timeout} s:\n{out[-4000:]}")
+            assert proc.returncode == 0, f"nbgrader {' '.join(args)}:\n{out[-4000:]}"
 
         teacher("generate_assignment", "01_broadcast")
         teacher("release_assignment", "01_broadcast")
@@ -215,7 +222,7 @@ def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packag
 
             teacher("collect", "01_broadcast")
             assert (course / "submitted" / user.name / "01_broadcast" / "01_broadcast.ipynb").exists()
-            teacher("autograde", "01_broadcast", timeout=600)
+            teacher("autograde", "01_broadcast", timeout=360)
             teacher("generate_feedback", "01_broadcast")
             teacher("release_feedback", "01_broadcast")
             with Gradebook(f"sqlite:///{course}/gradebook.db") as gradebook:
