@@ -231,7 +231,7 @@ def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packag
 
             env = {"PATH": f"{python.bin}:/usr/bin:/bin", "HOME": str(user.home), "USER": user.name,
                    "JUPYTER_CONFIG_PATH": str(config_dir)}
-            done = subprocess.run(["runuser", "-u", user.name, "--", str(python.bin / "nbgrader"), "fetch_feedback",
+            done = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", user.name, "--", str(python.bin / "nbgrader"), "fetch_feedback",
                                    "01_broadcast"], capture_output=True, text=True, timeout=180, env=env,
                                   cwd=user.home)
             assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
