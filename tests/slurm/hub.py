@@ -244,7 +244,7 @@ class Hub:
     """The documented hub (SITE values for this machine), run as a child of the test."""
 
     def __init__(self, workdir: Path, user: TestUser, python: UserPython, slurm, *, partition: str,
-                 extra_env: dict | None = None, more_users: tuple = ()):
+                 extra_env: dict | None = None, more_users: tuple = (), extra_config: str = ""):
         self.workdir, self.user, self.python, self.slurm = workdir, user, python, slurm
         self.servers: dict[str, tuple[str, str]] = {}  # user name -> (server URL through the proxy, token)
         self.port, self.hub_port, self.api_port = free_port(), free_port(), free_port()
@@ -287,7 +287,8 @@ class Hub:
             "c.SlurmSpawner.environment.update(%r)\n" % (self.token, env))
         if slurm.emulated:
             test_only += "c.SlurmSpawner.state_exechost_re = r'\\s+n(\\d+)$'\n"  # squeue's '%T %B': RUNNING n1
-        self.config = site_config(documented_config(), site, test_only)
+        # extra_config: more documented configuration (docs/teaching.md's nbgrader part), after the test's
+        self.config = site_config(documented_config(), site, test_only) + extra_config
 
     def __enter__(self) -> "Hub":
         (self.workdir / "jupyterhub_config.py").write_text(self.config)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import nbformat
 import psutil
@@ -16,8 +22,8 @@ import pytest
 
 from gpulab.emulated.netns import node_address
 from tests.notebooks.nbrun import NOTEBOOKS, inject_parameters
-from tests.slurm.hub import (Hub, TestUser, UserPython, documented_config, ensure_hub_packages, login_network,
-                             site_config)
+from tests.slurm.hub import (ROOT, Hub, TestUser, UserPython, documented_config, ensure_hub_packages,
+                             login_network, site_config)
 
 PARAMETERS = {"N_ENGINES": 4, "NBYTES": 1 << 16, "ITERS": 5}  # 4 engines: two on each node
 CHECK_ENGINES = """import json, os
@@ -112,3 +118,125 @@ def http_ok(hub, path) -> bool:
     status, _ = http("GET", f"{hub.server_url}{path}", hub.user_token)
     unauthorized, _ = http("GET", f"{hub.server_url}{path}")
     return status == 200 and unauthorized in (302, 403)
+
+
+def teaching_block(name: str) -> str:
+    """A ```python block of docs/teaching.md marked <!-- tested: NAME -->."""
+    text = (ROOT / "docs" / "teaching.md").read_text()
+    found = re.search(rf"<!-- tested: {name} -->\s*```python\n(.*?)```", text, re.S)
+    assert found, f"docs/teaching.md has no ```python block after <!-- tested: {name} -->"
+    return found.group(1)
+
+
+def site_values(text: str, values: dict) -> str:
+    """text with each documented example value replaced (each must be there, on a '# SITE' line)."""
+    for example, value in values.items():
+        line = next((line for line in text.splitlines() if example in line), "")
+        assert "# SITE" in line, f"{example!r} is not on a '# SITE' line of:\n{text}"
+        text = text.replace(example, value)
+    return text
+
+
+STUDENT = """import json, subprocess, sys
+from pathlib import Path
+import nbformat
+nbgrader, home = str(Path(sys.executable).parent / "nbgrader"), Path.home()
+def run(*args):
+    done = subprocess.run([nbgrader, *args], cwd=home, capture_output=True, text=True, timeout=180)
+    print(json.dumps({"args": args, "rc": done.returncode, "out": (done.stdout + done.stderr)[-1500:]}))
+"""
+FILL = """path = home / "01_broadcast" / "01_broadcast.ipynb"
+nb = nbformat.read(path, as_version=4)
+answers = json.loads({answers!r})
+for cell in nb.cells:
+    grade_id = cell.metadata.get("nbgrader", {{}}).get("grade_id")
+    if cell.metadata.get("nbgrader", {{}}).get("solution"):
+        cell.source = answers[grade_id]
+nbformat.write(nb, path)
+"""
+
+
+# the emulated testbed, as the test above: the learner's server on a node, the teacher on the login machine;
+# the hub test's steps plus nine nbgrader commands and a notebook graded on 4 engines (about 3 minutes)
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
+def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packages, tmp_path):
+    """The teacher releases exercise 1 into the exchange; the learner, in a JupyterLab that the hub spawned
+    as a Slurm job, fetches it, answers (linear right, binomial planted wrong) and submits; the teacher
+    collects and autogrades (the checks on MPI engines), and the learner fetches the feedback."""
+    from nbgrader.api import Gradebook
+
+    from tests.exercises.course import (
+        PLANTED_BINOMIAL,
+        copy_course,
+        gpulab_processes,
+        teacher_env,
+    )
+    from tests.exercises.sources import cells_of
+
+    slurm = slurm_env
+    shared = Path(tempfile.mkdtemp(prefix="gpulab-nbgrader-"))  # where the job's user reaches it, not tmp_path
+    try:
+        shared.chmod(0o755)
+        exchange, config_dir = shared / "exchange", shared / "etc-jupyter"
+        exchange.mkdir()
+        exchange.chmod(0o1777)
+        config_dir.mkdir()
+        (config_dir / "nbgrader_config.py").write_text(
+            site_values(teaching_block("nbgrader_global_config"), {"/srv/nbgrader/exchange": str(exchange)}))
+        hub_extra = site_values(teaching_block("nbgrader_hub_config"), {"/opt/gpulab/etc/jupyter": str(config_dir)})
+        course = tmp_path / "course"
+        copy_course(course)
+        with (course / "nbgrader_config.py").open("a") as f:
+            f.write(f"\nc.Exchange.root = {str(exchange)!r}\n")
+        env_of_teacher = teacher_env(tmp_path / "ipython")
+
+        def teacher(*args, timeout=240):
+            proc = subprocess.Popen(["nbgrader", *args], cwd=course, env=env_of_teacher, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, start_new_session=True)
+            try:
+                out, _ = proc.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)  # nbgrader, its kernel and the kernel's engines
+                out, _ = proc.communicate()
+                pytest.fail(f"nbgrader {' '.join(args)} did not finish within {timeout} s:\n{out[-4000:]}")
+            assert proc.returncode == 0, f"nbgrader {' '.join(args)}:\n{out[-4000:]}"
+
+        teacher("generate_assignment", "01_broadcast")
+        teacher("release_assignment", "01_broadcast")
+        answers = {c.metadata.nbgrader["grade_id"]: c.source for c in cells_of("01_broadcast", "solution")}
+        answers["binomial_bcast"] = PLANTED_BINOMIAL
+
+        with TestUser() as user, UserPython(user) as python:
+            with login_network(slurm), Hub(tmp_path, user, python, slurm, partition=slurm.partition,
+                                           extra_config="\n" + hub_extra) as hub:
+                hub.spawn()
+                with hub.kernel() as kernel:
+                    kernel.execute(STUDENT)
+                    fetched = json.loads(_stream(kernel.execute('run("fetch_assignment", "01_broadcast")')))
+                    assert fetched["rc"] == 0, fetched
+                    kernel.execute(FILL.format(answers=json.dumps(answers)))
+                    submitted = json.loads(_stream(kernel.execute('run("submit", "01_broadcast")')))
+                    assert submitted["rc"] == 0, submitted
+                hub.stop_server()
+
+            teacher("collect", "01_broadcast")
+            assert (course / "submitted" / user.name / "01_broadcast" / "01_broadcast.ipynb").exists()
+            teacher("autograde", "01_broadcast", timeout=360)
+            teacher("generate_feedback", "01_broadcast")
+            teacher("release_feedback", "01_broadcast")
+            with Gradebook(f"sqlite:///{course}/gradebook.db") as gradebook:
+                submission = gradebook.find_submission("01_broadcast", user.name)
+                assert (submission.score, submission.max_score) == (2.0, 5.0)  # linear right, binomial not
+
+            env = {"PATH": f"{python.bin}:/usr/bin:/bin", "HOME": str(user.home), "USER": user.name,
+                   "JUPYTER_CONFIG_PATH": str(config_dir)}
+            done = subprocess.run([shutil.which("runuser") or "/usr/sbin/runuser", "-u", user.name, "--", str(python.bin / "nbgrader"), "fetch_feedback",
+                                   "01_broadcast"], capture_output=True, text=True, timeout=180, env=env,
+                                  cwd=user.home)
+            assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+            feedback = list((user.home / "01_broadcast" / "feedback").rglob("01_broadcast.html"))
+            assert feedback and "it took 3 steps; a binomial tree on 4 ranks needs" in feedback[0].read_text()
+        assert not gpulab_processes(env_of_teacher), "grading left engines behind"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
