@@ -53,7 +53,8 @@ def main() -> int:
     table = json.loads(tune_json.read_text())["4"]["native_table"]
     rows = [{"nbytes": n, "without_us": best["without"][n], "with_us": best["with"][n],
              "speedup": best["without"][n] / best["with"][n],
-             "chosen": next(r["algorithm"] for r in table["ranges"] if r["lo"] <= n and (r["hi"] is None or n < r["hi"]))}
+             "chosen": next(r["algorithm"] for r in table["ranges"]
+                            if r["lo"] <= n and (r["hi"] is None or n < r["hi"]))}
             for n in sorted(best["without"])]
     ok = rows[-1]["speedup"] >= 1.5 and all(r["speedup"] >= 1 / 1.1 for r in rows)
     record = {"command": "python benchmarks/bcast_export.py", "cluster": "4 emulated nodes x 1 rank, 1 Gbit/s",

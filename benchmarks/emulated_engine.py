@@ -37,7 +37,6 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from engine_grids import validate  # noqa: E402
 from mpi_job import add_run_args, cpu_ticks, main, run_as_job, stolen  # noqa: E402
 
-
 NODES, RANKS_PER_NODE, BATCH = 2, 2, 16
 SETTINGS = ("off", "on")
 
@@ -100,11 +99,11 @@ def job(args) -> None:
     """Inside the MPI job: fit, measure every grid x setting in interleaved rounds, fit again; rank 0 writes."""
     from mpi4py import MPI
 
+    from gpulab.emulated import link_bytes_per_s
     from gpulab.engine import grid_shapes
     from gpulab.engine.perf.fit import FittedMachine, fit
     from gpulab.engine.perf.predict import predict
     from gpulab.engine.perf.timing import bench_config, measure
-    from gpulab.emulated import link_bytes_per_s
 
     comm = MPI.COMM_WORLD
     cfg, start, ticks = bench_config(), time.time(), cpu_ticks()

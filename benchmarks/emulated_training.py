@@ -34,6 +34,7 @@ RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
 import emulated_bcast  # noqa: E402  (the benchmark next to this one: its fit)
+
 from gpulab.bcast.link_floor import at_most_link_rate  # noqa: E402
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402

@@ -37,8 +37,8 @@ SETTINGS = {"none": "overlap off", "all": "overlap on (all four, MPI_Test progre
 def run(args) -> None:
     from gpulab.engine import GPTConfig
     from gpulab.engine.parallel.overlap import Overlap
-    from gpulab.engine.perf.predict import predict
     from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.engine.perf.predict import predict
     from gpulab.machines.resolver import resolve
 
     RESULTS.mkdir(parents=True, exist_ok=True)

@@ -115,7 +115,8 @@ def report(args) -> None:
                          f"{s['hidden_comm_s'] * 1e3:.1f} | {r['memory']['weight_cache'] / 1024:.0f} | "
                          f"{r['load_before']:.1f}-{r['load_after']:.1f} |")
     lines.insert(1, summary(recs))
-    from engine_ablation import OUT as ABLATION, section  # its record, if there is one, stays in the doc
+    from engine_ablation import OUT as ABLATION  # its record, if there is one, stays in the doc
+    from engine_ablation import section
 
     ablation = section() if ABLATION.exists() else ""
     (ROOT / "docs" / "engine_overlap.md").write_text("\n".join(lines) + "\n" + ablation + TAIL)

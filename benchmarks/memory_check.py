@@ -48,7 +48,8 @@ def table(rows: list[dict]) -> str:
                      f"{state_p / MB:.3f} {'=' if state_p == state_a else '!='} {state_a / MB:.3f} MB | "
                      f"{p['activations'] / MB:.3f} / {a['activations'] / MB:.3f} MB | "
                      f"{a['weight_cache'] / MB:.3f} MB | {a['working_set'] / MB:.3f} MB | {p['total'] / MB:.2f} MB | "
-                     f"{a['total'] / MB:.2f} MB | {r['traced_peak'] / MB:.2f} MB | {r['traced_peak'] / a['total']:.2f} |")
+                     f"{a['total'] / MB:.2f} MB | {r['traced_peak'] / MB:.2f} MB | "
+                     f"{r['traced_peak'] / a['total']:.2f} |")
     return "\n".join(lines)
 
 

@@ -22,6 +22,7 @@ import math
 import os
 import tempfile
 from pathlib import Path
+
 from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())

@@ -27,8 +27,8 @@ import traceback
 from pathlib import Path
 
 from gpulab import jobsite
-from gpulab.procfs import mpi_scratch_held, remove_files
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.procfs import mpi_scratch_held, remove_files
 
 MPI = lazy_mpi(globals())
 

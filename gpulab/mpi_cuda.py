@@ -20,6 +20,7 @@ import ctypes
 import functools
 import os
 import re
+
 from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())

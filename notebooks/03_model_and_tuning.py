@@ -57,9 +57,10 @@ from gpulab.bcast import report
 from gpulab.bcast.experiments import accuracy, chunk_scan, fit, on_world, sub_tables
 from gpulab.bcast.fit import summary
 from gpulab.bcast.model import Machine, best_chunk, breakdown, predict, textbook
-from gpulab.bcast.tuning_plots import accuracy_plot, fit_plot, heatmap, scale_plot, workload_plot
-from gpulab.bcast.profiles import PROFILES, profile, table as profile_table
+from gpulab.bcast.profiles import PROFILES, profile
+from gpulab.bcast.profiles import table as profile_table
 from gpulab.bcast.tuning import update
+from gpulab.bcast.tuning_plots import accuracy_plot, fit_plot, heatmap, scale_plot, workload_plot
 from gpulab.widgets import Table, as_image, notebook_engines, show_code
 
 # a private tuning file for this notebook: the engines' algorithm="auto" reads it (they inherit the variable)

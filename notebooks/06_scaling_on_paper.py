@@ -66,8 +66,8 @@ TOP = 8
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from gpulab.engine.perf.machines import machine
 from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.machines import machine
 from gpulab.engine.perf.predict import gpt_config, rank
 from gpulab.widgets import Table, as_image
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from gpulab.bcast.executor import SEND, SENDRECV
 from gpulab.bcast.tree_shapes import DEFAULT_CHUNK

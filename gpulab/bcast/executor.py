@@ -39,8 +39,9 @@ from __future__ import annotations
 
 import functools
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -144,7 +145,7 @@ class Group:
     def size(self) -> int:
         return len(self.members)
 
-    def subgroup(self, members: Sequence[int], algorithm: str, native: MPI.Comm | None = None) -> "Group":
+    def subgroup(self, members: Sequence[int], algorithm: str, native: MPI.Comm | None = None) -> Group:
         return Group(self.comm, members, members.index(self.comm.rank), algorithm, native,
                      self.path, self.stager)
 

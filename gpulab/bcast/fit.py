@@ -29,8 +29,8 @@ from gpulab.bcast.algorithms import run_algorithm
 from gpulab.bcast.executor import Group
 from gpulab.bcast.hierarchical import node_of_rank
 from gpulab.bcast.model import Hockney, Link, Machine
-from gpulab.machines.linefit import relative_line
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.machines.linefit import relative_line
 
 MPI = lazy_mpi(globals())
 

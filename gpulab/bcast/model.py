@@ -30,8 +30,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import Callable
 
 from gpulab.bcast import mpich, registry
 from gpulab.bcast.critical_path import REPLAY_MAX_P, Plan, nominal, replay
@@ -65,7 +65,7 @@ class Link:
         return not (self.receiver_copies and self.switch is not None and nbytes >= self.switch)
 
     @classmethod
-    def plain(cls, alpha: float, beta: float) -> "Link":
+    def plain(cls, alpha: float, beta: float) -> Link:
         return cls(Hockney(alpha, beta))
 
 
@@ -94,7 +94,7 @@ class Machine:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Machine":
+    def from_dict(cls, d: dict) -> Machine:
         def link(x):
             return Link(Hockney(**x["small"]), Hockney(**x["large"]) if x.get("large") else None,
                         x.get("switch"), x.get("receiver_copies", False))
@@ -119,7 +119,7 @@ class Prediction:
     bandwidth: float  # beta terms
     bound: str  # "path" (critical path) or "cpu" (total work / cores)
 
-    def __add__(self, other: "Prediction") -> "Prediction":
+    def __add__(self, other: Prediction) -> Prediction:
         bound = self.bound if self.seconds >= other.seconds else other.bound
         return Prediction(self.seconds + other.seconds, self.latency + other.latency,
                           self.bandwidth + other.bandwidth, bound)

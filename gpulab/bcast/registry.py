@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from gpulab.bcast import critical_path as cp
 from gpulab.bcast import pipelined, scatter_allgather, trees

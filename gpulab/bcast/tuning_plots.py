@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from gpulab.bcast import registry
-from gpulab.bcast.model import best_chunk, Machine, predict
+from gpulab.bcast.model import Machine, best_chunk, predict
 from gpulab.bcast.report import compare_rows
 from gpulab.bcast.sizes import format_size
 

@@ -29,8 +29,17 @@ from gpulab.bcast import native_variants, nccl, registry
 from gpulab.bcast.algorithms import ALGORITHMS
 from gpulab.bcast.measure import sweep
 from gpulab.bcast.sizes import format_size
-from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
-                               radix, size, sizes, usage_error)
+from gpulab.cli.checks import (
+    nonnegative_float,
+    nonnegative_int,
+    output_path,
+    positive_float,
+    positive_int,
+    radix,
+    size,
+    sizes,
+    usage_error,
+)
 from gpulab.cli.records import metadata
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes

@@ -24,14 +24,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 from gpulab.cli import model_compare, model_memory
-from gpulab.engine.perf.comm_only import comm_only_rank
 from gpulab.engine.parallel.overlap import Overlap
+from gpulab.engine.perf.comm_only import comm_only_rank
 from gpulab.engine.perf.fit import fit as fit_machine
 from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import model_config, predict, rank
 from gpulab.launch import inside_mpi_job, relaunch
-from gpulab.machines.resolver import ENV, resolve
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.machines.resolver import ENV, resolve
 
 MPI = lazy_mpi(globals())
 

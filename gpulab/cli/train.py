@@ -19,15 +19,14 @@ from __future__ import annotations
 import math
 
 from gpulab.backend import DEVICES
+from gpulab.cli.checks import nonnegative_float, nonnegative_int, output_path, positive_float, positive_int, usage_error
+from gpulab.emulated.topology import add_topology_args, topology_context
+from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.overlap import PROGRESS
 from gpulab.engine.parallel.pipeline import SCHEDULES, check_pipeline
 from gpulab.engine.strategies import STRATEGIES, describe, pick_shape
-from gpulab.engine.training.loop import train
-from gpulab.cli.checks import (nonnegative_float, nonnegative_int, output_path, positive_float, positive_int,
-                               usage_error)
-from gpulab.engine.gpt.config import GPTConfig
-from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine.training import checkpoint
+from gpulab.engine.training.loop import train
 from gpulab.launch import inside_mpi_job, relaunch, run_on_ranks
 
 # the model of a run that does not resume (the flags override each)

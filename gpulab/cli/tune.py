@@ -26,11 +26,12 @@ import tempfile
 
 from gpulab.bcast import native_variants
 from gpulab.bcast.fit import MPICH_SINGLE_COPY, fit_machine
-from gpulab.cli.checks import typed, nonnegative_float, output_path, positive_int
+from gpulab.cli.checks import nonnegative_float, output_path, positive_int, typed
 from gpulab.cli.checks import sizes as size_list
 from gpulab.cli.tune_jobs import inner, outer
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.launch import inside_mpi_job, relaunch
+
 
 def _ranks(text: str) -> list[int]:
     """'4' -> [4]; '2,3,4,8' -> those; '2:8' -> 2..8."""

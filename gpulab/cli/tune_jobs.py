@@ -17,9 +17,9 @@ from gpulab.bcast.sizes import format_size
 from gpulab.bcast.tuning import build_table
 from gpulab.cli.records import metadata
 from gpulab.jobsite import record_topology
+from gpulab.lazy_mpi import lazy_mpi
 from gpulab.workloads.startup import broadcast_model
 from gpulab.workloads.startup import report as workload_report
-from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 

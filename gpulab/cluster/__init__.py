@@ -34,11 +34,11 @@ one machine, for tests and trying things: ``python -m gpulab.cluster.slurm_testb
 ``gpulab.cluster`` does not import the broadcast and the engine).
 """
 
-from gpulab.launch import pin_gpu
 from gpulab.cluster.engines import EngineDied, EngineFailed, EngineProblem, Engines, EngineTimeout
 from gpulab.cluster.processes import stop_stale_clusters
 from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_script
 from gpulab.cluster.start import start_engines
+from gpulab.launch import pin_gpu
 
 __all__ = ["SLURM_TEMPLATE", "EngineDied", "EngineFailed", "EngineProblem", "EngineTimeout", "Engines",
            "pin_gpu", "slurm_script", "start_engines", "stop_stale_clusters"]

@@ -11,6 +11,7 @@ import faulthandler
 import json
 import re
 from pathlib import Path
+
 from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())

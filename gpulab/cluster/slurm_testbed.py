@@ -221,7 +221,7 @@ class SlurmTestbed:
                        for node in self.nodes)
 
     # ---- start and stop
-    def start(self, timeout: float = 60) -> "SlurmTestbed":
+    def start(self, timeout: float = 60) -> SlurmTestbed:
         ensure_slurm()
         t0 = time.monotonic()
         try:
@@ -461,7 +461,7 @@ exec {real} "$@"
                 out.append(f"--- {path.name}\n{text[-tail:]}")
         return "\n".join(out)
 
-    def __enter__(self) -> "SlurmTestbed":
+    def __enter__(self) -> SlurmTestbed:
         return self.start()
 
     def __exit__(self, *exc) -> None:

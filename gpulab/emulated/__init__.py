@@ -31,8 +31,7 @@ Modules: ``cluster`` (EmulatedCluster: up, down, reaching the nodes, launching),
 ``topology`` (the commands' --nodes/--link/--placement flags).
 """
 
-from gpulab.emulated.cluster import (MPI_ENV, TRANSPORT, ClusterNameTaken, EmulatedCluster, check_tools,
-                                     hydra_mpiexec)
+from gpulab.emulated.cluster import MPI_ENV, TRANSPORT, ClusterNameTaken, EmulatedCluster, check_tools, hydra_mpiexec
 from gpulab.emulated.jobs import ClusterJobFailed
 from gpulab.emulated.links import link_bytes_per_s, parse_link
 from gpulab.jobsite import ENV_STATE, ENV_TOPOLOGY, PLACEMENTS, STATE_DIR, ClusterUnavailable, rank_nodes

@@ -20,6 +20,9 @@ import numpy as np
 
 from gpulab.exercises.report import CheckFailed, raised
 from gpulab.exercises.traffic import Stuck, Traffic
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 SYNTHETIC = ((2e-6, 1e-10), (40e-6, 8e-9))  # (alpha s, beta s/B): a fast node's link, a 1 Gbit/s network
 SIZES = (8, 1024, 65536, 1 << 20, 4 << 20)
@@ -98,7 +101,6 @@ def _predict_problem(fn) -> str | None:
 def check_alpha_beta(functions, comm=None, *, seconds: float = 5.0) -> str:
     """``functions`` = (pingpong, fit_alpha_beta, predict_bcast); raise CheckFailed naming the first fault."""
     if comm is None:
-        from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
     pingpong, fit, predict_fn = functions
@@ -123,8 +125,6 @@ def check_alpha_beta(functions, comm=None, *, seconds: float = 5.0) -> str:
 def prediction_vs_measured(functions, comm=None, *, nbytes: int = 1 << 20, iters: int = 10) -> dict:
     """The learner's ping-pong on this machine, their fit, their prediction of a binomial broadcast of nbytes,
     and the library's binomial broadcast measured (rank 0's numbers on every rank)."""
-    from mpi4py import MPI
-
     from gpulab.bcast import bcast
 
     pingpong, fit, predict_fn = functions

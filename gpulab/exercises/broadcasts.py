@@ -17,6 +17,9 @@ import numpy as np
 
 from gpulab.exercises.report import CheckFailed, first_lines
 from gpulab.exercises.trial import Outcome, bcast_trial
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 AWKWARD_SIZES = (4099, 7, 1, 1000, 65541)  # not multiples of p, of a chunk or of a page; both sides of 8 KiB
 SHAPES = ("linear", "binomial", "chain", "ring", "scatter")
@@ -24,7 +27,6 @@ SHAPES = ("linear", "binomial", "chain", "ring", "scatter")
 
 def _world(comm):
     if comm is None:
-        from mpi4py import MPI
 
         return MPI.COMM_WORLD
     return comm
@@ -151,8 +153,6 @@ def check_ring_allgather(fn, comm=None, **kwargs) -> str:
 
 def _seconds_per_call(run, comm, iters: int) -> float:
     """Median over ``iters`` of the slowest rank's time for one call (a barrier before each)."""
-    from mpi4py import MPI
-
     times = []
     for _ in range(iters):
         comm.Barrier()
@@ -169,8 +169,6 @@ def timing(fn, comm=None, *, algorithm: str, nbytes: int = 1 << 20, iters: int =
     It first checks ``fn`` at that size and root (a wrong or deadlocking function
     raises CheckFailed here instead of hanging the timing loop).
     """
-    from mpi4py import MPI
-
     from gpulab.bcast import bcast
 
     check_bcast(fn, comm, sizes=(nbytes,), roots=(root,), **options)
@@ -184,7 +182,8 @@ def timing(fn, comm=None, *, algorithm: str, nbytes: int = 1 << 20, iters: int =
         native = _seconds_per_call(lambda: comm.Bcast([buf, MPI.BYTE], root=root), comm, iters)
     finally:
         comm.Free()
-    return {"nbytes": nbytes, "ranks": p, "algorithm": algorithm, "yours_us": yours * 1e6, "library_us": library * 1e6, "mpi_bcast_us": native * 1e6}
+    return {"nbytes": nbytes, "ranks": p, "algorithm": algorithm, "yours_us": yours * 1e6,
+            "library_us": library * 1e6, "mpi_bcast_us": native * 1e6}
 
 
 def chunk_sweep(fn, comm=None, *, nbytes: int = 1 << 22, chunks=(1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22),

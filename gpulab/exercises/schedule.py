@@ -15,6 +15,9 @@ from __future__ import annotations
 
 from gpulab.exercises.report import CheckFailed, assign_steps, first_lines, raised
 from gpulab.exercises.traffic import Stuck, Traffic
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 def rule_broken(ops: list, pipe: int, stage: int, micro: int) -> str | None:
@@ -104,7 +107,6 @@ def check_1f1b(fn, comm=None, *, micro: int = 6, seconds: float = 5.0) -> str:
     from gpulab.engine.parallel.pipeline import schedule
 
     if comm is None:
-        from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
     pipe = comm.Get_size()

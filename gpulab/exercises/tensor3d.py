@@ -16,6 +16,9 @@ from __future__ import annotations
 import numpy as np
 
 from gpulab.exercises.report import CheckFailed, first_lines, raised
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 TOLERANCE = 1e-9  # float64 sums in another order differ by ~1e-15; any fault by ~1e-1
 TOKENS, N_OUT, K_IN = 3, 12, 8  # per depth slice; divisible by every R, C of up to 4 ranks
@@ -91,10 +94,10 @@ def _one_mesh(fwd, bwd, comm, shape, seed: int) -> list[str]:
 
 
 def check_tp3d(functions, comm=None, *, seed: int = 3) -> str:
-    """``functions`` = (tp_forward, tp_backward). Run the learner's forward and backward on every grid shape that fits the ranks; raise CheckFailed
+    """``functions`` = (tp_forward, tp_backward). Run the learner's forward and backward on every grid shape
+    that fits the ranks; raise CheckFailed
     naming the rank, its grid coordinate, which output or gradient differs and by how much."""
     if comm is None:
-        from mpi4py import MPI
 
         comm = MPI.COMM_WORLD
     fwd, bwd = functions
@@ -113,8 +116,6 @@ def check_tp3d(functions, comm=None, *, seed: int = 3) -> str:
 def timing_tp3d(functions, comm=None, *, row: int = 2, col: int = 2, depth: int = 1, tokens: int = 512,
                 n_out: int = 1024, k_in: int = 1024, iters: int = 10) -> dict:
     """Milliseconds per forward + backward: the learner's and the library's ``Linear3D`` on one mesh."""
-    from mpi4py import MPI
-
     from gpulab.engine import Mesh
     from gpulab.engine.parallel.tp3d import Linear3D
 

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from gpulab.launch import lazy_mpi
+from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
 POLL = 1e-4  # seconds between tests of a pending request: short against a message, long against a core

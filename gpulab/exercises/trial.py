@@ -15,6 +15,9 @@ import numpy as np
 
 from gpulab.exercises.report import assign_steps, pattern, raised, ranges
 from gpulab.exercises.traffic import ExerciseRule, Stuck, Traffic
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 
 @dataclass
@@ -88,8 +91,6 @@ def bcast_trial(fn, comm, *, root: int, nbytes: int, seed: int, seconds: float =
     "scatter": the same start; each rank is judged on its own block only.
     "allgather": every rank starts with only its own block, and must end with all.
     """
-    from mpi4py import MPI
-
     me, p = comm.Get_rank(), comm.Get_size()
     source = pattern(nbytes, seed)
     expected = source.copy() if me == root else np.zeros(nbytes, np.uint8)

@@ -52,7 +52,7 @@ def kernel(func, *args, allow_host: bool = False, **kwargs):
     return _wrap(FAKE.kernel(lambda: func(*_unwrap(args, allow_host), **_unwrap(kwargs, allow_host))), FAKE)
 
 
-def _view(func, source: "FakeDeviceArray", *args, **kwargs):
+def _view(func, source: FakeDeviceArray, *args, **kwargs):
     """A new view of ``source``'s device memory (a pointer and a shape): no kernel runs."""
     out = _wrap(func(*_unwrap((source, *args)), **_unwrap(kwargs)), FAKE)
     if isinstance(out, FakeDeviceArray) and np.may_share_memory(out._data, source._data):

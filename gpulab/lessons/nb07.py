@@ -106,7 +106,8 @@ The kit's number is the formula for the notebook's `MICRO` on 4 stages
 all-gather of every weight in forward, again in backward because the full weight was not kept, and a
 reduce-scatter of the gradients). Counted as **buffer** sizes (the array each collective works on, the
 table's "buffer KiB"), ZeRO-3's three full-weight buffers are about 3x DDP's one gradient buffer. That is
-not what goes on the wire, which the plot shows. With rings, an all-reduce sends `2(p-1)/p` of its buffer per rank, an all-gather and a
+not what goes on the wire, which the plot shows. With rings, an all-reduce sends `2(p-1)/p` of its buffer
+per rank, an all-gather and a
 reduce-scatter `(p-1)/p` each: DDP sends `2(p-1)/p · Ψ`, ZeRO-3 `3(p-1)/p · Ψ` for Ψ the parameters, so
 ZeRO-3 moves **about 1.5x** DDP's bytes, not 3x: the ZeRO paper's count, 3Ψ against data parallelism's
 2Ψ (Rajbhandari et al., SC20, arXiv 1910.02054, section 7). The kit's number is the ratio of wire bytes for

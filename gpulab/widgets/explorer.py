@@ -11,7 +11,8 @@ range (native MPI_Bcast alongside), ``rounds`` times, the rounds interleaved
 so that a burst of load on a shared machine hits one round of every point
 rather than every round of one point. A point shows its median round (every
 column of its table row from that one round), with the band from the fastest
-to the slowest round: a bump inside the band is noise, not an effect. The rows go to ``explorer.results``; earlier runs stay on
+to the slowest round: a bump inside the band is noise, not an effect. The rows go to
+``explorer.results``; earlier runs stay on
 the plot so runs can be compared.
 
 Buffers: host (numpy), GPU (CuPy, where every engine has one) or the fake

@@ -24,8 +24,8 @@ from gpulab.bcast.auto import reload, select
 from gpulab.bcast.experiments import auto_registered
 from gpulab.bcast.model import ZERO, breakdown
 from gpulab.bcast.report import print_rows
-from gpulab.workloads.networks import layer_bytes
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.workloads.networks import layer_bytes
 
 MPI = lazy_mpi(globals())
 

@@ -1,4 +1,4 @@
-"""In the ranks: what ``algorithm="auto"`` decides and moves on the job's own layout (tests/bcast/test_auto_sources.py)."""
+"""In the ranks: what ``algorithm="auto"`` decides and moves on the job's layout (tests/bcast/test_auto_sources.py)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,18 @@ import math
 import pytest
 
 from gpulab.bcast import ALGORITHMS, registry, report
-from gpulab.bcast.model import (Hockney, Link, Machine, best_chunk, breakdown, choose, mpich_choice,
-                                predict, stretch, textbook)
+from gpulab.bcast.model import (
+    Hockney,
+    Link,
+    Machine,
+    best_chunk,
+    breakdown,
+    choose,
+    mpich_choice,
+    predict,
+    stretch,
+    textbook,
+)
 from gpulab.bcast.profiles import PROFILES, profile, table
 
 A, B = 5e-6, 1e-9  # 5 us, 1 GB/s

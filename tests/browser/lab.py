@@ -85,7 +85,7 @@ class Lab:
         self.log = open(workdir / "jupyterlab.log", "w")
         self.proc = None
 
-    def __enter__(self) -> "Lab":
+    def __enter__(self) -> Lab:
         cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={self.port}", f"--IdentityProvider.token={self.token}",
                f"--ServerApp.root_dir={self.root}", f"--LabApp.user_settings_dir={self.workdir / 'settings'}",

@@ -6,8 +6,8 @@ import pytest
 
 from gpulab.cli import main
 from gpulab.cli.model_memory import DEFAULT_OVERLAP
-from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.collectives import wire_bytes
+from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.machines import machine
 from gpulab.engine.perf.memory_model import machine_precision, memory_breakdown
 from gpulab.engine.perf.predict import gpt_config

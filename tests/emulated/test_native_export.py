@@ -55,9 +55,10 @@ if __name__ == "__main__":
     _probe([int(x) for x in sys.argv[1:]])
     sys.exit(0)
 
-from gpulab.bcast import export, native_variants
-from tests.emulated.util import require_cluster
-from tests.mpi_harness import ROOT
+# below the probe: the probe runs as a script in each rank and needs none of these
+from gpulab.bcast import export, native_variants  # noqa: E402
+from tests.emulated.util import require_cluster  # noqa: E402
+from tests.mpi_harness import ROOT  # noqa: E402
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -11,7 +11,7 @@ import pytest
 from gpulab.procfs import running
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _why_no_cluster() -> str | None:
     from gpulab.emulated import ClusterUnavailable, EmulatedCluster
 

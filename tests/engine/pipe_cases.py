@@ -6,8 +6,8 @@ import copy
 
 import numpy as np
 
-from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
 from gpulab.backend import is_device_array
+from gpulab.engine import Mesh, ParallelGPT, loss_and_grads
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import timeline
 from gpulab.engine.parallel.mesh import rank_of
@@ -66,7 +66,8 @@ def _serial_train(params, cfg, batches):
 def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="host"):
     """For each (shape, pipe, micro, schedule[, options]): loss, every gradient, the norm and a few
     AdamW steps against the serial model in float64. ``options``: ParallelGPT's keywords,
-    ``distributed_optimizer`` (ZeRO-1's optimizer instead of AdamW) and ``n_layer`` (default 5). ``device``: where the engine's
+    ``distributed_optimizer`` (ZeRO-1's optimizer instead of AdamW) and ``n_layer`` (default 5).
+    ``device``: where the engine's
     arrays live ("host" or "fake"); every send, receive and collective must take ``expect_path``."""
     out = []
     for shape, pipe, micro, kind, *rest in cases:
@@ -109,7 +110,8 @@ def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="ho
         trained = gpt.full_params()
         param_err = max(rel_err(trained[n], ser_params[n]) for n in params)
         mesh.free()
-        row = {"shape": list(shape), "pipe": pipe, "micro": micro, "schedule": kind, **({"options": rest[0]} if rest else {}),
+        row = {"shape": list(shape), "pipe": pipe, "micro": micro, "schedule": kind,
+               **({"options": rest[0]} if rest else {}),
                "loss_err": abs(loss - ref_loss) / ref_loss, "fwd_loss_err": abs(fwd_loss - ref_loss) / ref_loss,
                "grad_err": grad_err, "worst_grad": worst, "norm_err": norm_err,
                "train_err": train_err, "param_err": param_err}

@@ -9,8 +9,16 @@ from gpulab.engine import GPTConfig, param_shapes
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.pipeline import schedule
 from gpulab.engine.perf.machines import machine
-from gpulab.engine.perf.memory_model import (KINDS, engine_precision, fit, in_flight, machine_precision,
-                                             memory_breakdown, stage_memory, weight_cache_values)
+from gpulab.engine.perf.memory_model import (
+    KINDS,
+    engine_precision,
+    fit,
+    in_flight,
+    machine_precision,
+    memory_breakdown,
+    stage_memory,
+    weight_cache_values,
+)
 from gpulab.engine.perf.predict import gpt_config
 from gpulab.engine.perf.terms import activation_bytes, activation_values, local_params, memory_terms
 

@@ -6,8 +6,15 @@ import pytest
 from gpulab.engine import Mesh, check_divisibility, grid_shapes
 from gpulab.engine.gpt import layers as L
 from gpulab.engine.parallel.mesh import check_shape, coords_of, rank_of
-from gpulab.engine.parallel.shards import (assemble, local_piece, owner_map, owns, param_specs,
-                                          qkv_permutation, weight_blocks)
+from gpulab.engine.parallel.shards import (
+    assemble,
+    local_piece,
+    owner_map,
+    owns,
+    param_specs,
+    qkv_permutation,
+    weight_blocks,
+)
 from gpulab.engine.perf.volume import collective_calls, totals
 from tests.engine.util import random_params, tiny_config
 

@@ -9,13 +9,18 @@ for the 4D grids (tests/engine/cases.py).
 import pytest
 
 from gpulab.engine import GPTConfig, grid_shapes
-from gpulab.engine.parallel.pipeline import (bubble_fraction, check_pipeline, schedule, stage_layers,
-                                             stage_params, stage_uses)
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
+from gpulab.engine.parallel.pipeline import (
+    bubble_fraction,
+    check_pipeline,
+    schedule,
+    stage_layers,
+    stage_params,
+    stage_uses,
+)
 from gpulab.engine.parallel.timeline_plot import gantt
 from tests.gpu.test_engine_device import AWARE, STAGED
 from tests.mpi_harness import batched_jobs, run_mpi
-
 
 # --- pure geometry (no MPI) ------------------------------------------------------------------------
 

@@ -9,8 +9,7 @@ from gpulab.engine.perf.compare import compare
 from gpulab.engine.perf.live_plans import best_plans, configurations, live_names
 from gpulab.engine.perf.machines import machine
 from gpulab.engine.perf.predict import gpt_config
-from gpulab.engine.strategies import (TABLE, Strategy, describe, pick_shape, register, shapes_for,
-                                      strategy_of)
+from gpulab.engine.strategies import TABLE, Strategy, describe, pick_shape, register, shapes_for, strategy_of
 
 
 def test_every_shape_gets_the_most_specific_name():

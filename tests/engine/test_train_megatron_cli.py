@@ -47,7 +47,8 @@ def test_interleaved_stages_learn(tmp_path):
      "n_layer (2) must be at least pipe x virtual stages (2 x 2)"),
     (["--recompute", "some"], "argument --recompute: invalid choice: 'some'"),
 ])
-def test_bad_megatron_arguments_exit_2_before_launching(args, message, no_job, capsys):
+@pytest.mark.usefixtures("no_job")
+def test_bad_megatron_arguments_exit_2_before_launching(args, message, capsys):
     from gpulab.cli import main
 
     with pytest.raises(SystemExit) as exit_:

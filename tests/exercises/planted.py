@@ -108,7 +108,7 @@ def ring_sends_own_block_every_step(buf, root, comm):
     rank, size = comm.Get_rank(), comm.Get_size()
     me = (rank - root) % size
     parts = blocks(len(buf), size)
-    for step in range(size - 1):
+    for _ in range(size - 1):
         lo, hi = parts[me]
         rlo, rhi = parts[(me - 1) % size]
         comm.Sendrecv(buf[lo:hi], dest=(rank + 1) % size, recvbuf=buf[rlo:rhi], source=(rank - 1) % size)

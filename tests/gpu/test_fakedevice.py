@@ -8,8 +8,8 @@ from gpulab import fakedevice
 from gpulab.backend import array_module, device_of, is_device_array, to_host
 from gpulab.bcast import ALGORITHMS, bcast
 from gpulab.bcast.gpu import path_of
-from gpulab.mpi_cuda import choose_path, mpi_cuda_support
 from gpulab.bcast.staging import Stager
+from gpulab.mpi_cuda import choose_path, mpi_cuda_support
 
 FAKE = fakedevice.FAKE
 

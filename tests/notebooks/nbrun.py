@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import copy
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import nbformat
 from nbclient import NotebookClient

@@ -2,8 +2,9 @@
 with the notebook tools; MPI must come from PyPI wheels (no apt, no conda)."""
 
 import re
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -102,7 +102,7 @@ class TestUser:
         self.name = name or f"gl{secrets.token_hex(3)}"
         self.home_mode = home_mode  # e.g. "0700", as a site with several learners keeps homes
 
-    def __enter__(self) -> "TestUser":
+    def __enter__(self) -> TestUser:
         mode = ["-K", f"HOME_MODE={self.home_mode}"] if self.home_mode else []
         try:
             subprocess.run(["useradd", "-m", *mode, "-s", "/bin/bash", self.name], check=True, capture_output=True,
@@ -141,14 +141,14 @@ class UserPython:
     def __init__(self, user: TestUser):
         self.user, self.copy = user, None
 
-    def __enter__(self) -> "UserPython":
+    def __enter__(self) -> UserPython:
         try:
             return self._make()
         except BaseException:
             self.__exit__()
             raise
 
-    def _make(self) -> "UserPython":
+    def _make(self) -> UserPython:
         probe = "import gpulab, jupyterlab, ipyparallel, batchspawner, mpi4py; print(gpulab.__file__)"
         done = self.user.run(sys.executable, "-c", probe)
         if done.returncode == 0:
@@ -290,7 +290,7 @@ class Hub:
         # extra_config: more documented configuration (docs/teaching.md's nbgrader part), after the test's
         self.config = site_config(documented_config(), site, test_only) + extra_config
 
-    def __enter__(self) -> "Hub":
+    def __enter__(self) -> Hub:
         (self.workdir / "jupyterhub_config.py").write_text(self.config)
         self.log = open(self.workdir / "jupyterhub.log", "w")  # noqa: SIM115
         env = {**os.environ, "SLURM_CONF": str(self.slurm.conf),
@@ -358,7 +358,7 @@ class Hub:
         self._wait(lambda: not self.server_state(user), timeout, "the user's server did not stop")
         self.timings["server_stop_s"] = time.monotonic() - t0
 
-    def kernel(self, user: TestUser | None = None) -> "RemoteKernel":
+    def kernel(self, user: TestUser | None = None) -> RemoteKernel:
         return RemoteKernel(*self.servers[(user or self.user).name])
 
     def __exit__(self, *exc) -> None:
@@ -389,7 +389,7 @@ class RemoteKernel:
     def __init__(self, server_url: str, token: str):
         self.server_url, self.token, self.session = server_url, token, uuid.uuid4().hex
 
-    def __enter__(self) -> "RemoteKernel":
+    def __enter__(self) -> RemoteKernel:
         import websocket
 
         status, body = http("POST", f"{self.server_url}/api/kernels", self.token, {"name": "python3"}, timeout=60)

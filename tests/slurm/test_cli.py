@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-
 DOC = Path(__file__).resolve().parents[2] / "docs" / "cluster.md"
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from gpulab.procfs import pids_inside
 from tests.emulated.util import leftovers, reap_orphans
-from tests.slurm.conftest import order_of_testbed
 from tests.mpi_harness import ROOT
+from tests.slurm.conftest import order_of_testbed
 
 STARTER = r"""
 import json, subprocess, sys, time

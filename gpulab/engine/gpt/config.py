@@ -66,5 +66,5 @@ class GPTConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "GPTConfig":
+    def from_dict(cls, d: dict) -> GPTConfig:
         return cls(**d)

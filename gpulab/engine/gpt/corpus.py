@@ -26,7 +26,7 @@ class CharTokenizer:
         self._ids = {ch: i for i, ch in enumerate(chars)}
 
     @classmethod
-    def from_text(cls, text: str) -> "CharTokenizer":
+    def from_text(cls, text: str) -> CharTokenizer:
         return cls("".join(sorted(set(text))))
 
     @property

@@ -47,7 +47,7 @@ from gpulab.lazy_mpi import lazy_mpi
 MPI = lazy_mpi(globals())
 
 _records: list | None = None
-_in_flight: list["Handle"] = []  # non-blocking collectives not yet seen complete
+_in_flight: list[Handle] = []  # non-blocking collectives not yet seen complete
 
 
 @contextmanager

@@ -77,13 +77,12 @@ from gpulab.engine.parallel import tp_layers as TP
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.overlap_grads import GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
-from gpulab.engine.parallel.pipeline import chunk_layers, check_pipeline, schedule, stage_params, stage_uses
+from gpulab.engine.parallel.pipeline import check_pipeline, chunk_layers, schedule, stage_params, stage_uses
 from gpulab.engine.parallel.pipeline_step import GradAccumulator, neighbours, run_micro_batches
 from gpulab.engine.parallel.sequence import all_gather_seq, local_positions
 from gpulab.engine.parallel.shards import assemble, local_piece, owns, param_specs
 from gpulab.engine.parallel.timeline import phase
 from gpulab.engine.parallel.tp3d import Linear3D
-
 
 RECOMPUTE = (None, "selective", "full")
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 from itertools import product
 from numbers import Integral
 from typing import NamedTuple
+
 from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())

@@ -70,11 +70,11 @@ class Overlap:
             raise ValueError(f"Overlap.progress must be one of {PROGRESS}, got {self.progress!r}")
 
     @classmethod
-    def everything(cls, **changes) -> "Overlap":
+    def everything(cls, **changes) -> Overlap:
         return cls(**{**{name: True for name in SWITCHES}, **changes})
 
     @classmethod
-    def parse(cls, text: str, **changes) -> "Overlap":
+    def parse(cls, text: str, **changes) -> Overlap:
         """'none', 'all', or a comma-separated list of switch names."""
         text = text.strip()
         if text in ("", "none", "off"):
@@ -110,7 +110,7 @@ class Overlap:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Overlap":
+    def from_dict(cls, d: dict) -> Overlap:
         names = {f.name for f in fields(cls)}
         old = {s: v for k, v in d.items() if k in ALIASES for s in ALIASES[k]}  # results saved before the split
         return cls(**{**old, **{k: v for k, v in d.items() if k in names}})

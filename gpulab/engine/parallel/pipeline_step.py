@@ -6,7 +6,8 @@
 
 ``ops`` is the stage's schedule (``pipeline.schedule``: ("F" | "B",
 micro-batch) in order, or ("F" | "B", micro-batch, chunk) interleaved, where
-the last stage's chunk v feeds the first stage's chunk v + 1: ``neighbours``). A forward receives the previous stage's residual
+the last stage's chunk v feeds the first stage's chunk v + 1: ``neighbours``). A forward receives
+the previous stage's residual
 stream (none on the first stage), runs the stage's blocks
 (``ParallelGPT.stage_forward``), adds the micro-batch's summed
 cross-entropy on the last stage, and sends its output on; a backward

@@ -34,7 +34,7 @@ from time import perf_counter
 
 from gpulab.backend import synchronize
 
-_current: "Timeline | None" = None
+_current: Timeline | None = None
 _after_kernel = None  # set by collectives.polling(): progress MPI between kernels
 
 

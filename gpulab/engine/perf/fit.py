@@ -20,8 +20,14 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from gpulab.engine.perf.machines import Level
-from gpulab.engine.perf.probes import (collective_costs, collective_key, compute_rates, fit_line,
-                                       overlap_efficiency, share_slowdown)
+from gpulab.engine.perf.probes import (
+    collective_costs,
+    collective_key,
+    compute_rates,
+    fit_line,
+    overlap_efficiency,
+    share_slowdown,
+)
 from gpulab.engine.perf.timing import alone, peak_matmul
 
 
@@ -104,7 +110,7 @@ class FittedMachine:
         return [f"{k}: {v}" for k, v in self.sources.items()]
 
     @classmethod
-    def mean(cls, fits: list["FittedMachine"]) -> "FittedMachine":
+    def mean(cls, fits: list[FittedMachine]) -> FittedMachine:
         """The average of fits of one machine (e.g. before and after a benchmark, as the load moves)."""
         first, n = fits[0], len(fits)
         avg = {k: sum(getattr(f, k) for f in fits) / n
@@ -122,7 +128,7 @@ class FittedMachine:
             json.dump(asdict(self), f, indent=1)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "FittedMachine":
+    def from_dict(cls, d: dict) -> FittedMachine:
         """The machine ``save`` wrote (or an engine sent back as its fields)."""
         return cls(**d)
 

@@ -38,9 +38,9 @@ import numpy as np
 from gpulab.engine.gpt.config import GPTConfig, accum_dtype
 from gpulab.engine.gpt.model import WPE, WTE
 from gpulab.engine.parallel.memory import LATER_GRADS, backward_working_set
-from gpulab.engine.parallel.shards import param_specs, piece_numel, shard_numel, split_counts
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import schedule, stage_layers, stage_uses
+from gpulab.engine.parallel.shards import param_specs, piece_numel, shard_numel, split_counts
 from gpulab.engine.perf.terms import activation_bytes, activation_values, local_params
 
 KINDS = ("weights", "gradients", "optimizer", "activations", "weight_cache", "working_set", "comm_buffers")

@@ -35,8 +35,8 @@ import numpy as np
 
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.perf.timing import alone
-from gpulab.machines.linefit import relative_line
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.machines.linefit import relative_line
 
 MPI = lazy_mpi(globals())
 

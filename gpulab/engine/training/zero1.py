@@ -1,4 +1,4 @@
-"""DistributedAdamW: AdamW whose state is split over the data-parallel group (ZeRO-1, Megatron-LM's distributed optimizer).
+"""DistributedAdamW: AdamW with its state split over the data group (ZeRO-1, Megatron-LM's distributed optimizer).
 
     opt = DistributedAdamW(gpt.params, gpt.mesh.data_comm, lr=1e-3)
     opt.step(gpt.grads, lr=lr, grad_scale=coef)     # same call as AdamW.step
