@@ -11,7 +11,7 @@ rounds, because every rank that has the data forwards it: on 4 ranks 2 rounds in
 ranks 10 instead of 1023.""",
         value=lambda ctx: ctx["p"] - 1, unit="messages", needs=("p",), rel_tol=0.0, close_tol=0.0,
         hint="Count the sends of the root only: every other rank receives exactly once.",
-        exercise="exercises/01_linear_and_binomial"),
+        exercise="exercises/source/01_broadcast"),
     2: Answer(
         text="""On one machine `MPI_Bcast` is usually fastest and binomial next; the chain and scatter +
 allgather, which send many more messages, come last. The order of close entries can change from run to

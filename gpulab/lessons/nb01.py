@@ -48,7 +48,7 @@ sender's one link carries the sends one after another, the three sends cost thre
 k-nomial is no faster than linear.""",
         value=_knomial_rounds, unit="rounds", rel_tol=0.0, close_tol=0.0,
         hint="Count rounds, not messages: in one round the root may send to k - 1 ranks.",
-        exercise="exercises/01_linear_and_binomial"),
+        exercise="exercises/source/01_broadcast"),
     2: Answer(
         text="""1 MiB in 16 KiB chunks is `k = 64` chunks; the chain's critical path is `p + k - 2 = 66` chunk
 messages (the first chunk needs `p - 1 = 3` hops to reach the last rank, then one more message time per
@@ -58,7 +58,7 @@ Binomial sends `log2 4 = 2` whole messages. In the alpha-beta model the chain co
 message's transfer time, so it wins when `n·b` is large against `a` (large messages, slow links).""",
         value=_chain_steps, unit="messages", rel_tol=0.0, close_tol=0.05,
         hint="k = n / chunk = 64 chunks; the path is p + k - 2, not k.",
-        exercise="exercises/02_pipelined_chain"),
+        exercise="exercises/source/02_chain"),
     3: Answer(
         text="""When bandwidth dominates, a tree costs `ceil(log2 p)·n·b` (every level moves the whole message)
 and scatter + allgather `2·((p-1)/p)·n·b`. At `p = 2` both move `n`; at `p = 3` the tree moves `2n` on its
@@ -69,7 +69,7 @@ latency terms (`log2 p + p - 1` messages for the ring) are why MPICH uses it onl
 ranks (Thakur, Rabenseifner and Gropp, IJHPCA 2005).""",
         value=_scatter_allgather_from, unit="ranks", rel_tol=0.0, close_tol=0.0,
         hint="Compare ceil(log2 p) with 2(p-1)/p at p = 2, 3, 4: the tree moves the whole message per level.",
-        exercise="exercises/03_scatter_allgather"),
+        exercise="exercises/source/03_scatter_allgather"),
     4: Answer(
         text="""On the KESCH profile (16 GPUs per node on PCIe, FDR InfiniBand between nodes; numbers and
 sources in `gpulab/machines/links.json`) the model prices a flat binomial tree over 64 GPUs, every hop on

@@ -25,7 +25,7 @@ chain about once (`(p + k - 2)/k` times), so the chain wins. The crossover is wh
 notebook's `crossover(first, "chain", "binomial")` finds it in your run. A larger chunk means fewer
 chunks (fewer latencies, less overlap), which moves the crossover to larger sizes; a smaller chunk the
 other way, until the per-chunk latency (and Python's per-message cost) dominates.""",
-        exercise="exercises/02_pipelined_chain"),
+        exercise="exercises/source/02_chain"),
     2: Answer(
         text="""At most `log2 p`: binomial moves the whole message `log2 p` times on its critical path, a
 well-chunked chain about once. On 4 ranks that is 2x (the kit's model, on a link where bandwidth
@@ -34,14 +34,14 @@ as on the paper's KESCH nodes (8 K80 boards = 16 GPUs), `log2 16 = 4`: the large
 pipelining can win, which is why Awan et al. proposed the chain for dense GPU nodes.""",
         value=_pipelining_gain, unit="x", needs=("p",), rel_tol=0.05, close_tol=0.25,
         hint="Compare the bandwidth terms only: log2(p)·n·b for binomial against about n·b for the chain.",
-        exercise="exercises/02_pipelined_chain"),
+        exercise="exercises/source/02_chain"),
     3: Answer(
         text="""Yes: too few chunks and the hops do not overlap (the chain degenerates to `p - 1` whole
 messages); too many and every chunk pays the latency `a` (and, in gpulab, a Python call). The model's
 optimum `k ≈ sqrt((p-2)·n·b/a)` balances the two; `gpulab.bcast.model.best_chunk` computes it for a fitted
 machine (notebook 03 §4 compares it with a measured scan). The measured optimum is usually flat: chunk
 sizes within 2-4x of it cost about the same.""",
-        exercise="exercises/02_pipelined_chain"),
+        exercise="exercises/source/02_chain"),
     4: Answer(
         text="""In the alpha-beta model scatter + allgather beats binomial on bandwidth from 3 ranks
 (`2(p-1)/p·n` against `ceil(log2 p)·n` bytes on the critical path) but pays many more latencies
@@ -50,7 +50,7 @@ in Python each of those messages costs extra, which pushes the crossover further
 (Thakur, Rabenseifner and Gropp 2005; `gpulab.bcast.mpich.mpir_rule`) uses it from 12 KiB but only from
 8 processes. """ + MPICH_CH4 + """: for p < 8 on a communicator that spans nodes it runs its node-aware
 composition instead, on one node a binomial tree.""",
-        exercise="exercises/03_scatter_allgather"),
+        exercise="exercises/source/03_scatter_allgather"),
     5: Answer(
         text="""Hierarchical crosses the slow level once per node and does the rest on the fast level. On
 one machine both "levels" are the same shared memory, so it can only add bookkeeping. It wins when the

@@ -58,7 +58,7 @@ less, so fewer, larger chunks keep the pipeline full for less latency. The kit's
 same factor (it evaluates the model around `k*`).""",
         value=_chunk_count_factor, unit="x the chunks", rel_tol=0.05, close_tol=0.25,
         hint="k* ~ sqrt(n·b/a): doubling a divides k* by sqrt(2), it does not halve it.",
-        exercise="exercises/02_pipelined_chain"),
+        exercise="exercises/source/02_chain"),
     4: Answer(
         text="""On a shared machine one measurement can be slow because something else ran at that moment.
 Without confirmation, a single lucky sweep can crown an algorithm that is not really faster, and `auto`

@@ -33,7 +33,7 @@ The full weight exists on a rank only for the moment between the all-gather and 
         value=_stored_bytes, unit="bytes", needs=("n_out", "k_in"), rel_tol=0.0, close_tol=0.0,
         hint="Count the weight's values each rank keeps between steps (n_out · k_in / 4), times 8 bytes "
              "(float64), not the gathered weight it holds during the matmul.",
-        exercise="exercises/04_tensor_parallel_layer"),
+        exercise="exercises/source/04_tensor_parallel_3d"),
     2: Answer(
         text="""With `(4, 1, 1, 1)` row splits the **output** features 4 ways and col = 1 leaves the input features
 whole: rank r holds rows `r·n/4 … (r+1)·n/4` of W complete, every one of their `k` inputs. So **every rank
@@ -50,7 +50,7 @@ said the opposite.
 This is Megatron-LM's column-parallel layer (Shoeybi et al. 2019, arXiv 1909.08053, section 3): identity
 in forward, all-reduce in backward. Its partner, the row-parallel (here: transposed) layer, sums in
 forward instead.""",
-        exercise="exercises/04_tensor_parallel_layer"),
+        exercise="exercises/source/04_tensor_parallel_3d"),
     3: Answer(
         text="""Read the "wire KiB per step" table: for this small GPT on (2, 2, 2, 1) **col** carries the most.
 Col sums partial outputs Y of every plain layer in forward (and LayerNorm statistics), and its volume
@@ -68,5 +68,5 @@ why large batches favour sharding (depth, data) over tensor parallelism (row, co
         close_tol=0.1,
         hint="Weights do not depend on the batch: only the row and col (activation) bytes double; depth's "
              "(weight) bytes stay the same.",
-        exercise="exercises/04_tensor_parallel_layer"),
+        exercise="exercises/source/04_tensor_parallel_3d"),
 }

@@ -100,7 +100,7 @@ The kit's number is the formula for the notebook's `MICRO` on 4 stages
         value=lambda ctx: bubble_fraction(4, ctx["micro"]), unit="of the step", needs=("micro",),
         rel_tol=0.02, close_tol=0.25,
         hint="p = 4 stages: (p - 1) / (m + p - 1) with m = MICRO.",
-        exercise="exercises/05_one_f_one_b"),
+        exercise="exercises/source/05_one_f_one_b"),
     4: Answer(
         text="""DDP's traffic is on **data** (one all-reduce of every gradient); ZeRO-3's on **depth** (an
 all-gather of every weight in forward, again in backward because the full weight was not kept, and a
@@ -118,7 +118,7 @@ backward).""",
         needs=("gpt_config", "ranks", "batch_size"), rel_tol=0.03, close_tol=0.25,
         hint="The 3x compares buffers. On the wire an all-reduce sends 2(p-1)/p of its buffer, an "
              "all-gather or a reduce-scatter (p-1)/p: count 2 all-gathers + 1 reduce-scatter against 1 all-reduce.",
-        exercise="exercises/03_scatter_allgather"),
+        exercise="exercises/source/03_scatter_allgather"),
     5: Answer(
         text="""`gpulab.lessons.this_machine.describe` says how many cores this notebook got and how many ranks
 share each: when ranks outnumber cores, they take turns, and a rank that waits for a collective also waits

@@ -119,3 +119,11 @@ def test_the_machine_sentence_states_cores_and_the_share_of_each_rank(monkeypatc
     assert "2 cores" in text and "load 1.5" in text and "0.5 core each" in text and "take turns" in text
     monkeypatch.setattr(this_machine, "load", lambda: None)
     assert this_machine.describe() == "This machine gives the notebook 2 cores."
+
+
+@pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
+def test_an_answer_points_to_an_exercise_that_exists(stem):
+    root = NOTEBOOKS.parent
+    wrong = {q: a.exercise for q, a in Lesson(stem).answers_by_question.items()
+             if a.exercise and not (root / a.exercise).is_dir()}
+    assert not wrong, f"{stem}: answers point to exercises that do not exist: {wrong}"
