@@ -152,11 +152,23 @@ W.interact(draw_at_scale, global_batch=W.Dropdown(options=GLOBAL_BATCHES, value=
 # %%
 best_4d = {b: next(r for r in at_scale[b] if r["strategy"] == "axonn") for b in GLOBAL_BATCHES}
 megatron = {b: next(r for r in at_scale[b] if r["strategy"] == "megatron") for b in GLOBAL_BATCHES}
+terms = []
 for b in GLOBAL_BATCHES:
-    print(f"global batch {b:5d}: AxoNN's best {best_4d[b]['config']} {best_4d[b]['iter_s']:.2f} s, "
-          f"{megatron[b]['config']} {megatron[b]['iter_s']:.2f} s "
-          f"({megatron[b]['iter_s'] / best_4d[b]['iter_s']:.2f}x)")
-assert all(megatron[b]["iter_s"] > best_4d[b]["iter_s"] for b in GLOBAL_BATCHES)  # AxoNN searches Megatron's grids too
+    for who, row in (("AxoNN's best", best_4d[b]), ("Megatron-LM", megatron[b]),
+                     ("Megatron-LM untuned", megatron[b]["untuned"])):
+        split = time_split(row)
+        terms.append({"batch": b, "who": who, "configuration": row["config"],
+                      "recompute": "on" if row["recompute"] else "off", "compute s": split["compute"],
+                      "exposed comm s": split["exposed communication"], "bubble s": split["bubble"],
+                      "s/iter": row["iter_s"]})
+display(Table(terms, digits=2))
+for b in GLOBAL_BATCHES:
+    print(f"global batch {b:5d}: Megatron-LM / AxoNN's best = {megatron[b]['iter_s'] / best_4d[b]['iter_s']:.2f}, "
+          f"untuned Megatron-LM / AxoNN's best = {megatron[b]['untuned']['iter_s'] / best_4d[b]['iter_s']:.2f}")
+# what holds by construction: AxoNN's search covers the grids of ZeRO-3, HSDP and DDP, so none beats it
+covered = ("zero3", "hsdp", "ddp")
+assert all(best_4d[b]["iter_s"] <= r["iter_s"] + 1e-12 for b in GLOBAL_BATCHES for r in at_scale[b]
+           if r["strategy"] in covered and r["fits"])
 assert all(not r["fits"] for r in at_scale[min(GLOBAL_BATCHES)] if r["strategy"] in ("zero3", "hsdp"))
 
 # %% [markdown]
@@ -168,11 +180,30 @@ assert all(not r["fits"] for r in at_scale[min(GLOBAL_BATCHES)] if r["strategy"]
 #   batch and hides behind the compute with OAG's prefetch, while tensor
 #   parallelism's activation all-reduces grow with the tokens per GPU. Below
 #   1024 sequences sharding cannot run, and the 4D grid with row > 1 wins.
-# * **"AxoNN beats Megatron-LM" holds by construction here.** AxoNN's search
-#   covers every grid shape, Megatron-LM's tensor × data grids included, and
-#   ZeRO-3's, HSDP's and DDP's; so its row can only be as fast as the best of
-#   theirs or faster (the assert above checks that). The ratio says by how
-#   much under the model's assumptions; it is not an independent replication.
+# * **What holds by construction**: AxoNN's search covers every grid shape,
+#   ZeRO-3's, HSDP's and DDP's included, so none of those rows can beat it
+#   (the assert above checks that).
+# * **What does not: Megatron-LM at full strength is not inside that
+#   search.** A tuned Megatron-LM run uses sequence parallelism (LayerNorm and
+#   dropout activations split over the tensor-parallel group), a distributed
+#   optimizer (AdamW's fp32 states split over the data group) and the
+#   interleaved 1F1B schedule. The first two cut its memory enough to train
+#   the 80B model **without recomputation** (the `recompute` column), while
+#   every AxoNN grid that fits in 40 GB recomputes the forward pass: 8/6 of the
+#   compute. Read the table term by term: AxoNN's compute is longer by that
+#   extra forward; Megatron-LM pays a pipeline bubble instead (blue in the
+#   plot) and comparable exposed communication. The two roughly cancel: the
+#   kit predicts the two **within a few percent at every batch, Megatron-LM
+#   slightly ahead at 1024 sequences** (the ratios above). That is not the
+#   paper's 26%. Three reasons it can differ, none of which the kit can settle
+#   alone: the paper's Megatron-LM configuration is not known here (the
+#   "untuned" rows: Megatron-LM without sequence parallelism, distributed
+#   optimizer and interleaving must recompute too, and AxoNN then wins by
+#   more than the paper's 26%); the model takes
+#   one matmul rate for every GEMM size, while tensor parallelism's smaller
+#   GEMMs run below it on a real A100; and it ignores contention between
+#   groups that share a node's NICs. Switch the batch in the plot above and
+#   watch the bubble and the recomputation trade places.
 # * **The paper's numbers** (Singh et al., "A 4D Hybrid Algorithm to Scale
 #   Parallel Training to Thousands of GPUs", arXiv 2305.13525, abstract): the
 #   80B GPT on 1024 Perlmutter GPUs, **26% faster than Megatron-LM** and **57%

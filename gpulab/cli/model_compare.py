@@ -81,14 +81,16 @@ def table(rows: list[dict]) -> str:
         if not r["fits"]:
             lines.append(f"{r['strategy']:<9} {r['why']}")
             continue
-        lines.append(f"{r['strategy']:<9} {r['config']:<44} {r['micro_batches']:>4} "
-                     f"{'on' if r['recompute'] else 'off':>6} {r['iter_s']:>8.3g} {r['memory']['total'] / 1e9:>7.1f} "
-                     f"{r['comm_share']:>5.0%} {r['bubble']:>6.0%} {r['mfu']:>6.1%} {r['hfu']:>6.1%} "
-                     f"{r['mfu_matmul']:>10.1%}")
+        lines.append(_line(r["strategy"], r))
         tp = r.get("best_with_tensor_parallelism")
         if tp is not None and tp["config"] != r["config"]:
-            lines.append(f"{'  with TP':<9} {tp['config']:<44} {tp['micro_batches']:>4} "
-                         f"{'on' if tp['recompute'] else 'off':>6} {tp['iter_s']:>8.3g} "
-                         f"{tp['memory']['total'] / 1e9:>7.1f} {tp['comm_share']:>5.0%} {tp['bubble']:>6.0%} "
-                         f"{tp['mfu']:>6.1%} {tp['hfu']:>6.1%} {tp['mfu_matmul']:>10.1%}")
+            lines.append(_line("  with TP", tp))
+        if r.get("untuned") is not None:  # the same strategy without the features its tuned run uses
+            lines.append(_line("  untuned", r["untuned"]))
     return "\n".join(lines)
+
+
+def _line(label: str, r: dict) -> str:
+    return (f"{label:<9} {r['config']:<44} {r['micro_batches']:>4} {'on' if r['recompute'] else 'off':>6} "
+            f"{r['iter_s']:>8.3g} {r['memory']['total'] / 1e9:>7.1f} {r['comm_share']:>5.0%} {r['bubble']:>6.0%} "
+            f"{r['mfu']:>6.1%} {r['hfu']:>6.1%} {r['mfu_matmul']:>10.1%}")

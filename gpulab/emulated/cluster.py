@@ -6,6 +6,7 @@ records, so that ``gpulab.launch`` and the records read it without importing thi
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -273,13 +274,23 @@ def _package_root() -> str:
 
 
 def hydra_mpiexec() -> str:
-    """MPICH's hydra mpiexec (the ``mpich`` wheel's, beside this Python, else on PATH): the emulated
-    cluster needs its launcher options, so $GPULAB_MPIEXEC (a site's srun, say) does not apply."""
-    beside_python = Path(sys.executable).parent / "mpiexec"
-    found = str(beside_python) if beside_python.exists() else shutil.which("mpiexec")
-    if found is None:
-        raise ClusterUnavailable("the emulated cluster launches with MPICH's mpiexec (pip install mpich)")
-    return found
+    """MPICH's hydra mpiexec (the ``mpich`` wheel's, beside this Python, else the first on PATH): the
+    emulated cluster needs its launcher options, so $GPULAB_MPIEXEC (a site's srun, say) does not apply,
+    and a system's Open MPI ``mpiexec`` (which rejects ``-launcher``) is passed over."""
+    on_path = [str(Path(d) / "mpiexec") for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+    for candidate in dict.fromkeys([str(Path(sys.executable).parent / "mpiexec"), *on_path]):
+        if os.access(candidate, os.X_OK) and _is_hydra(candidate):
+            return candidate
+    raise ClusterUnavailable("the emulated cluster launches with MPICH's mpiexec (pip install mpich)")
+
+
+@functools.cache
+def _is_hydra(mpiexec: str) -> bool:
+    try:
+        shown = subprocess.run([mpiexec, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "HYDRA" in shown
 
 
 def check_tools() -> None:

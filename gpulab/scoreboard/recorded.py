@@ -1,4 +1,7 @@
-"""The recorded measurements the scoreboard reads: docs/results/*.json of this checkout, never numbers typed in code."""
+"""The recorded measurements the scoreboard reads: docs/results/*.json of this checkout, never numbers typed in code.
+
+An installed wheel carries the same folder as gpulab/recorded_results (pyproject's force-include).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +12,15 @@ from pathlib import Path
 from gpulab.scoreboard.claim import NotMeasured
 
 ENV_RESULTS = "GPULAB_RESULTS"  # another folder of records (a course's own runs); default: this checkout's docs/results
+PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def results_dir() -> Path:
-    return Path(os.environ.get(ENV_RESULTS) or Path(__file__).resolve().parents[2] / "docs" / "results")
+    """$GPULAB_RESULTS, else the checkout's docs/results (editable install), else the wheel's copy."""
+    if os.environ.get(ENV_RESULTS):
+        return Path(os.environ[ENV_RESULTS])
+    checkout = PACKAGE.parent / "docs" / "results"
+    return checkout if checkout.is_dir() else PACKAGE / "recorded_results"
 
 
 def read(name: str):

@@ -160,6 +160,12 @@ def test_megatron_is_searched_as_a_tuned_run_and_the_paper_stands_beside_it(caps
     axonn = next(r for r in rows if r["strategy"] == "axonn")
     assert gap["predicted_axonn_faster_than_megatron"] == pytest.approx(meg["iter_s"] / axonn["iter_s"] - 1)
     assert (gap["axonn_faster_than_megatron"], gap["axonn_peak_share"]) == (0.26, 0.57)
+    # beside it, the same search without the tuned features: what they are worth
+    plain = meg["untuned"]
+    assert not (plain["sequence_parallel"] or plain["distributed_optimizer"] or plain.get("virtual_stages", 1) > 1)
+    assert plain["iter_s"] >= meg["iter_s"] and "SP" not in plain["config"]
+    assert gap["predicted_axonn_faster_than_untuned_megatron"] == pytest.approx(plain["iter_s"] / axonn["iter_s"] - 1)
+    assert "untuned" not in zero3  # ZeRO-3 has no tuned features to take away
     # 42 layers do not split evenly over 4 stages: no interleaving there; 40 layers over 2 stages x 4 chunks do
     cfg40 = gpt_config("gpt-80b")
     cfg40 = type(cfg40)(**{**cfg40.to_dict(), "n_layer": 40})
@@ -172,3 +178,4 @@ def test_megatron_is_searched_as_a_tuned_run_and_the_paper_stands_beside_it(caps
     assert "against the paper (Singh et al., arXiv 2305.13525" in out and "paper 26% faster" in out
     assert "paper 57% of peak" in out and "model FLOPs" in out and "hardware FLOPs" in out
     assert "could not be read here" in out and "megatron as a tuned run uses it" in out
+    assert "  untuned Megatron-LM" in out and "against Megatron-LM without the features of a tuned run" in out

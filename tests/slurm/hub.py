@@ -173,6 +173,8 @@ class UserPython:
                                                  Path(d) == Path(sys.prefix) and n in ("bin", "lib64")])
         shutil.rmtree(target / "gpulab", ignore_errors=True)
         shutil.copytree(ROOT / "gpulab", target / "gpulab", ignore=shutil.ignore_patterns("__pycache__"))
+        # what the wheel carries beside the package (pyproject's force-include)
+        shutil.copytree(ROOT / "docs" / "results", target / "gpulab" / "recorded_results")
         self.bin = venv / "bin"
         for src in Path(sys.executable).parent.iterdir():  # console scripts: point them at the new python
             if src.name.startswith(("python", "activate", "Activate", "pip")) or (self.bin / src.name).exists():
