@@ -201,7 +201,7 @@ def against_paper(rows: list[dict]) -> dict | None:
     untuned = megatron.get("untuned")
     return {**PAPER, "axonn_config": axonn["config"], "megatron_config": megatron["config"],
             "predicted_axonn_faster_than_megatron": megatron["iter_s"] / axonn["iter_s"] - 1,
-            "untuned_megatron_config": untuned and untuned["config"] + (", recomputing" if untuned["recompute"] else ""),
+            "untuned_megatron_config": untuned and untuned["config"] + (", recomputing" * untuned["recompute"]),
             "predicted_axonn_faster_than_untuned_megatron": untuned and untuned["iter_s"] / axonn["iter_s"] - 1,
             "predicted_mfu": axonn["mfu"], "predicted_hfu": axonn["hfu"]}
 
