@@ -88,6 +88,7 @@ class BcastExplorer(W.VBox):
         self.clear_button = W.Button(description="Clear", icon="trash")
         self.progress = W.IntProgress(value=0, min=0, max=1, description="progress")
         self.status = W.HTML(f"ready: {runner.p} ranks")
+        self.status.add_class("gpulab-status")  # what a run reports (tests find it by this class)
         self.plot, self.table = W.Output(), W.HTML()
         self.figure = sweep_figure([])
         self.run_button.on_click(lambda _: self.run(raise_errors=False))

@@ -63,6 +63,7 @@ class MeshExplorer(W.VBox):
                                  value="host", description="arrays on")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.status, self.table = W.HTML(f"ready: {runner.p} engines"), W.Output()
+        self.status.add_class("gpulab-status")  # what a run reports (tests find it by this class)
         self.timeline_plot, self.breakdown_plot = W.Output(), W.Output()
         self._limits = {"row": (cfg.n_head, cfg.vocab_size), "col": (cfg.n_embd,), "depth": (batch_size,)}
         self.world.observe(lambda _: self._refresh("world"), "value")

@@ -77,7 +77,7 @@ def _bcast_explorer(page, explorer, shots: Path) -> None:
     upper.focus()
     for _ in range(3):
         upper.press("ArrowLeft")
-    status = explorer.locator(".widget-html").first
+    status = explorer.locator(".gpulab-status").first
     explorer.locator("button:has-text('Run')").first.click()
     expect(status).to_contain_text("run #2", timeout=30_000)
     expect(status).to_contain_text(re.compile(r"run #2: \d+ points x \d+ rounds done"), timeout=RUN_TIMEOUT_MS)
