@@ -19,6 +19,7 @@ import json
 import os
 
 _enabled = os.environ.get("GPULAB_BCAST_CHECK", "") not in ("", "0")
+on_switch: list = []  # called after checking is switched on or off (the fast path forgets its plans)
 
 
 class BcastArgumentMismatch(ValueError):
@@ -28,8 +29,10 @@ class BcastArgumentMismatch(ValueError):
 def checking(on: bool | None = None) -> bool:
     """Whether broadcasts check their arguments across ranks; ``checking(True/False)`` switches it."""
     global _enabled
-    if on is not None:
+    if on is not None and bool(on) != _enabled:
         _enabled = bool(on)
+        for hook in on_switch:
+            hook()
     return _enabled
 
 

@@ -24,7 +24,7 @@ import numpy as np
 from gpulab.backend import is_device_array
 from gpulab.bcast import agreement, gpu, registry, tuning
 from gpulab.bcast.auto import select
-from gpulab.bcast.executor import Group, execute, on_free, private_comm
+from gpulab.bcast.executor import Group, execute, on_free, private_comm, runner
 from gpulab.bcast.native import native
 from gpulab.bcast.registry import REGISTRY
 from gpulab.lazy_mpi import lazy_mpi
@@ -167,15 +167,17 @@ def _check_root(root, comm) -> None:
 # The fast path of a repeated broadcast: a program broadcasts the same sizes from the same root
 # again and again, and a 1 KiB MPI_Bcast takes a few microseconds, so every check and decision
 # is made once. (id of the communicator as the caller passed it (None too), algorithm as asked
-# ("auto" too), root, nbytes) -> (run, root or None, the communicator, tuning generation) for host
-# arrays called without options; ``run`` is MPI's own Bcast on the private duplicate (called with
-# the array and the root), or the executor with the schedule bound (called with the bytes).
-# Holding the communicator keeps its id from being reused; freeing it forgets every plan, and an
-# "auto" plan made before the tuning file changed is decided again. What is checked again on every
-# call: that the buffer is a writable C-contiguous host array (else the full checks run and
-# raise), and whether argument checking across ranks is on.
+# ("auto" too), root, nbytes) -> (run, root or None, the communicator) for host arrays called
+# without options; ``run`` is MPI's own Bcast on the private duplicate (called with the array and
+# the root), or the executor's runner for the schedule (called with the bytes). Holding the
+# communicator keeps its id from being reused. The plans are forgotten when the communicator is
+# freed, when this process's tuning file changes ("auto" decides again) and when argument
+# checking across ranks is switched (no plan is made while it is on), so a call checks nothing of
+# that. What is checked on every call: that the buffer is a writable C-contiguous host array (else
+# the full checks run and raise).
 _plans: dict = {}
-on_free.append(_plans.clear)
+for _hooks in (on_free, tuning.on_forget, agreement.on_switch):
+    _hooks.append(_plans.clear)
 
 
 def _repeat(name: str, buf, root, comm) -> bool:
@@ -186,20 +188,21 @@ def _repeat(name: str, buf, root, comm) -> bool:
         plan = _plans.get((id(comm), name, root, buf.nbytes))
     except TypeError:  # an unhashable root: the full checks will say what is wrong
         return False
-    if plan is None or plan[3] != tuning.generation or agreement.checking():
+    if plan is None:
         return False
-    if plan[1] is not None:  # MPI's own Bcast takes the array as it is: no byte view to make
+    run, native_root, _ = plan
+    if native_root is not None:  # MPI's own Bcast takes the array as it is: no byte view to make
         if not buf.flags.writeable:  # MPI would send from a read-only root: the full checks refuse it
             return False
         try:
-            plan[0](buf, plan[1])
+            run(buf, native_root)
         except (BufferError, KeyError, ValueError):  # strided, or a dtype MPI cannot map: before any
             return False  # message; the full checks raise, or send its bytes
         return True
     data = _host_bytes(buf)
     if data is None:  # read-only or strided: the full checks say what is wrong
         return False
-    plan[0](data)
+    run(data)
     return True
 
 
@@ -220,16 +223,16 @@ def _host_bytes(buf: np.ndarray) -> memoryview | None:
 
 def _remember(name: str, buf, root, comms, g: Group, schedule) -> None:
     """Keep the plan under each communicator key the caller may use (None stands for COMM_WORLD)."""
-    if type(buf) is not np.ndarray:
+    if type(buf) is not np.ndarray or agreement.checking():
         return
     if len(_plans) > 65536:
         _plans.clear()
     if type(schedule) is tuple:
-        run, native_root = functools.partial(execute, g, schedule), None
+        run, native_root = runner(g, schedule), None
     else:  # MPI's own Bcast: straight to the private communicator, no list spec to parse per call
         run, native_root = g.native.Bcast, int(root)
     for comm in comms:
-        _plans[(id(comm), name, root, buf.nbytes)] = (run, native_root, comm, tuning.generation)
+        _plans[(id(comm), name, root, buf.nbytes)] = (run, native_root, comm)
 
 
 def _entry(name: str) -> functools.partial:

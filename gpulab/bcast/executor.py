@@ -243,6 +243,40 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
             trace.extend(events)
 
 
+def runner(g: Group, schedule: tuple[Op, ...]):
+    """What a repeated broadcast calls with a host array's bytes.
+
+    A schedule of blocking sends and receives only (binomial, k-nomial, the linear and k-ary trees)
+    gets a loop as lean as a tree written by hand in mpi4py: its steps unpacked once, no request
+    lists, no hooks; with tracing on it hands over to ``execute``, which records. Anything else is
+    ``execute`` itself.
+    """
+    if g.stager is not None or not schedule or any(op.kind not in (SEND, RECV) for op in schedule):
+        return functools.partial(execute, g, schedule)
+    steps = tuple((op.kind == SEND, op.peer, op.lo, op.hi, LAST_TAG if op.last else TAG, op) for op in schedule)
+    send, recv, status, rank = g.comm.Send, g.comm.Recv, g.status, g.comm.rank
+    count, byte = status.Get_count, MPI.BYTE
+
+    def run(data: memoryview) -> None:
+        if trace.active():
+            return execute(g, schedule, data)
+        op = None
+        try:
+            for is_send, peer, lo, hi, tag, op in steps:
+                if is_send:
+                    send(data[lo:hi], peer, tag)
+                else:
+                    recv(data[lo:hi], peer, TAG, status)
+                    if count(byte) != hi - lo:
+                        raise _size_error(rank, op, count(byte))
+        except MPI.Exception as error:
+            if error.Get_error_class() == MPI.ERR_TRUNCATE:
+                raise _size_error(rank, op, None) from None
+            raise
+
+    return run
+
+
 def _complete(sends: list, sent_events: list) -> None:
     if sends:
         MPI.Request.Waitall(sends)

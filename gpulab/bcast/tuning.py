@@ -40,6 +40,7 @@ def table_path(path=None) -> Path:
 
 _files: dict = {}  # path -> parsed file (or None): read once per process, see load()
 generation = 0  # bumped whenever this process writes or forgets a file, so select() re-decides
+on_forget: list = []  # called after a bump (the fast path forgets the plans "auto" made)
 
 
 def load(path=None) -> dict | None:
@@ -68,6 +69,8 @@ def forget() -> None:
     global generation
     _files.clear()
     generation += 1
+    for hook in on_forget:
+        hook()
 
 
 def save(data: dict, path=None) -> Path:

@@ -55,3 +55,38 @@ def check_catches_a_broken_algorithm(world: MPI.Comm) -> dict:
         return measure_bcast(world, "does_nothing", 100, iters=4, warmup=1, validate=False, check=True)
     finally:
         del ALGORITHMS["does_nothing"]
+
+
+def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
+    """The lean loop of a repeated schedule: it records when tracing is on, checking switched on is obeyed
+    at once (the plans are forgotten), and a sender of another size is caught on the receiving rank."""
+    from gpulab.bcast import agreement, trace
+    from gpulab.bcast.executor import BcastSizeError
+
+    def call(nbytes=1024, root=0):
+        buf = np.full(nbytes, 5, np.uint8) if world.rank == root else np.zeros(nbytes, np.uint8)
+        gpulab.bcast.bcast(buf, root, world, algorithm="binomial")
+        return buf
+
+    for _ in range(3):
+        assert call().min() == 5, f"rank {world.rank}: wrong data on a repeated call"
+    with trace.tracing() as events:
+        call()
+    out = {"traced": len(events)}
+    agreement.checking(True)
+    try:
+        call(root=world.rank % 2)
+        out["mismatch"] = "nothing raised"
+    except agreement.BcastArgumentMismatch:
+        out["mismatch"] = "BcastArgumentMismatch"
+    finally:
+        agreement.checking(False)
+    world.Barrier()
+    for name, nbytes in (("larger", 2048), ("smaller", 512)):  # the root sends another size than planned
+        try:
+            call(nbytes=nbytes if world.rank == 0 else 1024)
+            out[name] = "nothing raised"
+        except BcastSizeError as error:
+            out[name] = str(error)
+        world.Barrier()
+    return out

@@ -58,3 +58,12 @@ def test_cli_options_and_versioned_schema(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--sizes", "1K,3",
                           "--dtype", "float32"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "not whole numbers of float32" in bad.stderr
+
+
+def test_the_lean_loop_traces_obeys_checking_and_catches_other_sizes():
+    root, leaf = run_mpi(2, "tests.bcast.fast_path_cases:repeated_binomial_follows_switches", timeout=120)
+    assert root["traced"] == 1 and leaf["traced"] == 0, (root, leaf)  # the root's one send is recorded
+    assert root["mismatch"] == leaf["mismatch"] == "BcastArgumentMismatch", (root, leaf)
+    assert root["larger"] == root["smaller"] == "nothing raised", root  # the root's sends go out
+    assert "expected 1024 bytes from rank 0 but was sent more" in leaf["larger"], leaf
+    assert "expected 1024 bytes from rank 0 but got 512" in leaf["smaller"], leaf
