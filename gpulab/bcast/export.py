@@ -22,6 +22,7 @@ import json
 import re
 
 from gpulab.bcast import native_variants as nv
+from gpulab.bcast.mpich import mpir_rule
 
 FORMATS = ("mpich", "openmpi", "mvapich2")
 OPENMPI_BCAST = 7  # Open MPI's collective id of MPI_Bcast (COLLTYPE in coll_base_functions.h)
@@ -161,8 +162,19 @@ def openmpi_rules(tables: dict[int, dict]) -> str:
 
 
 # ---- MVAPICH2 ---------------------------------------------------------------------------------------
-def mvapich2_choice(row_name: str) -> tuple[int | None, str]:
+# MV2_INTER_BCAST_TUNING as MVAPICH2 2.3 reads it (src/mpi/coll/tuning/bcast_tuning.c,
+# MV2_internode_Bcast_is_define): one number for every size, or comma-separated "alg:min-max" ranges
+# matched by the regular expression ([0-9]+):([0-9]+)-([0-9]+|\+), "+" meaning no upper limit. One table
+# for every communicator of the job; a message takes the first range whose upper end is at least its size.
+MPIR_TO_MVAPICH2 = {"binomial": 1, "scatter_allgather_rd": 3, "scatter_allgather_ring": 5}
+
+
+def mvapich2_choice(row_name: str, p: int, nbytes: int) -> tuple[int | None, str]:
+    """MV2_INTER_BCAST_TUNING's number for a measured row; "mpi" is what MPICH's own rule ran there."""
     algorithm, tree_type, k, _ = _choice(row_name)
+    if algorithm == "mpi":
+        ran = mpir_rule(nbytes, p)
+        return MPIR_TO_MVAPICH2[ran], f"MPICH's own choice, which ran {ran} here"
     if algorithm == "binomial":
         return 1, "binomial"
     if algorithm == "scatter_recursive_doubling_allgather":
@@ -173,25 +185,31 @@ def mvapich2_choice(row_name: str) -> tuple[int | None, str]:
         return 9, "pipelined (MVAPICH2's segment, not MPICH's chunk)"
     if algorithm in nv.TREES and (tree_type or "kary") != "kary":
         return 8, f"k-nomial, MV2_KNOMIAL_INTER_NODE_FACTOR={k or 2}"
-    return None, "MVAPICH2's own tuning table (no equivalent, or MPI_Bcast's own choice was kept)"
+    return None, "no MVAPICH2 equivalent: these sizes take the next range's algorithm"
 
 
 def mvapich2_ranges(tables: dict[int, dict]) -> str:
-    """Per p: the ranges and MV2_INTER_BCAST_TUNING's value for each ('alg:min-max,...', -1 = no limit)."""
+    """Per p: each range's MVAPICH2 algorithm and the MV2_INTER_BCAST_TUNING value that sets them."""
     lines = []
     for p, table in sorted(tables.items()):
         parts, lines_p = [], []
         for r in table["ranges"]:
-            alg, why = mvapich2_choice(r["algorithm"])
-            hi = -1 if r["hi"] is None else r["hi"] - 1
-            lines_p.append(f"  {r['lo']}-{hi if hi >= 0 else 'inf'} B: "
-                           f"{alg if alg is not None else '(default)'} {why}  [measured: {r['algorithm']}]")
+            alg, why = mvapich2_choice(r["algorithm"], p, (r.get("measured_at") or [r["lo"]])[0])
+            upper = "+" if r["hi"] is None else str(r["hi"] - 1)
+            lines_p.append(f"  {r['lo']}-{'inf' if r['hi'] is None else upper} B: "
+                           f"{alg if alg is not None else '-'} {why}  [measured: {r['algorithm']}]")
             if alg is not None:
-                parts.append(f"{alg}:{r['lo']}-{hi}")
+                parts.append(f"{alg}:{r['lo']}-{upper}")
+        if parts and "+" not in parts[-1]:  # the largest sizes must land in a range too
+            parts[-1] = parts[-1].rsplit("-", 1)[0] + "-+"
         lines.append(f"p={p}:")
         lines += lines_p
-        lines.append(f"  MV2_INTER_BCAST_TUNING={','.join(parts)}" if parts else
+        value = parts[0].split(":")[0] if len({q.split(":")[0] for q in parts}) == 1 else ",".join(parts)
+        lines.append(f"  MV2_INTER_BCAST_TUNING={value}" if parts else
                      "  (nothing to set: MVAPICH2's own table)")
+    if len(tables) > 1:
+        lines.append("MV2_INTER_BCAST_TUNING is one table for every communicator of a job: set the line of "
+                     "the job's process count.")
     return "\n".join(lines)
 
 
