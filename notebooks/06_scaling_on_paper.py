@@ -237,6 +237,87 @@ Table([{"group": g, "derived (gpulab)": right[g] / 1e6, "AxoNN's code": bug[g] /
 assert right["col"] == 4 * bug["col"] and bug["row"] == 4 * right["row"]
 
 # %% [markdown]
+# ## Communication only, as AxoNN ranks: where it picks differently, and what a measurement says
+# `gpulab model rank --comm-only` ranks the shapes the way AxoNN's published
+# model does (its per-layer volumes over each group's bandwidth; no latency,
+# compute or overlap). First at the scale of the ranking above: its pick, and
+# where the full model places that pick.
+
+# %%
+from gpulab.engine.perf.comm_only import comm_only_rank, comm_only_s
+
+only = comm_only_rank(gpt_config(MODEL), WORLD, BATCH, machines["perlmutter"], OVERLAP, **ASSUME)
+full_pick = min(only, key=lambda r: r["full_place"])
+print(f"perlmutter, {MODEL} on {WORLD} GPUs: communication only picks {tuple(only[0]['shape'])}, #"
+      f"{only[0]['full_place']} by the full model ({only[0]['full_iter_s'] / full_pick['full_iter_s'] - 1:+.0%}); "
+      f"the full model picks {tuple(full_pick['shape'])}")
+
+# %% [markdown]
+# Which one is right needs a measurement, and we can only measure here. The
+# recorded runs in `docs/results` timed every shape of a small GPT on this kind
+# of machine (`benchmarks/engine_grids.py`: 4 and 8 ranks on one computer;
+# `benchmarks/emulated_engine.py`: 2 emulated nodes x 2 ranks joined by a
+# 100 Mbit/s link), beside the full model's prediction from the machine they
+# fitted. The cell below ranks the same shapes by communication alone on that
+# fitted machine (each group at the rate its fitted all-reduce sends) and puts
+# the three picks side by side: "pick / best" is the measured time of a pick
+# over the measured best (1.00: it found the fastest shape), Spearman the rank
+# correlation of each model's order with the measured one. Nothing is re-timed.
+
+# %%
+from gpulab.engine.gpt.config import GPTConfig
+from gpulab.engine.perf.agreement import spearman
+from gpulab.engine.perf.fit import FittedMachine
+from gpulab.scoreboard import recorded
+
+RECORDS = ["engine_grid_p4.json", "engine_grid_p8.json", "emulated_engine_100mbit.json"]
+verdicts = []
+for name in RECORDS:
+    record = recorded.read(name)
+    fitted = FittedMachine(**record["machine"])
+    for label in sorted({r["overlap_label"] for r in record["rows"]}):
+        rows = [r for r in record["rows"] if r["overlap_label"] == label]
+        measured = [r["iter_s"] for r in rows]
+        full = [r["prediction"]["iter_s"] for r in rows]
+        comm = [comm_only_s(GPTConfig(**r["config"]), tuple(r["shape"]), r["batch_size"], fitted,
+                            seq_len=r["seq_len"])["comm_s"] for r in rows]
+        best = min(measured)
+
+        def pick(times):
+            return min(range(len(times)), key=times.__getitem__)
+        verdicts.append({"record": name.removesuffix(".json"), "overlap": label, "shapes": len(rows),
+                         "measured best": str(tuple(rows[pick(measured)]["shape"])),
+                         "full model pick": str(tuple(rows[pick(full)]["shape"])),
+                         "full pick / best": measured[pick(full)] / best, "full Spearman": spearman(measured, full),
+                         "comm-only pick": str(tuple(rows[pick(comm)]["shape"])),
+                         "comm pick / best": measured[pick(comm)] / best, "comm Spearman": spearman(measured, comm)})
+Table(verdicts, digits=2)
+
+# %%
+assert verdicts and all(v["shapes"] >= 4 and -1 <= v["comm Spearman"] <= 1 for v in verdicts)
+differ = [v for v in verdicts if v["full model pick"] != v["comm-only pick"]]
+for v in differ:
+    closer = "the full model" if v["full pick / best"] < v["comm pick / best"] else \
+        "communication only" if v["comm pick / best"] < v["full pick / best"] else "neither"
+    print(f"{v['record']} ({v['overlap']}): the picks differ; the measurement agrees better with {closer} "
+          f"(its pick {min(v['full pick / best'], v['comm pick / best']):.2f}x the best, the other's "
+          f"{max(v['full pick / best'], v['comm pick / best']):.2f}x)")
+print(f"{len(differ)} of {len(verdicts)} settings pick differently; mean rank correlation with the measurement: "
+      f"full model {sum(v['full Spearman'] for v in verdicts) / len(verdicts):.2f}, communication only "
+      f"{sum(v['comm Spearman'] for v in verdicts) / len(verdicts):.2f}")
+
+# %% [markdown]
+# What to look for: where the two picks differ, the "pick / best" columns say
+# which one the measurement sided with, and the lines above count it. On one
+# computer the collectives are short messages between processes on two shared
+# cores: their start-up (latency) and the compute they wait for weigh as much
+# as their bytes, and communication alone prices bytes only, so it can favour a
+# grid of many small collectives (a deep depth group, say) that measures slow.
+# Neither model is right every time: shapes a few percent apart swap places
+# with the load of the run. That is why AxoNN runs its top 20 for real, and why
+# notebook 05 measures instead of trusting either.
+
+# %% [markdown]
 # ## Questions
 # 1. Which axis does the best shape use most on each machine, and why does
 #    Frontier (8 GCDs per node, slower links per GCD) differ from Perlmutter?

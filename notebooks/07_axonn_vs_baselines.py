@@ -351,38 +351,53 @@ assert 1.4 < zero3_over_ddp["wire"] < 1.6 and 2.8 < zero3_over_ddp["buffer"] < 3
 
 # %% [markdown]
 # ## 4 · The pipeline bubble, measured
-# Four stages on four ranks (one block each, grid (1, 1, 1, 1) per stage),
-# `MICRO` micro-batches, 1F1B and GPipe. In the timeline each row is a rank:
-# the gaps before its first forward and after its last backward are the
-# bubble. Its share of the step, measured, sits beside the formula
-# (p - 1) / (m + p - 1), which assumes every stage takes the same time (the
-# first also embeds, the last computes the LM head and the loss).
+# Four stages on four ranks (two blocks each, grid (1, 1, 1, 1) per stage),
+# `MICRO` micro-batches: 1F1B, Megatron-LM's interleaved 1F1B and GPipe. In the
+# timeline each row is a rank: the gaps before its first forward and after its
+# last backward are the bubble. Its share of the step, measured, sits beside
+# the formula (p - 1) / (m + p - 1), which assumes every stage takes the same
+# time (the first also embeds, the last computes the LM head and the loss).
+# Interleaved, each stage holds `VIRTUAL` chunks of one block (stage s the
+# model's chunks s, s + 4, ...) and a micro-batch goes round the stages
+# `VIRTUAL` times: the bubble is (p - 1) / (v m) of the ideal time in
+# Megatron-LM's paper, (p - 1)/v slots beside the m useful ones, for
+# `VIRTUAL` times the stage-to-stage sends.
 #
 # The plot: one timeline per schedule, the horizontal axis time within the
 # step, one row per rank (= stage); the bars are each micro-batch's forward
-# and backward. What to look for: the empty wedge at the start and end of
-# each row (the bubble), of about the same size for 1F1B and GPipe, and
-# GPipe's long run of forwards before any backward. On a laptop the stages
-# share cores, so bars stretch unevenly and the measured idle share differs
-# from the formula by some tens of percent; on GPUs with one stage each the
-# shares come closer to the formula, apart from the first and last stages'
-# extra work.
+# and backward (interleaved: `F3.1` is micro-batch 3's forward through the
+# stage's chunk 1). What to look for: the empty wedge at the start and end of
+# each row (the bubble), of about the same size for 1F1B and GPipe and, by
+# the formula, narrower interleaved, whose bars are shorter (one block, not
+# two) and alternate between chunks, with twice the sends between them (each
+# a wait where a stage runs ahead); GPipe's long run of forwards before any
+# backward.
+# On a laptop the stages share cores, so bars stretch unevenly and the
+# measured idle share differs from the formula by some tens of percent; on
+# GPUs with one stage each the shares come closer to the formula, apart from
+# the first and last stages' extra work.
 
 # %%
-pipe_cfg = GPTConfig(vocab_size=64, block_size=64, n_layer=4, n_head=4, n_embd=128, dtype="float32")
+STAGES, VIRTUAL = 4, 2
+pipe_cfg = GPTConfig(vocab_size=64, block_size=64, n_layer=STAGES * VIRTUAL, n_head=4, n_embd=128, dtype="float32")
+SCHEDULES = {"1f1b": 1, "interleaved": VIRTUAL, "gpipe": 1}  # schedule -> model chunks per stage
 bubbles = {}
-fig = Figure(figsize=(11, 5.5), layout="constrained")
-for ax, schedule in zip(fig.subplots(2, 1), ["1f1b", "gpipe"]):
-    row = runner.measure(4, pipe_cfg, (1, 1, 1, 1), BATCH, Overlap(), pipe=4, micro_batches=MICRO, schedule=schedule)
+fig = Figure(figsize=(11, 8), layout="constrained")
+for ax, (schedule, v) in zip(fig.subplots(len(SCHEDULES), 1), SCHEDULES.items()):
+    row = runner.measure(STAGES, pipe_cfg, (1, 1, 1, 1), BATCH, Overlap(), pipe=STAGES, micro_batches=MICRO,
+                         schedule=schedule, virtual_stages=v)
     phases = [[e for e in events if e["kind"] == "phase" and "micro" in e] for events in row["events"]]
     start = min(e["start"] for ev in phases for e in ev)
     wall = max(e["end"] for ev in phases for e in ev) - start
     idle = [1 - sum(e["end"] - e["start"] for e in ev) / wall for ev in phases]
     bubbles[schedule] = sum(idle) / len(idle)
-    gantt(row["events"], ax=ax, title=f"{schedule}, 4 stages, m={MICRO}: idle {bubbles[schedule]:.0%} of the "
-                                      f"forward-backward (formula {bubble_fraction(4, MICRO):.0%})")
+    model = f"(p-1)/(v m) = {(STAGES - 1) / (v * MICRO):.3f} of the ideal time, " if v > 1 else ""
+    gantt(row["events"], ax=ax, title=f"{schedule}{f' (v={v})' if v > 1 else ''}, {STAGES} stages, m={MICRO}: "
+                                      f"idle {bubbles[schedule]:.0%} of the forward-backward (model: {model}"
+                                      f"{bubble_fraction(STAGES, MICRO, v):.0%} of the step)")
 display(as_image(fig))
-print({k: round(v, 2) for k, v in bubbles.items()}, "formula", round(bubble_fraction(4, MICRO), 2))
+print({k: round(v, 2) for k, v in bubbles.items()},
+      "model", {k: round(bubble_fraction(STAGES, MICRO, v), 2) for k, v in SCHEDULES.items()})
 assert all(0 < b < 1 for b in bubbles.values())
 
 # %% [markdown]

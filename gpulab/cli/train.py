@@ -48,7 +48,9 @@ _OPTIONS = [
                             help="activation recomputation: selective (attention probabilities rebuilt in "
                                  "backward) or full (each block's forward rerun); default none")),
     (("--distributed-optimizer",), dict(action="store_true",
-                                        help="AdamW's state split over the data group (ZeRO-1)")),
+                                        help="Megatron-LM's distributed optimizer (ZeRO-1): gradients "
+                                             "reduce-scattered, AdamW's state split over the data group, "
+                                             "parameters all-gathered after the step")),
     (("--sequence-parallel",), dict(action="store_true",
                                     help="Megatron-LM's sequence parallelism over row: LayerNorm and the residual "
                                          "on T/row positions, the row all-reduces as reduce-scatter + all-gather")),

@@ -58,7 +58,8 @@ class MeshRunner:
 
     def measure(self, world: int, config, shape, batch_size: int, overlap: Overlap, device: str = "host",
                 **options) -> dict:
-        """``timing.measure`` on the first ``world`` engines; ``options``: its pipe, micro_batches, schedule."""
+        """``timing.measure`` on the first ``world`` engines; ``options``: its pipe, micro_batches, schedule,
+        virtual_stages."""
         what = f"{self.iters} iterations on grid {tuple(shape)} ({overlap.label()}, {device}) {options or ''}"
         rows = self.engines.run(_measure_on_engine, world, config.to_dict(), list(shape), batch_size,
                                 overlap.to_dict(), self.iters, self.warmup, device, options, timeout=self.timeout,

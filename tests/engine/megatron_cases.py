@@ -68,13 +68,44 @@ def sequence_parallel_costs(comm, shape):
 def optimizer_memory(comm, shape):
     """AdamW's state bytes per rank against the distributed optimizer's."""
     cfg, mesh, params, _ = _model(comm, shape)
-    gpt = ParallelGPT(cfg, mesh)
+    gpt = ParallelGPT(cfg, mesh, distributed_optimizer=True)
     gpt.load_params(params)
     plain = memory_report(gpt, AdamW(gpt.params))["optimizer"]
-    split = memory_report(gpt, DistributedAdamW(gpt.params, mesh.data_comm))["optimizer"]
+    split = memory_report(gpt, DistributedAdamW(gpt))["optimizer"]
     values = sum(p.size for p in gpt.params.values())
     mesh.free()
     return {"adamw": plain, "distributed": split, "values": values}
+
+
+def optimizer_wire(comm, shape, bucket_bytes=None):
+    """One step's collectives (forward_backward and the optimizer's step, no norm) with AdamW and with the
+    distributed optimizer, as traced, beside ``volume.collective_calls`` and ``wire.wire_by_group``."""
+    from gpulab.engine.parallel.overlap import Overlap
+    from gpulab.engine.perf.volume import collective_calls
+    from gpulab.engine.perf.wire import wire_by_group
+
+    cfg, mesh, params, batch = _model(comm, shape)
+    ov = Overlap(buckets=True, bucket_bytes=bucket_bytes) if bucket_bytes else Overlap()
+    out = {}
+    for zero1 in (False, True):
+        gpt = ParallelGPT(cfg, mesh, overlap=ov, distributed_optimizer=zero1)
+        gpt.load_params(params)
+        opt = DistributedAdamW(gpt, lr=1e-3) if zero1 else AdamW(gpt.params, lr=1e-3)
+        with coll.trace() as calls:
+            gpt.forward_backward(*batch)
+            opt.step(gpt.grads)
+        sent = {}
+        for c in calls:
+            sent[c["group"]] = sent.get(c["group"], 0.0) + c["sent_bytes"]
+        model = collective_calls(cfg, tuple(shape), B, overlap=ov, distributed_optimizer=zero1)
+        out[str(zero1)] = {
+            "engine": sorted([c["group"], c["op"], c["nbytes"]] for c in calls),
+            "model": sorted([r["group"], r["op"], r["nbytes"]] for r in model),
+            "sent": sent,
+            "wire": wire_by_group(cfg, tuple(shape), global_batch=B, value_bytes=8, overlap=ov, zero=int(zero1))}
+        gpt.free()
+    mesh.free()
+    return out
 
 
 # --- planted bugs: each breaks one feature the way a real implementation could go wrong ------------
@@ -123,15 +154,29 @@ def _no_sequence_sum():
 def _no_gather():
     """The distributed optimizer updates its chunk but never all-gathers: other chunks stay stale."""
     def scatter_back(self, target, chunk_values):
-        for name, (a, b) in self.owned.items():
-            target[name].reshape(-1)[a:b] = chunk_values[name]
+        for name, values in chunk_values.items():
+            a, b = self.owned[name]
+            target[name].reshape(-1)[a:b] = values
     return _patched(DistributedAdamW, "_scatter_back", scatter_back)
+
+
+def _wrong_shard():
+    """The reduce-scattered sums kept in the next member's slice of the bucket: this rank's own slice
+    keeps its partial sums, which the optimizer then updates with."""
+    from gpulab.engine.parallel.overlap_grads import GradSync
+
+    def keep(self, key, summed):
+        lo, hi = self.layout.owned(key)
+        nxt = hi % self.layout.size[key]
+        self.flats[key][nxt:nxt + hi - lo] = summed
+    return _patched(GradSync, "_keep", keep)
 
 
 BUGS = {"stale parameters in full recomputation": _stale_parameters,
         "wrong heads in selective recomputation": _wrong_heads,
         "no sum over the sequence": _no_sequence_sum,
-        "no all-gather after the distributed step": _no_gather}
+        "no all-gather after the distributed step": _no_gather,
+        "reduce-scattered sums kept in another rank's slice": _wrong_shard}
 
 
 def planted(comm, bug, case):

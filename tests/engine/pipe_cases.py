@@ -81,7 +81,7 @@ def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="ho
         cfg = tiny_config(shape, "float64", n_layer=n_layer)
         params = random_params(cfg, seed=seed)
         idx, targets = random_batch(cfg, B, seed=seed)
-        gpt = ParallelGPT(cfg, mesh, micro_batches=micro, schedule=kind, **options)
+        gpt = ParallelGPT(cfg, mesh, micro_batches=micro, schedule=kind, distributed_optimizer=zero1, **options)
         gpt.load_params(params, device=device)
         back = gpt.full_params()
         assert all(np.array_equal(back[n], params[n]) for n in params), "load/full_params"
@@ -103,7 +103,7 @@ def equivalence(comm, cases, steps=STEPS, seed=0, device="host", expect_path="ho
         batches = [random_batch(cfg, B, seed=seed + 10 + k) for k in range(steps)]
         ser_params = copy.deepcopy(params)
         ser_losses = _serial_train(ser_params, cfg, batches)
-        opt = DistributedAdamW(gpt.params, mesh.data_comm, lr=LR) if zero1 else AdamW(gpt.params, lr=LR)
+        opt = DistributedAdamW(gpt, lr=LR) if zero1 else AdamW(gpt.params, lr=LR)
         par_losses = _train(gpt, opt, batches)
         train_err = max(abs(a - b) / abs(b) for a, b in zip(par_losses, ser_losses))
         assert all(is_device_array(v) == (device != "host") for v in gpt.params.values()), "params left the device"

@@ -71,3 +71,24 @@ def test_ranking_covers_the_full_models_candidates_and_says_where_each_stands(ca
     out = capsys.readouterr().out
     assert "communication only (AxoNN's model)" in out and "pick: " in out and "by the full model" in out
     assert len([line for line in out.splitlines() if line[:3].strip().isdigit()]) == 5
+
+
+def test_a_machine_fitted_here_gives_each_group_its_fitted_all_reduce_rate():
+    """No bandwidth table: a group's rate is the ring all-reduce's wire bytes over the fitted seconds per byte."""
+    from gpulab.engine.perf.comm_only import wire_bandwidth
+    from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.engine.perf.machines import ring
+    from tests.engine.util import tiny_config
+
+    line = {f"{op}/{g}": [1e-4, 1e-9 * g] for op in ("all_reduce", "all_gather", "reduce_scatter") for g in (2, 4)}
+    fitted = FittedMachine(name="line", ranks=4, cores=2, collectives=line, matmul_rate=1e10, elementwise_rate=1e9,
+                           kernel_overhead=1e-6, share=1.0, machine_peak=4e10, overlap={"poll": 0.0},
+                           memory_bytes=1e9)
+    for g in (2, 4):
+        assert wire_bandwidth(fitted, g, 1) == pytest.approx(ring("all_reduce", g)[1] / (1e-9 * g), rel=1e-9)
+    cfg = tiny_config((2, 1, 1, 2))
+    got = comm_only_s(cfg, (2, 1, 1, 2), 8, fitted)
+    assert set(got["groups"]) == {"row", "data"} and got["comm_s"] > 0
+    # a slower fitted link, the same bytes: the time scales with it
+    slow = dataclasses.replace(fitted, collectives={k: [a, 2 * b] for k, (a, b) in line.items()})
+    assert comm_only_s(cfg, (2, 1, 1, 2), 8, slow)["comm_s"] == pytest.approx(2 * got["comm_s"], rel=1e-9)

@@ -39,6 +39,7 @@ PLANTED = {"stale parameters in full recomputation": [[2, 1, 1, 1], 2, 2, "1f1b"
            "wrong heads in selective recomputation": [[1, 2, 1, 2], 1, 1, "1f1b", SEL],
            "no sum over the sequence": [[2, 1, 1, 2], 1, 1, "1f1b", SP],
            "no all-gather after the distributed step": [[1, 1, 1, 4], 1, 1, "1f1b", ZERO1],
+           "reduce-scattered sums kept in another rank's slice": [[1, 1, 2, 2], 1, 1, "1f1b", ZERO1],
            "blocks placed stage-major under interleaving": [[1, 1, 1, 1], 4, 4, "interleaved", IL2]}
 TIMELINES = [(4, 8, 2), (2, 4, 3)]
 
@@ -50,6 +51,8 @@ def job():
         "recompute": (4, "tests.engine.megatron_cases:recompute_costs", dict(shape=[2, 1, 1, 2])),
         "sequence": (4, "tests.engine.megatron_cases:sequence_parallel_costs", dict(shape=[4, 1, 1, 1])),
         "optimizer": (4, "tests.engine.megatron_cases:optimizer_memory", dict(shape=[1, 1, 1, 4])),
+        **{f"wire {b}": (4, "tests.engine.megatron_cases:optimizer_wire", dict(shape=[1, 1, 2, 2], bucket_bytes=b))
+           for b in (None, 512)},
         **{f"timeline {pipe} {micro} {v}": (4, "tests.engine.megatron_cases:interleaved_timeline",
                                             dict(pipe=pipe, micro=micro, virtual=v)) for pipe, micro, v in TIMELINES},
         **{f"planted {bug}": (4, "tests.engine.megatron_cases:planted", dict(bug=bug, case=case))
@@ -96,6 +99,30 @@ def test_distributed_optimizer_keeps_a_quarter_of_the_state_on_four_data_ranks(j
     r = job("optimizer")[0]
     assert r["distributed"] * 4 >= r["adamw"] and r["distributed"] * 4 - r["adamw"] <= 4 * 16
     assert r["distributed"] < r["adamw"] / 3
+
+
+@pytest.mark.parametrize("bucket_bytes", [None, 512])
+def test_distributed_optimizer_reduce_scatters_and_all_gathers_the_all_reduces_bytes(bucket_bytes, job):
+    """Megatron-LM's distributed optimizer: no gradient all-reduce over data or depth x data, a reduce-scatter
+    and an all-gather of the same buffer instead, so each group sends what AdamW's all-reduce sent; every call
+    as ``volume.collective_calls`` predicts it, and the bytes per group as ``wire.wire_by_group`` does."""
+    for rank, r in enumerate(job(f"wire {bucket_bytes}")):
+        plain, zero1 = r["False"], r["True"]
+        for run in (plain, zero1):
+            assert run["engine"] == run["model"], rank
+        sync = {"data", "batch"}
+        assert not [c for c in zero1["engine"] if c[0] in sync and c[1] == "all_reduce" and c[2] > 8], rank
+        scattered = sorted(c[::2] for c in zero1["engine"] if c[1] == "reduce_scatter" and c[0] in sync)
+        gathered = sorted(c[::2] for c in zero1["engine"] if c[1] == "all_gather" and c[0] in sync)
+        assert scattered == gathered and scattered, rank  # one of each per bucket, same buffer
+        sizes = {"data": 2, "batch": 4}
+        for group in sync:  # the all-reduce's bytes, but for the padding (< one value per member and bucket)
+            buckets = sum(c[0] == group for c in scattered)
+            extra = zero1["sent"][group] - plain["sent"][group]
+            assert 0 <= extra < 2 * buckets * sizes[group] * 8, (rank, group, extra)
+        if bucket_bytes is None:  # wire_by_group estimates bucket counts from sizes: without buckets, exact
+            for run in (plain, zero1):
+                assert run["wire"] == pytest.approx(run["sent"], rel=1e-12), rank
 
 
 @pytest.mark.parametrize("bug", list(PLANTED))

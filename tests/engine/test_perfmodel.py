@@ -37,13 +37,22 @@ def _expand(rows):
 
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("overlap", [None, Overlap(cache=True), Overlap.everything(bucket_bytes=512)])
-def test_folded_rows_send_what_the_engine_sends(shape, overlap):
+@pytest.mark.parametrize("zero1", [False, True])
+def test_folded_rows_send_what_the_engine_sends(shape, overlap, zero1):
     cfg = tiny_config(shape, n_layer=3)
-    calls = collective_calls(cfg, shape, 8 * shape[2] * shape[3], 8, grad_norm=True, overlap=overlap)
-    rows = comm_rows(cfg, shape, 8 * shape[2] * shape[3], 8, overlap)
+    calls = collective_calls(cfg, shape, 8 * shape[2] * shape[3], 8, grad_norm=True, overlap=overlap,
+                             distributed_optimizer=zero1)
+    rows = comm_rows(cfg, shape, 8 * shape[2] * shape[3], 8, overlap, distributed_optimizer=zero1)
     got = totals([{**r, "nbytes": r["nbytes"] * r["count"]} for r in rows], by="group", value="nbytes")
     want = totals(calls, by="group", value="nbytes")
-    assert got.keys() == want.keys() and all(abs(got[g] - want[g]) < 1e-6 * want[g] for g in want)
+    # each side pads its buckets to a multiple of the group (< one value per member and bucket); with buckets
+    # the folded rows estimate how many there are, so their padding may differ from the planned buckets'
+    item = np.dtype(cfg.dtype).itemsize
+    padding = {g: item * (sum(r["count"] * r["group_size"] for r in rows if r["group"] == g and r["layer"] in
+                           ("grads", "params")) + sum(c["group_size"] for c in calls if c["group"] == g))
+               for g in want} if zero1 and overlap is not None and overlap.buckets else {}
+    assert got.keys() == want.keys()
+    assert all(abs(got[g] - want[g]) <= max(1e-6 * want[g], padding.get(g, 0)) for g in want), (got, want)
     if overlap is None or not overlap.buckets:  # bucket counts are estimated from sizes, not planned
         assert _expand(rows) == Counter((c["group"], c["op"]) for c in calls)
 

@@ -58,8 +58,11 @@ Megatron-LM's options (each off by default; the numbers stay the serial model's)
   feeds attention (every position's keys and values) or a weight block that
   multiplies every token, so a reduce-scatter over col would be all-gathered
   again at once. Depth and data hold other sequences: nothing to split.
-- the distributed optimizer (ZeRO-1) is the optimizer's:
-  ``gpulab.engine.training.zero1.DistributedAdamW``.
+- ``distributed_optimizer=True`` (ZeRO-1, Megatron-LM's distributed optimizer, with
+  ``gpulab.engine.training.zero1.DistributedAdamW``): each gradient bucket is reduce-scattered over
+  its group instead of all-reduced (``overlap_grads.BucketLayout``), so a rank holds the sums of its
+  slice only (``grad_layout.owned_part``); ``grad_norm`` counts the slices and the optimizer
+  updates them and all-gathers the parameters. ``full_grads`` all-gathers the slices first.
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import p2p
 from gpulab.engine.parallel import tp_layers as TP
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.parallel.overlap_grads import GradSync, grad_order
+from gpulab.engine.parallel.overlap_grads import BucketLayout, GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import check_pipeline, chunk_layers, schedule, stage_params, stage_uses
 from gpulab.engine.parallel.pipeline_step import GradAccumulator, neighbours, run_micro_batches
@@ -110,7 +113,7 @@ def check_divisibility(config, shape, batch_size: int | None = None) -> None:
 class ParallelGPT:
     def __init__(self, config, mesh, overlap: Overlap | None = None, micro_batches: int | None = None,
                  schedule: str = "1f1b", recompute: str | None = None, sequence_parallel: bool = False,
-                 virtual_stages: int = 1):
+                 virtual_stages: int = 1, distributed_optimizer: bool = False):
         check_divisibility(config, mesh.shape)
         if recompute not in RECOMPUTE:
             raise ValueError(f"unknown recompute {recompute!r}; choose from {RECOMPUTE}")
@@ -125,6 +128,9 @@ class ParallelGPT:
         self.chunks = chunk_layers(config.n_layer, mesh.pipe, mesh.stage, virtual_stages)
         self.layers = [i for chunk in self.chunks for i in chunk]
         self.specs = {n: self.all_specs[n] for n in stage_params(config, mesh.pipe, mesh.stage, virtual_stages)}
+        self.distributed_optimizer = distributed_optimizer
+        self.grad_layout = BucketLayout(mesh, self.specs, config, self.overlap.bucket_bytes
+                                        if self.overlap.buckets else None, shard=distributed_optimizer)
         C, V = config.n_embd, config.vocab_size
         self.linears = {}
         if WTE in self.specs:
@@ -213,7 +219,16 @@ class ParallelGPT:
         return self.gather_full(self.params, root)
 
     def full_grads(self, root: int | None = None):
-        return self.gather_full(self.grads, root)
+        if not self.distributed_optimizer:
+            return self.gather_full(self.grads, root)
+        whole = {n: g.copy() for n, g in self.grads.items()}  # the slices reduce-scattered to the others
+        self.grad_layout.gather({n: self._owned(self.grads, n) for n in whole}, whole)
+        return self.gather_full(whole, root)
+
+    def _owned(self, pieces: dict, name: str):
+        """The values of ``pieces[name]`` this rank holds summed (all, or its slice), flat: a view."""
+        a, b = self.grad_layout.owned_part(name)
+        return pieces[name].reshape(-1)[a:b]
 
     # --- training step --------------------------------------------------------------------------
 
@@ -337,7 +352,7 @@ class ParallelGPT:
         n_tokens = idx.shape[0] * idx.shape[1]
         ops = schedule(self.schedule, m.pipe, m.stage, n_micro, self.virtual_stages)
         fetch = self._fetcher(self._uses(ops))
-        sync = GradSync(self.mesh, self.specs, self.config, self.overlap)
+        sync = GradSync(self.specs, self.grad_layout, self.overlap.buckets)
         acc = GradAccumulator(sync) if n_micro > 1 else sync  # one micro-batch: straight to sync
         with self._progress():
             run = run_micro_batches(self, ops, idx_l, tgt_l, fetch, acc, loss_scale / n_tokens)
@@ -361,17 +376,22 @@ class ParallelGPT:
         return loss
 
     def _sum_over_sequence(self) -> None:
-        """With SP, LayerNorm and wpe saw only this rank's positions: sum them over row, one buffer."""
+        """With SP, LayerNorm and wpe saw only this rank's positions: sum them over row, one buffer
+        (sharded, the slices this rank holds: the row's ranks hold the same slices of the same layout)."""
         names = [n for n in self.specs if n == WPE or ".ln_" in n]
         if not names:
             return
         xp = array_module(self._any_param)
-        flat = coll.all_reduce(xp.concatenate([self.grads[n].reshape(-1) for n in names]), self.mesh.row_comm)
+        parts = [self._owned(self.grads, n) for n in names]
+        flat = coll.all_reduce(xp.concatenate(parts), self.mesh.row_comm)
         offset = 0
-        for n in names:
-            g = self.grads[n]
-            self.grads[n] = flat[offset:offset + g.size].reshape(g.shape)
-            offset += g.size
+        for n, part in zip(names, parts):
+            summed = flat[offset:offset + part.size]
+            if self.distributed_optimizer and n in self.grad_layout.bucket_of:
+                part[...] = summed  # a view of the bucket's buffer: the slice the optimizer reads
+            else:
+                self.grads[n] = summed.reshape(self.grads[n].shape)
+            offset += part.size
 
     def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None, chunk: int = 0):
         """This stage's backward of one micro-batch, in exact reverse order of ``stage_forward``;
@@ -421,9 +441,16 @@ class ParallelGPT:
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""
         xp = array_module(self._any_param)
-        sq = sum(squared_sum(self.grads[n]) for n, s in self.specs.items()
-                 if owns(s, self.mesh.coord) and self._counted(n))
+        r, c, _, p = self.mesh.coord
+        sq = 0.0
+        for n, s in self.specs.items():
+            # a sharded gradient's depth copies hold different slices: every member counts its own
+            sharded = self.distributed_optimizer and n in self.grad_layout.bucket_of
+            if self._counted(n) and owns(s, (r, c, 0, p) if sharded else self.mesh.coord):
+                sq += squared_sum(self._owned(self.grads, n))
         total = coll.all_reduce(xp.asarray([sq], dtype="float64"), self.mesh.tensor_comm)
+        if self.distributed_optimizer:  # the data replicas hold other slices
+            total = coll.all_reduce(total, self.mesh.data_comm)
         total = coll.all_reduce(total, self.mesh.pipe_comm)  # each stage holds other parameters
         return math.sqrt(float(total[0]))
 

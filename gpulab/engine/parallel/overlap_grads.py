@@ -1,6 +1,7 @@
 """GradSync: sum each gradient over the ranks that saw other sequences, after or during backward.
 
-    sync = GradSync(mesh, specs, order=grad_order(cfg), dtype=cfg.dtype, overlap=Overlap(buckets=True))
+    layout = BucketLayout(mesh, specs, cfg, bucket_bytes=ov.bucket_bytes if ov.buckets else None)
+    sync = GradSync(specs, layout, bucketed=ov.buckets)
     sync.add(name, grad)        # in backward, as each gradient appears (an array or a Handle)
     grads = sync.finish()       # every gradient, summed; waits for what is still in flight
 
@@ -22,6 +23,14 @@ gradient arrives: every gradient is copied into its slot as it is handed over
 place, so a synced gradient is held once, never beside a concatenated copy
 (PyTorch DDP's ``gradient_as_bucket_view``). ``storage(name, like)`` lends a
 slot to a caller that sums into it (``pipeline_step.GradAccumulator``).
+
+With ``BucketLayout(..., shard=True)`` (Megatron-LM's distributed optimizer,
+``training.zero1.DistributedAdamW``) each bucket is reduce-scattered over its
+group instead: member k of a group of g keeps the sums of the bucket's k-th
+1/g (the buffer padded with zeros to a multiple of g), written back into its
+place in the buffer; the rest of the buffer keeps this rank's own partial
+sums, which nothing reads. The bytes on the wire are the all-reduce's first
+half; the optimizer's all-gather of the updated parameters is the second.
 """
 
 from __future__ import annotations
@@ -72,28 +81,78 @@ def group_plans(config, shape, bucket_bytes: int | None, specs) -> dict[str, lis
     return plans
 
 
-class GradSync:
-    def __init__(self, mesh, specs, config, overlap):
-        self.mesh, self.specs = mesh, specs
-        self.bucketed = overlap.buckets
-        self.plans = group_plans(config, mesh.shape, overlap.bucket_bytes if self.bucketed else None,
-                                 specs)
-        self.bucket_of = {n: (g, i) for g, plan in self.plans.items() for i, b in enumerate(plan)
-                          for n in b}
+class BucketLayout:
+    """Where each gradient sits in its group's bucket buffers and, with ``shard``, which 1/g of each
+    bucket this rank keeps the sums of (member k of the group: the k-th slice)."""
+
+    def __init__(self, mesh, specs, config, bucket_bytes: int | None, shard: bool = False):
+        self.shard = shard
+        self.plans = group_plans(config, mesh.shape, bucket_bytes, specs)
+        self.comms = {group: mesh.group(group) for group in self.plans}
+        self.numel = {n: piece_numel(s, mesh.shape) for n, s in specs.items()}
+        self.bucket_of = {n: (g, i) for g, plan in self.plans.items() for i, b in enumerate(plan) for n in b}
         self.slots: dict = {}  # name -> (offset, size) in its bucket's flat buffer
-        self.numel: dict = {}  # (group, i) -> values in the bucket
+        self.size: dict = {}  # (group, i) -> values in the bucket's buffer (padded when sharded)
         for group, plan in self.plans.items():
+            g = self.comms[group].Get_size()
             for i, names in enumerate(plan):
                 offset = 0
                 for n in names:
-                    self.slots[n] = (offset, piece_numel(specs[n], mesh.shape))
-                    offset += self.slots[n][1]
-                self.numel[group, i] = offset
+                    self.slots[n] = (offset, self.numel[n])
+                    offset += self.numel[n]
+                self.size[group, i] = -(-offset // g) * g if shard else offset
+
+    def owned(self, key) -> tuple[int, int]:
+        """The values of bucket ``key`` this rank holds summed after the sync: all, or its slice."""
+        if not self.shard:
+            return 0, self.size[key]
+        comm = self.comms[key[0]]
+        chunk = self.size[key] // comm.Get_size()
+        return comm.Get_rank() * chunk, (comm.Get_rank() + 1) * chunk
+
+    def owned_part(self, name: str) -> tuple[int, int]:
+        """The values of ``name``'s flattened piece this rank holds summed (a, b); a == b: none."""
+        if name not in self.bucket_of:
+            return 0, self.numel[name]
+        lo, hi = self.owned(self.bucket_of[name])
+        offset, size = self.slots[name]
+        a, b = min(max(lo - offset, 0), size), max(min(hi - offset, size), 0)
+        return a, max(a, b)
+
+    def gather(self, owned_values: dict, target: dict) -> None:
+        """Write every rank's owned values (name -> 1-D array of its ``owned_part``) into ``target``'s
+        pieces (contiguous, written through a flat view): one all-gather per sharded bucket."""
+        for name in target:
+            if name not in self.bucket_of or not self.shard:
+                target[name].reshape(-1)[...] = owned_values[name]
+        if not self.shard:
+            return
+        any_piece = next(iter(target.values()))
+        xp = array_module(any_piece)
+        for (group, i) in self.size:
+            names = self.plans[group][i]
+            lo, hi = self.owned((group, i))
+            mine = xp.zeros(hi - lo, dtype=any_piece.dtype)
+            for n in names:
+                a, b = self.owned_part(n)
+                start = self.slots[n][0] + a - lo
+                mine[start:start + b - a] = owned_values[n]
+            flat = coll.all_gather(mine, self.comms[group])
+            for n in names:
+                offset, size = self.slots[n]
+                target[n].reshape(-1)[...] = flat[offset:offset + size]
+
+
+class GradSync:
+    def __init__(self, specs, layout: BucketLayout, bucketed: bool):
+        self.specs, self.layout = specs, layout
+        self.bucketed = bucketed
+        self.plans, self.bucket_of, self.slots = layout.plans, layout.bucket_of, layout.slots
         self.flats: dict = {}  # (group, i) -> the bucket's buffer, once its first gradient arrived
         self.lent: dict = {}  # name -> the slot view handed out by ``storage``
         self.grads: dict = {}
         self.queued: list[tuple[str, list[str]]] = []  # complete buckets not yet issued
-        self.flights: list[coll.Handle] = []  # buckets' all-reduces in flight
+        self.flights: list = []  # (bucket key, Handle) of the buckets in flight
 
     def storage(self, name: str, like):
         """The array ``name``'s gradient is synced from, shaped like ``like`` (its slot in the bucket's
@@ -102,7 +161,8 @@ class GradSync:
             return None
         key = self.bucket_of[name]
         if key not in self.flats:
-            self.flats[key] = array_module(like).empty(self.numel[key], dtype=like.dtype)
+            flat = self.flats[key] = array_module(like).empty(self.layout.size[key], dtype=like.dtype)
+            flat[sum(self.layout.numel[n] for n in self.plans[key[0]][key[1]]):] = 0  # the padding
         offset, size = self.slots[name]
         if like.size != size:
             raise ValueError(f"{name}: gradient of {like.size} values, its slot holds {size}")
@@ -133,11 +193,19 @@ class GradSync:
         return not isinstance(g, coll.Handle) or block or g.test()
 
     def _issue(self, block: bool) -> None:
-        """Start the all-reduce of every queued bucket whose gradients are ready (in plan order)."""
+        """Start the sync (all-reduce, or reduce-scatter when sharded) of every queued bucket whose
+        gradients are ready (in plan order)."""
         while self.queued and all(self._ready(n, block) for n in self.queued[0][1]):
             group, names = self.queued.pop(0)
-            flat = self._flat(group, names)
-            self.flights.append(coll.iall_reduce(flat, self.mesh.group(group)))
+            key = (group, self.bucket_of[names[0]][1])
+            flat, comm = self._flat(group, names), self.layout.comms[group]
+            sync = coll.ireduce_scatter if self.layout.shard else coll.iall_reduce
+            self.flights.append((key, sync(flat, comm)))
+
+    def _keep(self, key, summed) -> None:
+        """A reduce-scatter's result (this rank's slice of the sums) into its place in the bucket."""
+        lo, hi = self.layout.owned(key)
+        self.flats[key][lo:hi] = summed
 
     def _flat(self, group: str, names):
         """The bucket's buffer, every gradient in its slot."""
@@ -152,16 +220,23 @@ class GradSync:
         return g
 
     def finish(self) -> dict:
-        """Every gradient, summed over its group, in ``specs`` order."""
+        """Every gradient, summed over its group (sharded: this rank's ``layout.owned_part`` of it),
+        in ``specs`` order."""
         for name in self.specs:
             if not self.bucketed or name not in self.bucket_of:
                 self._value(name)
-        # the all-reduces work in place: the gradients, views of the buffers, are the sums once they end
+        # the syncs work in the buffers: the gradients, views of them, hold the sums once they end
         if self.bucketed:
             self._issue(block=True)
-            for handle in self.flights:
-                handle.wait()
+            for key, handle in self.flights:
+                summed = handle.wait()
+                if self.layout.shard:
+                    self._keep(key, summed)
         else:
             for group, plan in self.plans.items():  # "data", then "batch": one flat buffer each
-                coll.all_reduce(self._flat(group, plan[0]), self.mesh.group(group))
+                flat, comm = self._flat(group, plan[0]), self.layout.comms[group]
+                if self.layout.shard:
+                    self._keep((group, 0), coll.reduce_scatter(flat, comm))
+                else:
+                    coll.all_reduce(flat, comm)
         return {n: self.grads[n] for n in self.specs}

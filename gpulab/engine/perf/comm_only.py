@@ -12,19 +12,33 @@ terms twice), in bf16 bytes, over the bandwidth that the machine's table
 gives that group (``Machine.bandwidth``: AxoNN's measured table where the
 profile has one, keyed by the group's size and by how many ranks apart its
 members sit; else the link's bandwidth), summed over the groups and times
-the layers. No latency, no computation, no overlap: what the full model
-(``predict``) adds. Shapes must split the model and the batch, and fit in
+the layers; a machine fitted here (``fit.FittedMachine``, no table) gives
+each group the rate its fitted all-reduce sends at (``wire_bandwidth``).
+No latency, no computation, no overlap: what the full model (``predict``)
+adds. Shapes must split the model and the batch, and fit in
 memory by the full model's count (AxoNN's script asks for a minimum degree
 of tensor parallelism instead), so that both rank the same candidates.
 """
 
 from __future__ import annotations
 
+from gpulab.engine.perf.machines import ring
 from gpulab.engine.perf.predict import candidate_shapes, predict
 from gpulab.engine.perf.terms import axonn_layer_volumes, stride
 
 # (K, transposed) of a block's layers, in AxoNN's order: QKV, attention projection, FC1, FC2
 BLOCK_LAYERS = ((3, False), (1, True), (4, False), (4, True))
+
+
+def wire_bandwidth(machine, size: int, stride: int, nbytes: float = 4 << 20) -> float:
+    """Bytes per second one member of a group sends: the machine's table or link (``bandwidth``) where
+    it has one; for a fitted machine, a ring all-reduce's wire bytes of an ``nbytes`` buffer over the
+    time the fit adds for them above its latency (the fit's slope, not its start-up)."""
+    if hasattr(machine, "bandwidth"):
+        return machine.bandwidth(size, stride)
+    seconds = machine.collective_s("all_reduce", size, stride, nbytes) - machine.collective_s(
+        "all_reduce", size, stride, 0)
+    return ring("all_reduce", size)[1] * nbytes / seconds
 
 
 def comm_only_s(config, shape, batch_size: int, machine, *, seq_len: int | None = None,
@@ -38,7 +52,7 @@ def comm_only_s(config, shape, batch_size: int, machine, *, seq_len: int | None 
             size = {"row": shape[0], "col": shape[1], "depth": shape[2], "data": shape[3]}[group]
             if size > 1:
                 nbytes = values * machine.value_bytes * config.n_layer
-                groups[group] = groups.get(group, 0.0) + nbytes / machine.bandwidth(size, stride(group, shape))
+                groups[group] = groups.get(group, 0.0) + nbytes / wire_bandwidth(machine, size, stride(group, shape))
     return {"shape": list(shape), "comm_s": sum(groups.values()), "groups": groups}
 
 

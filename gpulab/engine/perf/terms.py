@@ -37,7 +37,7 @@ from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.gpt.model import WPE, WTE
 from gpulab.engine.parallel.pipeline import stage_layers
 from gpulab.engine.parallel.shards import param_specs, piece_numel
-from gpulab.engine.perf.volume import collective_calls
+from gpulab.engine.perf.volume import collective_calls, padded
 
 _GROUP_STRIDE = {"col": lambda R, C, D: 1, "row": lambda R, C, D: C, "depth": lambda R, C, D: R * C,
                  "data": lambda R, C, D: R * C * D, "batch": lambda R, C, D: R * C,
@@ -66,26 +66,30 @@ def _kind(row: dict, overlap) -> str | None:
 
 
 def comm_rows(config, shape, batch_size: int, seq_len: int | None = None, overlap=None,
-              grad_norm: bool = True) -> list[dict]:
-    """One iteration's collectives on one rank, blocks folded (``count``), with overlap ``kind``."""
-    rows = _comm_rows(config, tuple(shape), batch_size, seq_len or config.block_size, overlap, grad_norm)
+              grad_norm: bool = True, distributed_optimizer: bool = False) -> list[dict]:
+    """One iteration's collectives on one rank, blocks folded (``count``), with overlap ``kind``;
+    ``distributed_optimizer``: the gradients reduce-scattered and the parameters all-gathered."""
+    rows = _comm_rows(config, tuple(shape), batch_size, seq_len or config.block_size, overlap, grad_norm,
+                      distributed_optimizer)
     return [dict(r) for r in rows]
 
 
 # a search (gpulab model, compare) predicts the same (model, grid, batch) many times over
 @functools.lru_cache(maxsize=4096)
-def _comm_rows(config, shape, batch_size: int, T: int, overlap, grad_norm: bool) -> tuple[dict, ...]:
+def _comm_rows(config, shape, batch_size: int, T: int, overlap, grad_norm: bool,
+               distributed_optimizer: bool) -> tuple[dict, ...]:
     one = GPTConfig(**{**config.to_dict(), "n_layer": 1})
     rows = []
-    for row in collective_calls(one, shape, batch_size, T, grad_norm=grad_norm):
-        if row["layer"] == "grads":
+    for row in collective_calls(one, shape, batch_size, T, grad_norm=grad_norm,
+                                distributed_optimizer=distributed_optimizer):
+        if row["layer"] in ("grads", "params"):
             continue  # summed below for the real number of layers
         block = row["layer"].startswith("h.0.")
         rows.append({**row, "layer": row["layer"].replace("h.0.", "block."),
                      "count": config.n_layer if block else 1})
     rows = [r for r in rows if not (overlap is not None and overlap.cache and r["op"] == "all_gather"
                                     and (r["phase"] == "backward" or r["layer"] == "lm_head"))]
-    rows += _grad_sync_rows(config, shape, overlap)
+    rows += _grad_sync_rows(config, shape, overlap, distributed_optimizer)
     for r in rows:
         r["kind"] = _kind(r, overlap)
         r["stride"] = stride(r["group"], shape)
@@ -112,18 +116,24 @@ def _local_params(config, shape, pipe: int, stage: int) -> dict[str, int]:
     return out
 
 
-def _grad_sync_rows(config, shape, overlap) -> list[dict]:
+def _grad_sync_rows(config, shape, overlap, distributed_optimizer: bool = False) -> list[dict]:
     R, C, D, P = shape
     item = np.dtype(config.dtype).itemsize
     sizes = {"data": P, "batch": D * P}
     rows = []
     for group, n_values in zip(("data", "batch"), local_params(config, shape).values()):
-        if sizes[group] == 1:
+        p = sizes[group]
+        if p == 1:
             continue
-        nbytes = n_values * item
-        n_buckets = max(1, math.ceil(nbytes / overlap.bucket_bytes)) if overlap and overlap.buckets else 1
-        rows.append({"layer": "grads", "phase": "grad-sync", "op": "all_reduce", "group": group,
-                     "group_size": sizes[group], "nbytes": nbytes / n_buckets, "count": n_buckets})
+        n_buckets = max(1, math.ceil(n_values * item / overlap.bucket_bytes)) if overlap and overlap.buckets else 1
+        bucket = dict(group=group, group_size=p, count=n_buckets)
+        if not distributed_optimizer:
+            rows.append({"layer": "grads", "phase": "grad-sync", "op": "all_reduce",
+                         "nbytes": n_values * item / n_buckets, **bucket})
+            continue
+        nbytes = padded(math.ceil(n_values / n_buckets), p) * item  # each bucket padded to split evenly
+        rows += [{"layer": "grads", "phase": "grad-sync", "op": "reduce_scatter", "nbytes": nbytes, **bucket},
+                 {"layer": "params", "phase": "optimizer", "op": "all_gather", "nbytes": nbytes, **bucket}]
     return rows
 
 

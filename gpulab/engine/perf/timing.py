@@ -93,8 +93,9 @@ def _iteration(gpt, opt, batch, clip: float = 1.0) -> None:
 def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int | None = None,
             iters: int = 5, warmup: int = 2, peak_flops: float | None = None, seed: int = 0,
             keep_events: bool = False, device: str = "host", pipe: int = 1, micro_batches: int | None = None,
-            schedule: str = "1f1b"):
-    """Time ``iters`` iterations on grid ``shape`` (one stage's, ``pipe`` stages) with arrays on ``device``;
+            schedule: str = "1f1b", virtual_stages: int = 1):
+    """Time ``iters`` iterations on grid ``shape`` (one stage's, ``pipe`` stages, ``virtual_stages`` model
+    chunks each with the interleaved ``schedule``) with arrays on ``device``;
     the result dict on rank 0, None elsewhere. An iteration ends with a synchronizing read (the gradient
     norm), so GPU work is timed. ``bytes_by_group``: the buffers each group's calls worked on in the median
     iteration (``collectives.trace``, full buffers), per rank, mean over ranks; ``wire_by_group``: the bytes
@@ -102,7 +103,8 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
     overlap = overlap or Overlap()
     T = seq_len or config.block_size
     mesh = Mesh(*shape, comm=comm, pipe=pipe)
-    gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=micro_batches, schedule=schedule)
+    gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=micro_batches, schedule=schedule,
+                      virtual_stages=virtual_stages)
     gpt.load_params(init_params(config, seed=seed), device=device)
     opt = AdamW(gpt.params, lr=1e-4)
     rng = np.random.default_rng(seed)
@@ -135,6 +137,7 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
     flops = model_flops(config, batch_size, T)
     groups = sorted({g for b in group_bytes for g in b})
     row = {"shape": list(shape), "pipe": pipe, "micro_batches": gpt.micro_batches, "schedule": schedule,
+           "virtual_stages": virtual_stages,
            "world": comm.size, "device": device, "overlap": overlap.to_dict(),
            "overlap_label": overlap.label(), "config": config.to_dict(), "batch_size": batch_size,
            "seq_len": T, "iters": iters, "iter_s": iter_s, "iter_s_all": times,

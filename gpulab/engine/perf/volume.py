@@ -10,6 +10,10 @@ array to reduce-scatter) and ``wire_bytes``, what each rank sends with a ring
 algorithm: 2(p-1)/p * n for all-reduce, (p-1)/p * n for all-gather and
 reduce-scatter. Groups of one member cost nothing and are left out.
 ``grad_norm=True`` adds the optimizer's norm all-reduce (``ParallelGPT.grad_norm``).
+``distributed_optimizer=True`` (``ParallelGPT(..., distributed_optimizer=True)``, ZeRO-1): each
+gradient bucket's all-reduce becomes a reduce-scatter, and the optimizer's step all-gathers the
+same (zero-padded to a multiple of the group) buffer of parameters: the all-reduce's bytes, half
+in each.
 
 ``overlap`` (``gpulab.engine.parallel.overlap.Overlap``) changes what is sent, not only
 when: ``cache`` drops every backward all-gather and the LM head's forward one,
@@ -34,7 +38,7 @@ def _wire(op: str, p: int, nbytes: int) -> float:
 
 
 def collective_calls(config, shape, batch_size: int, seq_len: int | None = None,
-                     grad_norm: bool = False, overlap=None) -> list[dict]:
+                     grad_norm: bool = False, overlap=None, distributed_optimizer: bool = False) -> list[dict]:
     cache = overlap is not None and overlap.cache
     buckets = overlap.bucket_bytes if overlap is not None and overlap.buckets else None
     R, Cc, D, P = shape
@@ -100,14 +104,28 @@ def collective_calls(config, shape, batch_size: int, seq_len: int | None = None,
     add("wte", "backward", "reduce_scatter", "depth", gathered(V, C))  # LM head + embedding
 
     specs = param_specs(config)
+    buffers = []  # (group, values) of each bucket
     for group, plan in group_plans(config, shape, buckets, specs).items():  # data, then batch
         for bucket in plan:
-            add("grads", "grad-sync", "all_reduce", group, sum(piece_numel(specs[n], shape) for n in bucket))
+            values = sum(piece_numel(specs[n], shape) for n in bucket)
+            buffers.append((group, padded(values, sizes[group]) if distributed_optimizer else values))
+    for group, values in buffers:
+        add("grads", "grad-sync", "reduce_scatter" if distributed_optimizer else "all_reduce", group, values)
     # the reported mean loss, summed in float32 at least (accum_dtype)
     add("loss", "grad-sync", "all_reduce", "batch", 1, itemsize=np.dtype(accum_dtype(config.dtype)).itemsize)
     if grad_norm:
         add("grad_norm", "optimizer", "all_reduce", "tensor", 1, itemsize=8)
+        if distributed_optimizer:  # the data replicas hold other slices of the gradients
+            add("grad_norm", "optimizer", "all_reduce", "data", 1, itemsize=8)
+    if distributed_optimizer:
+        for group, values in buffers:
+            add("params", "optimizer", "all_gather", group, values)
     return rows
+
+
+def padded(values: int, group_size: int) -> int:
+    """A bucket's values rounded up to a multiple of its group: what its reduce-scatter splits evenly."""
+    return -(-values // group_size) * group_size
 
 
 def totals(rows: list[dict], by: str = "layer", value: str = "wire_bytes") -> dict:

@@ -32,19 +32,21 @@ SYNC = ("data", "batch")  # once per iteration; the rest once per micro-batch
 def wire_by_group(config, shape, *, global_batch: int, value_bytes: float, micro_batches: int = 1, pipe: int = 1,
                   overlap=None, recompute: bool = False, zero: int = 0, seq_len: int | None = None) -> dict:
     """Bytes one GPU of the busiest stage sends per iteration, by group (``terms.comm_rows`` with
-    the ring factor; forward's collectives twice with recomputation; ZeRO-3 over data replaces the
-    data all-reduce of weight shards by a reduce-scatter and two all-gathers)."""
+    the ring factor; forward's collectives twice with recomputation). ``zero`` >= 1 (the engine's
+    ``distributed_optimizer``): each gradient bucket reduce-scattered, the parameters all-gathered
+    after the step, the all-reduce's bytes; ZeRO-3 over data all-gathers the weight shards twice
+    (forward and backward): 3 (p-1)/p N, not 2 (p-1)/p N."""
     T = seq_len or config.block_size
     stage = stage_config(config, pipe)
     micro = global_batch // micro_batches
     scale = value_bytes / np.dtype(config.dtype).itemsize
     out = defaultdict(float)
-    for row in comm_rows(stage, shape, micro, T, overlap, grad_norm=False):
+    for row in comm_rows(stage, shape, micro, T, overlap, grad_norm=False, distributed_optimizer=zero >= 1):
         factor = ring(row["op"], row["group_size"])[1]
         times = row["count"] * (2 if recompute and row["phase"] == "forward" else 1)
-        per_iter = 1 if row["group"] in SYNC and row["phase"] == "grad-sync" else micro_batches
-        if zero >= 3 and row["group"] == "data" and row["layer"] == "grads":
-            factor *= 3 / 2  # reduce-scatter + 2 all-gathers: 3 (p-1)/p N, not 2 (p-1)/p N
+        per_iter = 1 if row["group"] in SYNC and row["phase"] in ("grad-sync", "optimizer") else micro_batches
+        if zero >= 3 and row["group"] == "data" and row["layer"] == "params":
+            factor *= 2
         out[row["group"]] += factor * row["nbytes"] * scale * times * per_iter
     if pipe > 1:  # activations forward and their gradient back, each micro-batch, on a middle stage
         out["pipe"] += 2 * micro_batches * p2p_bytes(config, shape, micro, value_bytes, T)

@@ -127,10 +127,10 @@ def train(args, shape) -> int:
     mesh = Mesh(*shape, pipe=args.pipe)
     gpt = ParallelGPT(config, mesh, overlap=overlap, micro_batches=args.micro_batches, schedule=args.schedule,
                       recompute=args.recompute, sequence_parallel=args.sequence_parallel,
-                      virtual_stages=args.virtual_stages)
+                      virtual_stages=args.virtual_stages, distributed_optimizer=args.distributed_optimizer)
     gpt.load_params(params, device=args.device)
     adam = dict(lr=args.lr, betas=(0.9, 0.99), weight_decay=args.weight_decay)
-    opt = DistributedAdamW(gpt.params, mesh.data_comm, **adam) if args.distributed_optimizer \
+    opt = DistributedAdamW(gpt, **adam) if args.distributed_optimizer \
         else AdamW(gpt.params, **adam)
     if ck and ck.opt_state:
         acc = accum_dtype(config.dtype)  # the optimizer's dtype: float32 for float16 models
