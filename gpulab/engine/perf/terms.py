@@ -172,8 +172,9 @@ def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None,
     row here), the 10 s h it does not are the LayerNorm inputs, residual and dropout masks
     (split over col here: AxoNN splits features over col); the 5 a s^2 attention scores and
     masks vanish with flash attention or ``recompute="selective"`` (their section 4.2: the
-    attention core is recomputed in backward). Full (``recompute`` True or "full") recomputation keeps only each layer's input
-    (2 s h bytes, split over col) plus one layer's working set rebuilt in backward. The
+    attention core is recomputed in backward). Full recomputation (``recompute`` True or
+    "full") keeps only each layer's input (2 s h bytes, split over col) plus one layer's
+    working set rebuilt in backward. The
     LM head's logits are kept in fp32 for the loss (4 s V / row bytes). A pipeline stage:
     ``layers`` blocks (default all), the logits if ``last``. ``sequence_parallel``
     (their eq. 5): the 10 s h are split over row too, and so is each layer's kept input.
