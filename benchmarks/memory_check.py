@@ -5,7 +5,8 @@
 
 The rank function is the one tests/engine/test_memory_engine.py checks
 (``tests.engine.memory_cases.memory_and_wire``): a float64 GPT (4 blocks, width
-96, 8 heads, vocabulary 96, 32 tokens, batch 8) trained a warm-up step, then
+96, 8 heads, vocabulary 96, 32 tokens, batch 8), with recomputation or sequence
+parallelism where the case names them, trained a warm-up step, then
 one step (forward_backward + AdamW) with tracemalloc's peak reset; the traced
 peak is that of numpy's arrays (Python's other objects, measured before the
 step, are taken off). Per case the table shows the rank whose traced peak is
@@ -28,9 +29,13 @@ CASES = {
         [[1, 4, 1, 1], 1, 1, "1f1b", "none"], [[1, 1, 4, 1], 1, 1, "1f1b", "cache"],
         [[2, 1, 2, 1], 1, 1, "1f1b", "all"], [[1, 1, 2, 1], 2, 4, "1f1b", "none"],
         [[1, 1, 2, 1], 2, 4, "gpipe", "none"], [[1, 1, 2, 1], 2, 2, "1f1b", "none"],
-        [[1, 1, 1, 1], 4, 4, "1f1b", "none"]],
+        [[1, 1, 1, 1], 4, 4, "1f1b", "none"],
+        # recomputation and sequence parallelism (tests.engine.memory_cases.MODES)
+        [[4, 1, 1, 1], 1, 1, "1f1b", "none", "full"], [[4, 1, 1, 1], 1, 1, "1f1b", "none", "selective"],
+        [[4, 1, 1, 1], 1, 1, "1f1b", "none", "sp"], [[2, 2, 1, 1], 1, 1, "1f1b", "none", "sp+full"],
+        [[1, 1, 2, 1], 2, 4, "gpipe", "cache", "full"]],
     8: [[[2, 2, 2, 1], 1, 1, "1f1b", "all"], [[1, 2, 1, 1], 4, 8, "1f1b", "none"],
-        [[1, 2, 1, 1], 4, 8, "gpipe", "none"]],
+        [[1, 2, 1, 1], 4, 8, "gpipe", "none"], [[2, 2, 2, 1], 1, 1, "1f1b", "all", "sp+selective"]],
 }
 MB = 1e6
 

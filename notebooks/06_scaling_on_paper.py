@@ -115,9 +115,9 @@ for name, preds in ranked.items():
 # ### Try other shapes without editing code
 # The engine-free calculator (the widget of notebook 08) prices one shape
 # with the same model: it starts at Perlmutter's best shape from the table;
-# move **row**, **col**, **depth** (data fills the rest), the batch, ZeRO or
-# recomputation and watch memory per GPU, time and MFU change. Where a
-# question below asks for another setting, try it here first.
+# move **row**, **col**, **depth** (data fills the rest), the batch, ZeRO,
+# recomputation or the weight cache and watch memory per GPU, time and MFU
+# change. Where a question below asks for another setting, try it here first.
 
 # %%
 from gpulab.widgets.calculator import Calculator
@@ -321,8 +321,10 @@ print(f"{len(differ)} of {len(verdicts)} settings pick differently; mean rank co
 # ## Questions
 # 1. Which axis does the best shape use most on each machine, and why does
 #    Frontier (8 GCDs per node, slower links per GCD) differ from Perlmutter?
-# 2. Take the best shape and force `cache` on (`Overlap(cache=True, ...)`):
-#    which shapes stop fitting in memory?
+# 2. In the calculator above (it starts at Perlmutter's best shape), tick
+#    **cache gathered weights**: how many GB per GPU does the cache add, does
+#    the shape still fit, and which shapes stop fitting with it (move depth
+#    and row × col)?
 # 3. The fixed-model curve stays almost flat as GPUs are added (the batch
 #    grows with them): why, and why does the weak-scaling curve move more?
 # 4. The model gives every group its own links. Where would two groups share

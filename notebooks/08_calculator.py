@@ -5,6 +5,8 @@
 #     text_representation:
 #       extension: .py
 #       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -21,9 +23,10 @@
 #
 # The numbers are not guesses the engine never checked. The memory model
 # counts, byte for byte, what the engine of notebooks 04-05 holds on every
-# rank (weights, gradients, AdamW's state, the gathered-weight cache) and its
-# activations within 0.1% (`tests/engine/test_memory_engine.py` runs it on 4
-# and 8 ranks, with pipeline stages); the bytes each GPU puts on the wire are
+# rank (weights, gradients, AdamW's state, the gathered-weight cache,
+# backward's working set) and its activations within 0.1%
+# (`tests/engine/test_memory_engine.py` runs it on 4 and 8 ranks, with
+# pipeline stages, recomputation and sequence parallelism); the bytes each GPU puts on the wire are
 # those a live run's collectives record. `docs/memory.md` has the formulas,
 # their sources, and the one place where the engine holds more than the model
 # says.
@@ -57,7 +60,9 @@ calc
 # Activations are Korthikanti et al.'s count per layer, times the layers of
 # the stage, times the micro-batches the schedule keeps in flight (1F1B:
 # `pipe - stage`, GPipe: all of them); recomputation keeps only each layer's
-# input.
+# input. "cache gathered weights" keeps every weight block that depth
+# gathers in forward until backward (no second all-gather; the "gathered
+# weights" bar grows to about the stage's whole weights over row x col).
 #
 # Move the sliders, or set them from code, as below.
 

@@ -3,6 +3,7 @@
     gpulab model memory --model gpt-80b --mesh 4,8,2,16 --machine perlmutter
     gpulab model memory --model gpt-80b --mesh 8,1,4,8 --pipe 4 --micro-batches 16 --schedule 1f1b \\
         --recompute full --zero 1 --global-batch 1024 --machine perlmutter
+    gpulab model memory --model gpt-80b --mesh 8,1,4,8 --recompute selective --no-flash --sequence-parallel
 
 Weights, gradients, optimizer state, activations (per layer x layers x micro-batches in flight),
 the overlap's gathered-weight buffers and communication buffers of the busiest pipeline stage
@@ -35,7 +36,10 @@ def add_parser(sub) -> None:
     p.add_argument("--pipe", type=positive_int, default=1, help="pipeline stages (default 1)")
     p.add_argument("--micro-batches", type=positive_int, default=None, help="default: one per stage")
     p.add_argument("--schedule", choices=SCHEDULES, default="1f1b")
-    p.add_argument("--recompute", choices=("none", "full"), default="none")
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="none",
+                   help="selective: the attention probabilities rebuilt in backward; full: each layer's input kept")
+    p.add_argument("--sequence-parallel", action="store_true",
+                   help="the LayerNorm and residual region split over row along the sequence (Megatron-LM's SP)")
     p.add_argument("--zero", type=int, choices=ZERO_STAGES, default=0,
                    help="shard over the data replicas: 1 optimizer, 2 + gradients, 3 + weights")
     p.add_argument("--global-batch", type=positive_int, default=1024, help="sequences per iteration")
@@ -71,7 +75,8 @@ def breakdown(args) -> tuple[dict, dict, object]:
     overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     b = memory_breakdown(config, shape, global_batch=args.global_batch, precision=machine_precision(m),
                          pipe=args.pipe, micro_batches=micro, schedule_kind=args.schedule,
-                         recompute=args.recompute == "full", zero=args.zero, overlap=overlap, seq_len=T,
+                         recompute=args.recompute != "none" and args.recompute,
+                         sequence_parallel=args.sequence_parallel, zero=args.zero, overlap=overlap, seq_len=T,
                          flash_attention=not args.no_flash)
     return b, fit(b, m), m
 
@@ -91,10 +96,13 @@ def main(args) -> int:
     return 0
 
 
+RECOMPUTED = {"full": ", recomputed: inputs + one layer", "selective": ", attention recomputed"}
+
+
 def table(b: dict, f: dict) -> str:
     lines = [f"  {LABELS[k]:<28} {b[k] / 1e9:>9.2f} GB" for k in KINDS]
     lines[3] += (f"  ({b['activations_per_layer'] / 1e9:.3g} GB per layer and micro-batch kept whole; "
-                 f"{b['layers']} layers{', recomputed: inputs + one layer' if b['recompute'] else ''}; "
+                 f"{b['layers']} layers{RECOMPUTED.get(b['recompute'], '')}; "
                  f"x {b['in_flight']} micro-batches in flight)")
     lines.append(f"  {'total':<28} {b['total'] / 1e9:>9.2f} GB of {f['limit'] / 1e9:.1f} GB usable "
                  f"({f['device_bytes'] / 1e9:g} GB device): {'fits' if f['fits'] else 'does NOT fit'}")

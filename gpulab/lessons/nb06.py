@@ -4,6 +4,7 @@ from dataclasses import replace
 
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.machines import machine
+from gpulab.engine.perf.memory_model import machine_precision, stage_memory
 from gpulab.engine.perf.predict import gpt_config, rank
 from gpulab.lessons.answers import Answer
 
@@ -21,10 +22,14 @@ def _largest_axis(ctx: dict) -> float:
     return max(_ranked(ctx)[0]["shape"])
 
 
-def _lost_to_cache(ctx: dict) -> float:
-    fits = {tuple(p["shape"]) for p in _ranked(ctx)}
-    fits_cached = {tuple(p["shape"]) for p in _ranked(ctx, replace(OVERLAP, cache=True))}
-    return len(fits - fits_cached)
+def _cache_cost(ctx: dict) -> float:
+    """GB per GPU that the weight cache adds to the best Perlmutter shape, as the notebook's calculator
+    (``gpulab.widgets.calculator``: one stage, one micro-batch) counts it."""
+    config, perlmutter = gpt_config(ctx["gpt_model"]), machine("perlmutter")
+    shape = tuple(_ranked(ctx)[0]["shape"])
+    totals = [stage_memory(config, shape, 0, global_batch=ctx["global_batch"], precision=machine_precision(perlmutter),
+                           overlap=overlap, **ASSUME)["total"] for overlap in (OVERLAP, replace(OVERLAP, cache=True))]
+    return (totals[1] - totals[0]) / 1e9
 
 
 def _fixed_model_flatness(ctx: dict) -> float:
@@ -55,15 +60,19 @@ the winner leaves exposed is what the machine is worst at.""",
     2: Answer(
         text="""`cache` keeps every gathered weight block from forward to backward: backward needs no
 all-gathers, but each GPU holds about every layer's gathered block, `(12 · n_layer · n_embd² + vocab ·
-n_embd) / (row · col)` values (`gpulab.engine.perf.terms.memory_terms`), instead of the `1/depth` shard
-and one block in flight. The shapes that stop fitting are those with **small row × col and large depth**:
-their blocks are big (little tensor splitting) and depth was what kept them small. Shapes with row × col
-large enough keep fitting. The kit's number is how many of the shapes that fit on Perlmutter without the
-cache no longer fit with it (the model drops shapes over 90% of the GPU's memory).""",
-        value=_lost_to_cache, unit="shapes", needs=("gpt_model", "gpus", "global_batch"), rel_tol=0.0,
-        close_tol=0.5,
-        hint="Compare the set of shapes `rank` returns with and without `cache=True`: count those that "
-             "disappear, not the rank of the best."),
+n_embd) / (row · col)` values (the calculator's "gathered weights"; `gpulab.engine.perf.memory_model.
+weight_cache_values` replays the engine's fetcher), instead of the `1/depth` shard and one block in flight.
+The kit's number is what the cache adds to each GPU of the best Perlmutter shape, the calculator's total
+with the box ticked minus without. Whether the shape still fits is the status line's verdict against the
+usable memory (90% of the GPU's); when it does not, the calculator's advice names the cache. The shapes that
+stop fitting are those with **small row × col and large depth**: their blocks are big (little tensor
+splitting) and depth was what kept them small. Raising row × col (and lowering depth) shrinks the cached
+blocks until the shape fits again, at the cost of activations summed over row and col at every layer.""",
+        value=_cache_cost, unit="GB", needs=("gpt_model", "gpus", "global_batch"), rel_tol=0.05,
+        close_tol=0.25,
+        hint="Read the calculator's busiest-stage total with and without 'cache gathered weights' at the "
+             "shape it starts at, and subtract; the 'gathered weights' row alone also counts the one block "
+             "in flight that prefetching holds without the cache."),
     3: Answer(
         text="""In the model the fixed-model curve hardly falls: with `SEQUENCES_PER_GPU` fixed the global batch
 grows with the GPUs, so the extra GPUs become extra data-parallel replicas of the same best tensor grid.

@@ -27,6 +27,18 @@ def test_the_issue_command_prints_every_kind_and_the_total_against_the_device(ca
     assert "of 36.0 GB usable (40 GB device): fits" in out
 
 
+def test_selective_recomputation_and_sequence_parallelism_shrink_the_activations(capsys):
+    def activations(*extra):
+        assert main(["model", "memory", "--mesh", "8,1,4,8", "--no-flash", "--json", *extra]) == 0
+        return json.loads(capsys.readouterr().out)["breakdown"]["activations"]
+
+    plain = activations()
+    assert activations("--recompute", "selective") < plain  # the T x T probabilities are not kept
+    assert activations("--sequence-parallel") < plain  # LayerNorm and residual: T/row positions
+    assert main(["selective" if a == "full" else a for a in ISSUE]) == 0
+    assert "11 layers, attention recomputed" in capsys.readouterr().out
+
+
 def test_json_is_the_functions_numbers(capsys):
     assert main(["model", "memory", "--mesh", "4,2,2,8", "--global-batch", "64", "--json"]) == 0
     printed = json.loads(capsys.readouterr().out)

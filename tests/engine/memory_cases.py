@@ -26,6 +26,10 @@ from tests.mpi_steps import step
 B = 8
 OVERLAPS = {"none": None, "cache": Overlap(cache=True), "oag": Overlap(oag=True),
             "all": Overlap.everything(bucket_bytes=4096)}
+# Megatron-LM's activation options of ``ParallelGPT`` (sequence parallelism needs row > 1)
+MODES = {"plain": {}, "full": {"recompute": "full"}, "selective": {"recompute": "selective"},
+         "sp": {"sequence_parallel": True}, "sp+selective": {"sequence_parallel": True, "recompute": "selective"},
+         "sp+full": {"sequence_parallel": True, "recompute": "full"}}
 
 
 def memory_config(n_layer: int = 4) -> GPTConfig:
@@ -53,18 +57,21 @@ def _wire(rows, key_group="group") -> dict:
 
 
 def memory_and_wire(comm, cases):
-    """For each [shape, pipe, micro, schedule, overlap label]: this rank's accounted, predicted and
-    traced bytes, and wire bytes by group and op (traced, and predicted where the model has them)."""
+    """For each [shape, pipe, micro, schedule, overlap label(, mode label)]: this rank's accounted,
+    predicted and traced bytes, and wire bytes by group and op (traced, and predicted where the model
+    has them)."""
     out = []
     if not tracemalloc.is_tracing():
         tracemalloc.start()
-    for shape, pipe, micro, kind, label in cases:
+    for shape, pipe, micro, kind, label, *mode in cases:
         shape, ov = tuple(shape), OVERLAPS[label]
-        where = f"{shape} pipe={pipe} m={micro} {kind} overlap={label}"
+        mode = mode[0] if mode else "plain"
+        options = MODES[mode]
+        where = f"{shape} pipe={pipe} m={micro} {kind} overlap={label}" + (f" {mode}" if options else "")
         step(f"{where}: build")
         mesh = Mesh(*shape, comm=comm, pipe=pipe)
         cfg = memory_config()
-        gpt = ParallelGPT(cfg, mesh, overlap=ov, micro_batches=micro, schedule=kind)
+        gpt = ParallelGPT(cfg, mesh, overlap=ov, micro_batches=micro, schedule=kind, **options)
         gpt.load_params(random_params(cfg))
         opt = AdamW(gpt.params, lr=1e-3)
         batch = random_batch(cfg, B)
@@ -83,8 +90,8 @@ def memory_and_wire(comm, cases):
         with coll.trace() as calls:
             gpt.forward_backward(*batch)
         predicted = stage_memory(cfg, shape, mesh.stage, global_batch=B, precision=engine_precision(cfg.dtype),
-                                 pipe=pipe, micro_batches=micro, schedule_kind=kind, overlap=ov)
-        wire_model = _wire(collective_calls(cfg, shape, B, overlap=ov)) if pipe == 1 else None
+                                 pipe=pipe, micro_batches=micro, schedule_kind=kind, overlap=ov, **options)
+        wire_model = _wire(collective_calls(cfg, shape, B, overlap=ov)) if pipe == 1 and not options else None
         gpt.free()
         mesh.free()
         out.append({"case": where, "rank": comm.rank, "stage": mesh.stage, "accounted": accounted,

@@ -1,11 +1,13 @@
-"""The calculator checked against the engine, on the grids, stages and overlaps the suite runs.
+"""The calculator checked against the engine, on the grids, stages, overlaps, recomputation and
+sequence parallelism the suite runs.
 
 Per rank: the memory model's bytes (``perf.memory_model.stage_memory``, engine precision) equal
 what ``memory_report`` accounts for weights, gradients, optimizer state, the weight cache and
 backward's working set, and the activations agree within 10%; the accounted total is within 15%
 of the peak of numpy's arrays that tracemalloc sees during a training step, and not above it
 (all of it is held at once). The wire bytes every traced collective records (ring algorithm)
-equal ``volume.collective_calls``' by group and op. One mpiexec job per
+equal ``volume.collective_calls``' by group and op (on one stage, neither recomputing nor
+sequence-parallel). One mpiexec job per
 world size (tests.mpi_harness.batched_jobs), each rank's numbers come back and are checked here,
 so a failure names the case, the rank and the term.
 """
@@ -21,8 +23,8 @@ EXACT = {"weights": "parameters", "gradients": "gradients", "optimizer": "optimi
          "working_set": "working_set"}
 
 
-def _cases(shapes, pipe=1, micro=1, kinds=("1f1b",), overlaps=("none",)):
-    return [[list(s), pipe, micro, k, o] for s in shapes for k in kinds for o in overlaps]
+def _cases(shapes, pipe=1, micro=1, kinds=("1f1b",), overlaps=("none",), modes=("plain",)):
+    return [[list(s), pipe, micro, k, o, mode] for s in shapes for k in kinds for o in overlaps for mode in modes]
 
 
 CASES = {
@@ -30,10 +32,21 @@ CASES = {
         + _cases([(1, 1, 4, 1), (2, 1, 2, 1), (1, 2, 2, 1)], overlaps=("cache", "oag", "all"))
         + _cases(grid_shapes(2), pipe=2, micro=2, kinds=("1f1b", "gpipe"))
         + _cases([(1, 1, 2, 1)], pipe=2, micro=4, kinds=("1f1b", "gpipe"), overlaps=("cache",))
-        + _cases([(1, 1, 1, 1)], pipe=4, micro=4, kinds=("1f1b", "gpipe"))),
+        + _cases([(1, 1, 1, 1)], pipe=4, micro=4, kinds=("1f1b", "gpipe"))
+        # recomputation and sequence parallelism (memory_cases.MODES), alone and together
+        + _cases([(4, 1, 1, 1)], modes=("full", "selective", "sp"))
+        + _cases([(2, 2, 1, 1)], modes=("sp+full", "sp+selective"))
+        + _cases([(1, 1, 4, 1)], overlaps=("cache", "oag"), modes=("full",))
+        + _cases([(2, 1, 2, 1)], overlaps=("all",), modes=("selective", "sp+full"))
+        + _cases([(2, 1, 1, 1)], pipe=2, micro=2, kinds=("1f1b", "gpipe"), modes=("full", "sp"))
+        + _cases([(1, 1, 2, 1)], pipe=2, micro=4, kinds=("gpipe",), overlaps=("cache",), modes=("full",))
+        + _cases([(1, 1, 1, 1)], pipe=4, micro=4, modes=("full", "selective"))),
     8: (_cases([(2, 1, 2, 2), (1, 2, 2, 2), (2, 2, 2, 1)], overlaps=("none", "cache", "all"))
         + _cases([(2, 1, 1, 2), (1, 2, 2, 1), (2, 2, 1, 1)], pipe=2, micro=2, kinds=("1f1b", "gpipe"))
-        + _cases([(1, 2, 1, 1)], pipe=4, micro=8, kinds=("1f1b", "gpipe"))),
+        + _cases([(1, 2, 1, 1)], pipe=4, micro=8, kinds=("1f1b", "gpipe"))
+        + _cases([(2, 2, 2, 1)], overlaps=("all",), modes=("sp+full", "sp+selective"))
+        + _cases([(4, 1, 1, 2)], modes=("sp",))
+        + _cases([(2, 1, 1, 2)], pipe=2, micro=2, modes=("sp+selective", "full"))),
 }
 
 
@@ -68,7 +81,9 @@ def test_model_equals_what_the_engine_accounts(n, job):
 def test_wire_bytes_traced_equal_the_model(n, job):
     wrong = []
     for r in _rows(job, n):
-        if r["wire_model"] is None:  # stages: the sends carry each micro-batch's activations, both ways
+        # stages: the sends carry each micro-batch's activations, both ways; recomputation and sequence
+        # parallelism: volume.collective_calls does not model their collectives
+        if r["wire_model"] is None:
             continue
         for key in sorted(set(r["wire"]) | set(r["wire_model"])):
             got, want = r["wire"].get(key, 0.0), r["wire_model"].get(key, 0.0)

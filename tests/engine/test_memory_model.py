@@ -128,3 +128,36 @@ def test_advice_names_the_largest_saving_first():
     ok = memory_breakdown(GPT80, (8, 1, 4, 8), global_batch=1024, precision=machine_precision(M), pipe=4,
                           micro_batches=64, recompute=True, zero=1, flash_attention=True)
     assert fit(ok, M)["fits"] and fit(ok, M)["advice"] == []
+
+
+def test_recomputation_and_sequence_parallelism_count_what_the_engine_keeps():
+    cfg = GPTConfig(vocab_size=96, block_size=32, n_layer=4, n_head=8, n_embd=96)
+    p, shape = engine_precision("float64"), (2, 1, 1, 1)
+    tok, C, V, L = 8 * 32, 96, 96, 4  # tokens on the rank, width, vocabulary, layers
+    scores = 8 * (8 // 2) * 32 * 32  # (b, n_head/row, T, T)
+    norms = 4 * tok * C + 2 * tok  # the LayerNorms' xhat, their outputs (the next layers' inputs), rstd
+    block = norms + 16 * tok * C // 2 + scores  # and QKV, attention out, the MLP's hidden (split over row)
+    outside = 2 * tok * C + tok + tok * V // 2  # ln_f, the LM head's input, the probabilities
+
+    def mem(precision=p, **kw):
+        return stage_memory(cfg, shape, 0, global_batch=8, precision=precision, **kw)
+
+    plain, full, selective = mem(), mem(recompute="full"), mem(recompute="selective")
+    assert plain["activations"] == 8 * (L * block + outside)
+    assert full["activations"] == 8 * (L * tok * C + outside)  # each block's input
+    # the block rebuilt in backward and its recomputed output are backward's, beside everything else
+    assert full["working_set"] == plain["working_set"] + 8 * (block + tok * C)
+    assert mem(recompute=True) == {**full, "recompute": True}
+    assert selective["activations"] == plain["activations"] - 8 * L * scores  # QKV kept, probabilities not
+    assert selective["working_set"] > plain["working_set"]  # rebuilt in the attention's backward
+    sp = mem(sequence_parallel=True)  # the residual stream's region holds T/row positions
+    assert sp["activations"] == 8 * (L * (block - norms // 2) + outside - (2 * tok * C + tok) // 2)
+    one_row = (1, 1, 1, 2)  # nothing to split on one row: the engine ignores it, so does the model
+    assert stage_memory(cfg, one_row, 0, global_batch=8, precision=p, sequence_parallel=True) == \
+        stage_memory(cfg, one_row, 0, global_batch=8, precision=p)
+    # Korthikanti et al.'s count has the rebuilt layer in the activations already: not twice
+    mp = machine_precision(M)
+    assert mem(mp, recompute="full")["working_set"] == mem(mp)["working_set"] + tok * C * mp.value_bytes
+    a, s, b, t = 8, 32, 8, 2  # their 5 a s^2 b / t bytes of attention per layer, which selective drops
+    dropped = L * 5 * a * s**2 * b / t
+    assert mem(mp, recompute="selective")["activations"] == pytest.approx(mem(mp)["activations"] - dropped)

@@ -96,3 +96,29 @@ def test_it_runs_where_mpi4py_cannot_be_imported():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[-2:] == ["2", "False"]
+
+
+def test_notebook_06_question_2_is_read_off_the_widget():
+    """The kit's answer (the weight cache's GB per GPU at the best shape) is what the calculator shows
+    when the learner ticks the cache at the shape notebook 06 starts it at."""
+    from gpulab.engine.perf.machines import machine
+    from gpulab.engine.perf.predict import gpt_config, rank
+    from gpulab.lessons import Lesson
+    from gpulab.lessons.nb06 import ASSUME, OVERLAP
+
+    context = {"gpt_model": "gpt-20b", "gpus": 1024, "global_batch": 1024}  # the notebook's defaults
+    best = rank(gpt_config("gpt-20b"), 1024, 1024, machine("perlmutter"), OVERLAP, **ASSUME)[0]["shape"]
+    calc = Calculator(model="gpt-20b", world=1024, shape=tuple(best[:3]), pipe=1, micro_batches=1,
+                      global_batch=1024, machine_name="perlmutter")
+    assert calc.shape() == tuple(best) and not calc.cache.value
+    before = calc.result["busiest"]
+    calc.cache.value = True
+    after = calc.result["busiest"]
+    assert after["weight_cache"] > before["weight_cache"] > 0  # prefetch alone holds one block in flight
+    assert "gathered weights" in calc.memory_table.value
+    added = (after["total"] - before["total"]) / 1e9
+    assert added == pytest.approx(Lesson("06").expected(2, context), rel=1e-12)
+    assert Lesson("06").check(2, added, context).verdict == "right"
+    # backward gathers nothing again: less depth traffic
+    assert calc.result["wire"]["depth"] < Calculator(model="gpt-20b", world=1024, shape=tuple(best[:3]), pipe=1,
+                                                     micro_batches=1, global_batch=1024).result["wire"]["depth"]

@@ -77,6 +77,7 @@ from gpulab.engine.parallel import block as one_block
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.parallel import p2p
 from gpulab.engine.parallel import tp_layers as TP
+from gpulab.engine.parallel.memory import block_sizes
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.overlap_grads import BucketLayout, GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
@@ -146,6 +147,7 @@ class ParallelGPT:
         self.params: dict = {}
         self.grads: dict = {}
         self.memory: dict = {}  # bytes measured in the last forward_backward (``memory_report``)
+        self.rebuilt_block: dict | None = None  # full recompute: sizes of the block caches backward rebuilds
         # collective (Dup): every rank builds its ParallelGPT together
         self._thread = coll.ProgressThread(mesh.comm) if self.overlap.threaded else None
 
@@ -286,7 +288,9 @@ class ParallelGPT:
         for i in self.chunks[chunk]:
             x_in = x
             x, block = self._block_forward(i, x, fetch.get)
-            blocks.append(x_in if self.recompute == "full" else block)  # full: rebuilt in backward
+            if self.recompute == "full":  # keep the input; backward rebuilds the cache (its working set)
+                self.rebuilt_block = block_sizes(self, block)
+            blocks.append(x_in if self.recompute == "full" else block)
         if self._ends(chunk):
             xf, c_lnf = TP.layernorm_forward(
                 x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)

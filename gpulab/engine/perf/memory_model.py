@@ -41,7 +41,7 @@ from gpulab.engine.parallel.memory import LATER_GRADS, backward_working_set
 from gpulab.engine.parallel.overlap_weights import backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import schedule, stage_layers, stage_uses
 from gpulab.engine.parallel.shards import param_specs, piece_numel, shard_numel, split_counts
-from gpulab.engine.perf.terms import activation_bytes, activation_values, local_params
+from gpulab.engine.perf.terms import activation_bytes, activation_values, full_recompute, local_params
 
 KINDS = ("weights", "gradients", "optimizer", "activations", "weight_cache", "working_set", "comm_buffers")
 ZERO_STAGES = (0, 1, 2, 3)
@@ -122,28 +122,36 @@ def weight_cache_values(config, shape, overlap, pipe: int = 1, stage: int = 0, m
 
 
 def working_set_bytes(config, shape, micro_batch: int, seq_len: int, precision: Precision, pipe: int = 1,
-                      stage: int = 0, micro_batches: int = 1, kind: str = "1f1b",
-                      flash_attention: bool = False) -> float:
+                      stage: int = 0, micro_batches: int = 1, kind: str = "1f1b", flash_attention: bool = False,
+                      recompute: bool | str | None = False, sequence_parallel: bool = False) -> float:
     """Bytes of backward's working set on one rank of ``stage`` (``memory.backward_working_set``: the
     transient arrays of a block's backward beside the caches and gradients), from the shapes the
-    engine gives one micro-batch of ``micro_batch`` sequences (over every replica)."""
+    engine gives one micro-batch of ``micro_batch`` sequences (over every replica). With full
+    recomputation the block rebuilt in backward is in it, as the engine counts it; Korthikanti et
+    al.'s activations (``machine_precision``) count that block already."""
     R, Cc, D, P = shape
     C, V, T = config.n_embd, config.vocab_size, seq_len
     M = micro_batch // (D * P) * T  # tokens of one micro-batch on this rank
+    seq = R if sequence_parallel else 1  # the residual stream holds T/row positions
+    mode = "full" if full_recompute(recompute) else (recompute or None)
     first, last = stage == 0, stage == pipe - 1
     v = precision.value_bytes
     specs = param_specs(GPTConfig(**{**config.to_dict(), "n_layer": 1}))
-    size = {"stream": M * C // Cc * v, "hidden": M * 4 * C // R * v, "head": M * C // R * v,
+    size = {"stream": M // seq * C // Cc * v, "hidden": M * 4 * C // R * v, "head": M * C // R * v,
             "scores": 0 if flash_attention else M // T * config.n_head // R * T * T * v,
             "logits": M * V // R * v if last else 0, "mlp_block": _block_numel(4 * C, C, False, shape) * v,
             "mlp_shard": shard_numel(4 * C, C, shape) * v,
-            "vocab_block": _block_numel(V, C, False, shape) * v if first or last else 0}
+            "vocab_block": _block_numel(V, C, False, shape) * v if first or last else 0,
+            "gathered": M * C // Cc * v if sequence_parallel else 0}
+    rebuilt = mode == "full" and precision.activation_count == "engine"
+    size["rebuilt"] = activation_values(config, shape, micro_batch, T, False, flash_attention, layers=1,
+                                        last=False, sequence_parallel=sequence_parallel) * v if rebuilt else 0
     grads = {part: sum(piece_numel(specs[f"transformer.h.0.{part}.{k}"], shape) for k in ("weight", "bias"))
              * precision.grad_bytes for part in LATER_GRADS}
     grads.update({k: piece_numel(specs[name], shape) * precision.grad_bytes if held else 0
                   for k, name, held in (("wpe", WPE, first), ("wte", WTE, first or last))})
     return backward_working_set(size, grads, blocks=len(stage_layers(config.n_layer, pipe, stage)), depth=D,
-                                first_stage=first, last_stage=last,
+                                first_stage=first, last_stage=last, recompute=mode,
                                 after_backward=_busiest_backward_follows_another(kind, pipe, stage, micro_batches))
 
 
@@ -160,28 +168,32 @@ def _busiest_backward_follows_another(kind: str, pipe: int, stage: int, micro_ba
     return busiest[1]
 
 
-def _activations(config, shape, batch, T, precision, recompute, flash_attention, layers, last) -> float:
-    if precision.activation_count == "engine":
-        return activation_values(config, shape, batch, T, recompute, flash_attention,
-                                 layers=layers, last=last) * precision.value_bytes
+def _activations(config, shape, batch, T, precision, recompute, flash_attention, layers, last, sp) -> float:
+    if precision.activation_count == "engine":  # the block full recompute rebuilds: in the working set
+        return activation_values(config, shape, batch, T, recompute, flash_attention, layers=layers, last=last,
+                                 sequence_parallel=sp, rebuilt=False) * precision.value_bytes
     return activation_bytes(config, shape, batch, T, recompute=recompute, flash_attention=flash_attention,
-                            layers=layers, last=last)
+                            layers=layers, last=last, sequence_parallel=sp)
 
 
 def stage_memory(config, shape, stage: int, *, global_batch: int, precision: Precision, pipe: int = 1,
-                 micro_batches: int = 1, schedule_kind: str = "1f1b", recompute: bool = False, zero: int = 0,
-                 overlap=None, seq_len: int | None = None, flash_attention: bool = False) -> dict:
-    """Bytes one rank of ``stage`` holds, by kind (``KINDS``), and how the activations add up."""
+                 micro_batches: int = 1, schedule_kind: str = "1f1b", recompute: bool | str | None = False,
+                 sequence_parallel: bool = False, zero: int = 0, overlap=None, seq_len: int | None = None,
+                 flash_attention: bool = False) -> dict:
+    """Bytes one rank of ``stage`` holds, by kind (``KINDS``), and how the activations add up.
+    ``recompute``: False (or None), "selective" or "full" (True) as ``ParallelGPT`` takes it;
+    ``sequence_parallel`` applies where row > 1, as in the engine."""
     P = shape[3]
     T = seq_len or config.block_size
+    sp = sequence_parallel and shape[0] > 1
     values = local_params(config, shape, pipe, stage)
     n = values["weight"] + values["copied"]
     shard = {k: (P if zero >= z else 1) for k, z in (("optimizer", 1), ("gradients", 2), ("weights", 3))}
     layers = len(stage_layers(config.n_layer, pipe, stage))
     last = stage == pipe - 1
     micro = global_batch // micro_batches  # sequences per micro-batch, over every replica
-    per_layer = _activations(config, shape, micro, T, precision, False, flash_attention, 1, False)
-    acts = _activations(config, shape, micro, T, precision, recompute, flash_attention, layers, last)
+    per_layer = _activations(config, shape, micro, T, precision, False, flash_attention, 1, False, sp)
+    acts = _activations(config, shape, micro, T, precision, recompute, flash_attention, layers, last, sp)
     held = in_flight(schedule_kind, pipe, stage, micro_batches)
     out = {"stage": stage, "layers": layers, "in_flight": held, "recompute": recompute,
            "activations_per_layer": per_layer,
@@ -192,7 +204,7 @@ def stage_memory(config, shape, stage: int, *, global_batch: int, precision: Pre
            "weight_cache": weight_cache_values(config, shape, overlap, pipe, stage, micro_batches,
                                                schedule_kind) * precision.value_bytes,
            "working_set": working_set_bytes(config, shape, micro, T, precision, pipe, stage, micro_batches,
-                                            schedule_kind, flash_attention),
+                                            schedule_kind, flash_attention, recompute, sp),
            "comm_buffers": comm_buffer_bytes(config, shape, micro, T, pipe, zero, overlap, precision.value_bytes)}
     out["total"] = sum(out[k] for k in KINDS)
     return out

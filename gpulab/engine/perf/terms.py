@@ -137,27 +137,40 @@ def _grad_sync_rows(config, shape, overlap, distributed_optimizer: bool = False)
     return rows
 
 
+def full_recompute(recompute) -> bool:
+    """Does ``recompute`` (False/None, True or "full", "selective") keep only each block's input?"""
+    return recompute is True or recompute == "full"
+
+
 def activation_values(config, shape, batch_size: int, seq_len: int | None = None,
-                      recompute: bool = False, flash_attention: bool = False, *,
-                      layers: int | None = None, last: bool = True) -> float:
+                      recompute: bool | str | None = False, flash_attention: bool = False, *,
+                      layers: int | None = None, last: bool = True, sequence_parallel: bool = False,
+                      rebuilt: bool = True) -> float:
     """Values a rank keeps from forward for backward (the engine's caches; see memory.py).
-    ``flash_attention``: the T x T attention probabilities are not kept (rebuilt in backward).
-    A pipeline stage: ``layers`` blocks (default all), the final LayerNorm and LM head if ``last``."""
+    ``flash_attention``, or ``recompute="selective"`` (the engine keeps the QKV output, which the
+    caches hold anyway): the T x T attention probabilities are not kept (rebuilt in backward).
+    ``recompute`` True or "full": each block's input only, and (``rebuilt``) one block's caches
+    rebuilt in backward; the engine counts that block in backward's working set (``rebuilt=False``).
+    ``sequence_parallel`` (row > 1): the residual stream, LayerNorms and the layers' inputs taken
+    from it hold T/row positions. A pipeline stage: ``layers`` blocks (default all), the final
+    LayerNorm and LM head if ``last``."""
     R, Cc, D, P = shape
     T = seq_len or config.block_size
     C, V, nh = config.n_embd, config.vocab_size, config.n_head
     b = batch_size / (D * P)
     M = b * T
-    scores = 0 if flash_attention else b * (nh / R) * T * T
-    block = 4 * M * C / Cc + 16 * M * C / R + scores + 2 * M
-    outside = (2 * M * C / Cc + M + M * V / R) * last  # final LayerNorm, LM head input, softmax probabilities
+    seq = R if sequence_parallel else 1  # what the residual stream's positions are split over
+    scores = 0 if flash_attention or recompute == "selective" else b * (nh / R) * T * T
+    # LayerNorms' xhat and outputs (the next layer's input), their rstd; QKV, attention out, MLP hidden
+    block = (4 * M * C / Cc + 2 * M) / seq + 16 * M * C / R + scores
+    outside = ((2 * M * C / Cc + M) / seq + M * V / R) * last  # final LayerNorm, LM head input, probabilities
     n = config.n_layer if layers is None else layers
-    if recompute:  # keep each block's input only, rebuild one block at a time in backward
-        return n * M * C / Cc + block * (n > 0) + outside
+    if full_recompute(recompute):  # keep each block's input only, rebuild one block at a time in backward
+        return n * M * C / (Cc * seq) + block * (n > 0) * rebuilt + outside
     return n * block + outside
 
 
-def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None, *, recompute: bool,
+def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None, *, recompute: bool | str | None,
                      flash_attention: bool, layers: int | None = None, last: bool = True,
                      sequence_parallel: bool = False) -> float:
     """Bytes of activations a rank keeps for backward in a Megatron-style bf16 transformer, from
@@ -168,8 +181,10 @@ def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None,
     tensor parallelism splits are the QKV, attention and MLP-hidden activations (split over
     row here), the 10 s h it does not are the LayerNorm inputs, residual and dropout masks
     (split over col here: AxoNN splits features over col); the 5 a s^2 attention scores and
-    masks vanish with flash attention. Full recomputation keeps only each layer's input
-    (2 s h bytes, split over col) plus one layer's working set rebuilt in backward. The
+    masks vanish with flash attention or ``recompute="selective"`` (their section 4.2: the
+    attention core is recomputed in backward). Full recomputation (``recompute`` True or
+    "full") keeps only each layer's input (2 s h bytes, split over col) plus one layer's
+    working set rebuilt in backward. The
     LM head's logits are kept in fp32 for the loss (4 s V / row bytes). A pipeline stage:
     ``layers`` blocks (default all), the logits if ``last``. ``sequence_parallel``
     (their eq. 5): the 10 s h are split over row too, and so is each layer's kept input.
@@ -180,9 +195,10 @@ def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None,
     L = config.n_layer if layers is None else layers
     b = batch_size / (D * P)  # sequences on this rank
     split = Cc * R if sequence_parallel else Cc  # what the LayerNorm/residual region is split over
-    layer = s * b * h * (10 / split + 24 / R) + (0 if flash_attention else 5 * a * s * s * b / R)
+    scores = 0 if flash_attention or recompute == "selective" else 5 * a * s * s * b / R
+    layer = s * b * h * (10 / split + 24 / R) + scores
     logits = 4 * s * b * V / R * last
-    if recompute:
+    if full_recompute(recompute):
         return L * 2 * s * b * h / split + layer * (L > 0) + logits
     return L * layer + logits
 
