@@ -236,8 +236,21 @@ def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packag
             with Gradebook(f"sqlite:///{course}/gradebook.db") as gradebook:
                 submission = gradebook.find_submission("01_broadcast", user.name)
                 assert (submission.score, submission.max_score) == (2.0, 5.0)  # linear right, binomial not
-            # the learner's `nbgrader fetch_feedback` (docs/teaching.md) is not run here: not yet passed in this
-            # testbed, it is left to a later change
+
+            # the learner logs in again and fetches the feedback from a new server (a new Slurm job)
+            with login_network(slurm), Hub(tmp_path, user, python, slurm, partition=slurm.partition,
+                                           extra_config="\n" + hub_extra) as hub:
+                hub.spawn()
+                with hub.kernel() as kernel:
+                    kernel.execute(STUDENT)
+                    fetched = json.loads(_stream(kernel.execute('run("fetch_feedback", "01_broadcast")')))
+                    assert fetched["rc"] == 0, fetched
+                hub.stop_server()
+            feedback = list((user.home / "01_broadcast" / "feedback").glob("*/01_broadcast.html"))
+            assert len(feedback) == 1, fetched
+            assert feedback[0].owner() == user.name
+            # the check's message for the planted binomial (a linear broadcast under its name)
+            assert "it took 3 steps; a binomial tree on 4 ranks needs" in feedback[0].read_text()
         assert not gpulab_processes(env_of_teacher), "grading left engines behind"
     finally:
         shutil.rmtree(shared, ignore_errors=True)
