@@ -282,7 +282,7 @@ def course_copy(learner) -> None:
 
 def whole_notebook(learner, name: str) -> dict:
     """Every code cell of notebook ``name`` (tests/notebooks' parameters) in a new kernel of the learner's
-    JupyterLab, WHOSE before the last (which stops the engines); its wall seconds, clusters and outputs."""
+    JupyterLab, WHOSE before the last (which stops the engines); wall seconds (in all, per cell), clusters, outputs."""
     nb = inject_parameters(nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4), PARAMETERS[name])
     cells = [c.source for c in nb.cells if c.cell_type == "code" and c.source.strip()]
     assert "engines.stop()" in cells[-1], f"{name}'s last cell no longer stops its engines: {cells[-1]}"
