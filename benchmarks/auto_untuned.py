@@ -33,6 +33,36 @@ sys.path.insert(0, str(ROOT))
 
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 
+INTERLEAVED_UP_TO = 64 << 10  # sizes where a block of iterations is too noisy to tell 1.1x apart
+
+
+def interleaved(sizes: list[int], rounds: int, calls: int) -> None:
+    """In the ranks: each entry in turn, ``calls`` barrier-separated broadcasts per round, the slowest
+    rank's mean; prints {size: {entry: median round in us}} on rank 0."""
+    import numpy as np
+    from mpi4py import MPI
+
+    import gpulab.bcast
+
+    comm, out = MPI.COMM_WORLD, {}
+    for nbytes in sizes:
+        buf = np.zeros(nbytes, np.uint8)
+        runs = {"bare": lambda b=buf: comm.Bcast(b, 0), "auto": lambda b=buf: gpulab.bcast.bcast(b, 0, comm)}
+        times = {name: [] for name in runs}
+        for _ in range(rounds):
+            for name, run in runs.items():
+                run()
+                acc = 0.0
+                for _ in range(calls):
+                    comm.Barrier()
+                    t0 = MPI.Wtime()
+                    run()
+                    acc += MPI.Wtime() - t0
+                times[name].append(comm.allreduce(acc / calls, op=MPI.MAX) * 1e6)
+        out[nbytes] = {name: statistics.median(v) for name, v in times.items()}
+    if comm.rank == 0:
+        print(json.dumps(out))
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -42,7 +72,15 @@ def main() -> int:
     parser.add_argument("--iters", default="20")
     parser.add_argument("--rounds", type=int, default=5, help="bench runs; each point keeps its median round")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--interleaved", help=argparse.SUPPRESS)  # in the ranks: sizes, comma-separated
     args = parser.parse_args()
+    if args.interleaved:
+        interleaved([int(x) for x in args.interleaved.split(",")], rounds=5, calls=100)
+        return 0
+    from gpulab.bcast.sizes import parse_size
+    from gpulab.launch import mpiexec_command
+
+    small = [n for n in (parse_size(x) for x in args.sizes.split(",")) if n <= INTERLEAVED_UP_TO]
     with EmulatedCluster(nodes=args.nodes, link=args.link, placement="block"), \
             tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
@@ -56,6 +94,11 @@ def main() -> int:
             out = os.path.join(tmp, f"bench{i}.json")
             subprocess.run([*command, out], check=True, env=env, cwd=ROOT)
             rounds.append(json.loads(Path(out).read_text()))
+        side_by_side = {}
+        if small:  # the same comparison timed interleaved, entry by entry (5 rounds x 100 calls)
+            job = subprocess.run(mpiexec_command(args.nodes, [__file__, "--interleaved", ",".join(map(str, small))]),
+                                 check=True, env=env, cwd=ROOT, capture_output=True, text=True)
+            side_by_side = {int(k): v for k, v in json.loads(job.stdout.strip().splitlines()[-1]).items()}
     bench = rounds[0]
     assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
     records = [r for b in rounds for r in b["records"]]
@@ -69,6 +112,9 @@ def main() -> int:
             auto_us, mpi_us = median_us("auto", r["nbytes"]), median_us("mpi", r["nbytes"])
             rows.append({"nbytes": r["nbytes"], "auto_us": auto_us, "mpi_us": mpi_us, "ratio": auto_us / mpi_us,
                          "chose": r["chose"], "rounds": args.rounds})
+            if r["nbytes"] in side_by_side:
+                pair = side_by_side[r["nbytes"]]
+                rows[-1]["interleaved"] = {**pair, "ratio": pair["auto"] / pair["bare"]}
     result = {"command": " ".join(["gpulab bench bcast"] + command[5:-2]) + f" (on {args.nodes} emulated nodes "
                                    f"x 1, {args.link}, no tuning file; {args.rounds} rounds, each point's median)",
               "load_before": load_before, "load_after": os.getloadavg(), "cpus": os.cpu_count(),
@@ -83,14 +129,19 @@ def main() -> int:
 def table(rows: list[dict]) -> str:
     from gpulab.bcast.sizes import format_size
 
-    lines = ["| size | auto (ms, slowest rank, median round) | MPI_Bcast (ms) | auto / MPI_Bcast | auto chose (source) |",
-             "|---|---|---|---|---|"]
+    lines = ["| size | auto (ms, slowest rank, median round) | MPI_Bcast (ms) | auto / MPI_Bcast | interleaved: auto / "
+             "MPI_Bcast (us) | auto chose (source) |", "|---|---|---|---|---|---|"]
     for r in rows:
         chose = r["chose"]
         options = "".join(f" {k}={v}" for k, v in sorted(chose["options"].items()))
         lines.append(f"| {format_size(r['nbytes'])} | {r['auto_us'] / 1e3:.2f} | {r['mpi_us'] / 1e3:.2f} | "
-                     f"{r['ratio']:.2f} | {chose['algorithm']}{options} ({chose['source']}) |")
+                     f"{r['ratio']:.2f} | {_interleaved(r)} | {chose['algorithm']}{options} ({chose['source']}) |")
     return "\n".join(lines)
+
+
+def _interleaved(row: dict) -> str:
+    pair = row.get("interleaved")
+    return "" if pair is None else f"{pair['ratio']:.2f} ({pair['auto']:.1f} / {pair['bare']:.1f})"
 
 
 if __name__ == "__main__":
