@@ -21,7 +21,7 @@ docs/adding_an_algorithm.md adds an algorithm.
 
 from __future__ import annotations
 
-import importlib
+from gpulab.lazy_exports import lazy_exports
 
 # public name -> the module of this package that defines it
 _PUBLIC = {"ALGORITHMS": "algorithms", "bcast": "algorithms", "option_names": "algorithms",
@@ -29,18 +29,4 @@ _PUBLIC = {"ALGORITHMS": "algorithms", "bcast": "algorithms", "option_names": "a
            "gather_trace": "trace", "tracing": "trace"}
 
 
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-    # kept as a plain attribute: ``gpulab.bcast.bcast(...)`` in a loop then costs a dictionary lookup,
-    # not an import look-up on every call
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC])
-
-
-__all__ = sorted(_PUBLIC)
+lazy_exports(globals(), {name: f"{__name__}.{module}" for name, module in _PUBLIC.items()})

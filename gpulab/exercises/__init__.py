@@ -19,7 +19,7 @@ broadcasts (exercises 1-3, timings, the chunk sweep), tensor3d (4), schedule
 
 from __future__ import annotations
 
-import importlib
+from gpulab.lazy_exports import lazy_exports
 
 # public name -> the module of this package that defines it
 _PUBLIC = {"CheckFailed": "report", "blocks": "trial", "on_engines": "runner",
@@ -29,14 +29,4 @@ _PUBLIC = {"CheckFailed": "report", "blocks": "trial", "on_engines": "runner",
            "check_alpha_beta": "alphabeta", "prediction_vs_measured": "alphabeta"}
 
 
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC])
-
-
-__all__ = sorted(_PUBLIC)
+lazy_exports(globals(), {name: f"{__name__}.{module}" for name, module in _PUBLIC.items()})

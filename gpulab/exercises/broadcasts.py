@@ -15,7 +15,7 @@ import math
 
 import numpy as np
 
-from gpulab.exercises.report import CheckFailed, first_lines
+from gpulab.exercises.report import CheckFailed, first_lines, seconds_per_call
 from gpulab.exercises.trial import Outcome, bcast_trial
 from gpulab.lazy_mpi import lazy_mpi
 
@@ -151,15 +151,6 @@ def check_ring_allgather(fn, comm=None, **kwargs) -> str:
     return check_bcast(fn, comm, kind="allgather", shape="ring", **kwargs)
 
 
-def _seconds_per_call(run, comm, iters: int) -> float:
-    """Median over ``iters`` of the slowest rank's time for one call (a barrier before each)."""
-    times = []
-    for _ in range(iters):
-        comm.Barrier()
-        t0 = MPI.Wtime()
-        run()
-        times.append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
-    return float(np.median(times))
 
 
 def timing(fn, comm=None, *, algorithm: str, nbytes: int = 1 << 20, iters: int = 20, root: int = 0,
@@ -176,10 +167,10 @@ def timing(fn, comm=None, *, algorithm: str, nbytes: int = 1 << 20, iters: int =
     p = comm.Get_size()
     try:
         buf = np.zeros(nbytes, np.uint8)
-        yours = _seconds_per_call(lambda: fn(buf, root, comm, **options), comm, iters)
-        library = _seconds_per_call(lambda: bcast(buf, root=root, comm=comm, algorithm=algorithm, **options),
+        yours = seconds_per_call(lambda: fn(buf, root, comm, **options), comm, iters)
+        library = seconds_per_call(lambda: bcast(buf, root=root, comm=comm, algorithm=algorithm, **options),
                                     comm, iters)
-        native = _seconds_per_call(lambda: comm.Bcast([buf, MPI.BYTE], root=root), comm, iters)
+        native = seconds_per_call(lambda: comm.Bcast([buf, MPI.BYTE], root=root), comm, iters)
     finally:
         comm.Free()
     return {"nbytes": nbytes, "ranks": p, "algorithm": algorithm, "yours_us": yours * 1e6,
@@ -204,7 +195,7 @@ def chunk_sweep(fn, comm=None, *, nbytes: int = 1 << 22, chunks=(1 << 14, 1 << 1
         buf = np.zeros(nbytes, np.uint8)
         rows = []
         for k in chunks:
-            seconds = _seconds_per_call(lambda k=k: fn(buf, 0, comm, chunk_bytes=k), comm, iters)
+            seconds = seconds_per_call(lambda k=k: fn(buf, 0, comm, chunk_bytes=k), comm, iters)
             rows.append({"chunk_bytes": k, "measured_ms": seconds * 1e3,
                          "model_ms": predict("chain", nbytes, p, machine, chunk_bytes=k) * 1e3})
     finally:

@@ -1,6 +1,7 @@
-"""How a check says what is wrong: the failure type, byte differences, message steps, a learner's exception.
+"""How a check reports: what is wrong (the failure type, byte differences, message steps, a learner's
+exception) and, once right, the timing beside the library's version.
 
-All of it is plain Python on gathered logs, so every rank builds the same
+The messages are plain Python on gathered logs, so every rank builds the same
 message and the same verdict.
 """
 
@@ -9,6 +10,10 @@ from __future__ import annotations
 import traceback
 
 import numpy as np
+
+from gpulab.lazy_mpi import lazy_mpi
+
+MPI = lazy_mpi(globals())
 
 MAX_LINES = 6  # rank lines per failing case: enough to see the pattern, short enough to read
 
@@ -85,3 +90,15 @@ def assign_steps(logs: list[list[dict]]) -> None:
 def first_lines(lines: list[str]) -> str:
     extra = f"\n  ... and {len(lines) - MAX_LINES} more" if len(lines) > MAX_LINES else ""
     return "\n".join(f"  {line}" for line in lines[:MAX_LINES]) + extra
+
+
+def seconds_per_call(run, comm, iters: int) -> float:
+    """Median over ``iters`` of the slowest rank's time for one call of ``run`` (a barrier before each):
+    the timing every check shows beside the library's version once the learner's code is right."""
+    times = []
+    for _ in range(iters):
+        comm.Barrier()
+        t0 = MPI.Wtime()
+        run()
+        times.append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
+    return float(np.median(times))

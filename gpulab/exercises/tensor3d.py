@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpulab.exercises.report import CheckFailed, first_lines, raised
+from gpulab.exercises.report import CheckFailed, first_lines, raised, seconds_per_call
 from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
@@ -139,13 +139,7 @@ def timing_tp3d(functions, comm=None, *, row: int = 2, col: int = 2, depth: int 
     out = {}
     try:
         for name, run in (("yours_ms", yours), ("library_ms", library)):
-            times = []
-            for _ in range(iters):
-                comm.Barrier()
-                t0 = MPI.Wtime()
-                run()
-                times.append(comm.allreduce(MPI.Wtime() - t0, op=MPI.MAX))
-            out[name] = float(np.median(times)) * 1e3
+            out[name] = seconds_per_call(run, comm, iters) * 1e3
     finally:
         mesh.free()
     return {"mesh": (row, col, depth), "tokens": tokens, "W": (n_out, k_in), **out}

@@ -16,20 +16,10 @@ Importing this package starts nothing and never initialises MPI.
 
 from __future__ import annotations
 
-import importlib
+from gpulab.lazy_exports import lazy_exports
 
 _PUBLIC = {name: "board" for name in ("run", "table", "show", "load", "format_rows", "write_json", "all_claims",
                                       "SCHEMA_VERSION")} | {"VERDICTS": "claim"}
 
 
-def __getattr__(name: str):
-    if name not in _PUBLIC:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_PUBLIC[name]}"), name)
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_PUBLIC])
-
-
-__all__ = sorted(_PUBLIC)
+lazy_exports(globals(), {name: f"{__name__}.{module}" for name, module in _PUBLIC.items()})

@@ -10,7 +10,7 @@ The names below are imported on first use, so that importing one widget does
 not import ipywidgets and matplotlib for all of them.
 """
 
-from importlib import import_module
+from gpulab.lazy_exports import lazy_exports
 
 _HOMES = {
     "pattern_figure": "gpulab.bcast.drawings", "sweep_figure": "gpulab.bcast.drawings",
@@ -22,16 +22,6 @@ _HOMES = {
     "show_code": "gpulab.widgets.source", "source_of": "gpulab.widgets.source",
     "Table": "gpulab.widgets.tables",
 }
-__all__ = sorted(_HOMES)
 
 
-def __getattr__(name: str):
-    if name not in _HOMES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(_HOMES[name]), name)
-    globals()[name] = value  # once found, an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_HOMES))
+lazy_exports(globals(), _HOMES)

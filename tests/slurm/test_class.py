@@ -53,16 +53,8 @@ LOAD_S = 20  # each learner's broadcast sweep in the load test runs this long
 HUB_TEST = pytest.mark.timeout(600)
 
 # ---- what the learners' kernels run ----------------------------------------------------------------
-START = """
-import json, os, time
-from gpulab.cluster.bcast_runner import EngineRunner
-from gpulab.cluster.mesh_runner import MeshRunner
-from gpulab.widgets import notebook_engines
-t0 = time.monotonic()
-engines, cluster = notebook_engines(4, nodes=2, link="1gbit", placement="block")   # as notebooks 02 and 05
-runner = EngineRunner(engines, iters=5, warmup=1, time_budget=0.2)
-mesh = MeshRunner(engines, iters=2, warmup=1)
-
+# run on the engines: who and where a rank is, and a broadcast of the learner's own token
+PROBES = """
 def whoami():
     import os
     from mpi4py import MPI
@@ -73,7 +65,17 @@ def bcast_token(token):
     from mpi4py import MPI
     world = MPI.COMM_WORLD
     return world.bcast(token if world.rank == 0 else None, root=0)
-
+"""
+START = """
+import json, os, time
+from gpulab.cluster.bcast_runner import EngineRunner
+from gpulab.cluster.mesh_runner import MeshRunner
+from gpulab.widgets import notebook_engines
+t0 = time.monotonic()
+engines, cluster = notebook_engines(4, nodes=2, link="1gbit", placement="block")   # as notebooks 02 and 05
+runner = EngineRunner(engines, iters=5, warmup=1, time_budget=0.2)
+mesh = MeshRunner(engines, iters=2, warmup=1)
+""" + PROBES + """
 print(json.dumps({"banner": cluster.describe(), "mode": getattr(engines.emulated, "mode", None),
                   "start_s": time.monotonic() - t0}))
 """
@@ -248,18 +250,7 @@ CELL_S = 180  # tests/notebooks' bound per cell: above the notebooks' own 120 s 
 OPEN = """
 import json, os, time
 os.chdir(os.path.expanduser("~/gpulab/notebooks"))
-
-def whoami():
-    import os
-    from mpi4py import MPI
-    return {"uid": os.getuid(), "pid": os.getpid(), "net": os.readlink("/proc/self/ns/net"),
-            "rank": MPI.COMM_WORLD.rank}
-
-def bcast_token(token):
-    from mpi4py import MPI
-    world = MPI.COMM_WORLD
-    return world.bcast(token if world.rank == 0 else None, root=0)
-"""
+""" + PROBES
 # every cluster the notebook started (its panels, once each: IPython's output history holds them again), as
 # the notebook's banner shows it, and what runs on it
 WHOSE = """

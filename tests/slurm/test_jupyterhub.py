@@ -14,6 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
@@ -166,6 +167,19 @@ nbformat.write(nb, path)
 
 # the emulated testbed, as the test above: the learner's server on a node, the teacher on the login machine;
 # the hub test's steps plus nine nbgrader commands and a notebook graded on 4 engines (about 3 minutes)
+@contextmanager
+def learner_kernel(tmp_path, user, python, slurm, hub_extra: str):
+    """The learner logs in: a new JupyterLab (a Slurm job) on the documented hub, a kernel with STUDENT's
+    helpers; the server is stopped on the way out."""
+    with login_network(slurm), Hub(tmp_path, user, python, slurm, partition=slurm.partition,
+                                   extra_config="\n" + hub_extra) as hub:
+        hub.spawn()
+        with hub.kernel() as kernel:
+            kernel.execute(STUDENT)
+            yield kernel
+        hub.stop_server()
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("slurm", ["emulated"], indirect=True)
 def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packages, tmp_path):
@@ -216,17 +230,12 @@ def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packag
         answers["binomial_bcast"] = PLANTED_BINOMIAL
 
         with TestUser() as user, UserPython(user) as python:
-            with login_network(slurm), Hub(tmp_path, user, python, slurm, partition=slurm.partition,
-                                           extra_config="\n" + hub_extra) as hub:
-                hub.spawn()
-                with hub.kernel() as kernel:
-                    kernel.execute(STUDENT)
-                    fetched = json.loads(_stream(kernel.execute('run("fetch_assignment", "01_broadcast")')))
-                    assert fetched["rc"] == 0, fetched
-                    kernel.execute(FILL.format(answers=json.dumps(answers)))
-                    submitted = json.loads(_stream(kernel.execute('run("submit", "01_broadcast")')))
-                    assert submitted["rc"] == 0, submitted
-                hub.stop_server()
+            with learner_kernel(tmp_path, user, python, slurm, hub_extra) as kernel:
+                fetched = json.loads(_stream(kernel.execute('run("fetch_assignment", "01_broadcast")')))
+                assert fetched["rc"] == 0, fetched
+                kernel.execute(FILL.format(answers=json.dumps(answers)))
+                submitted = json.loads(_stream(kernel.execute('run("submit", "01_broadcast")')))
+                assert submitted["rc"] == 0, submitted
 
             teacher("collect", "01_broadcast")
             assert (course / "submitted" / user.name / "01_broadcast" / "01_broadcast.ipynb").exists()
@@ -238,14 +247,9 @@ def test_nbgrader_release_submit_autograde_for_one_learner(slurm_env, hub_packag
                 assert (submission.score, submission.max_score) == (2.0, 5.0)  # linear right, binomial not
 
             # the learner logs in again and fetches the feedback from a new server (a new Slurm job)
-            with login_network(slurm), Hub(tmp_path, user, python, slurm, partition=slurm.partition,
-                                           extra_config="\n" + hub_extra) as hub:
-                hub.spawn()
-                with hub.kernel() as kernel:
-                    kernel.execute(STUDENT)
-                    fetched = json.loads(_stream(kernel.execute('run("fetch_feedback", "01_broadcast")')))
-                    assert fetched["rc"] == 0, fetched
-                hub.stop_server()
+            with learner_kernel(tmp_path, user, python, slurm, hub_extra) as kernel:
+                fetched = json.loads(_stream(kernel.execute('run("fetch_feedback", "01_broadcast")')))
+                assert fetched["rc"] == 0, fetched
             feedback = list((user.home / "01_broadcast" / "feedback").glob("*/01_broadcast.html"))
             assert len(feedback) == 1, fetched
             assert feedback[0].owner() == user.name
