@@ -1,16 +1,18 @@
-"""Experiment (e): the 4D engine on 2 emulated nodes x 2 ranks, every 4-rank grid, overlap off and on.
+"""Experiment (e): the 4D engine on emulated nodes (2 x 2 ranks by default), every grid, overlap off and on.
 
     python benchmarks/emulated_engine.py run --link 100mbit   # docs/results/emulated_engine_100mbit.json
     python benchmarks/emulated_engine.py report   # docs/results/emulated_engine.png + docs/emulated_engine.md
+    python benchmarks/emulated_engine.py run --nodes 4 --placement round-robin --link 1gbit \
+        --out docs/results/engine_accuracy_4x2_round-robin_1gbit_run1.json   # the model's accuracy elsewhere
 
-One MPI job on an emulated cluster (``gpulab.emulated``: 2 network namespaces,
-ranks 0-1 on node 0 and 2-3 on node 1, joined by a rate-limited link). In it:
+One MPI job on an emulated cluster (``gpulab.emulated``: --nodes network namespaces of
+--ranks-per-node ranks each, placed by --placement, joined by rate-limited links). In it:
 the performance model is fitted there (``gpulab.engine.perf.fit`` with
 ``strided=True``: every collective is timed on contiguous groups, which stay in
 a node, and on groups of stride 2, which cross the link, so the model knows
 which of the engine's groups pay the link) once before and once after the
 measurement, averaged (the load of other jobs moves); then every grid of
-``grid_shapes(4)`` trains with overlap off and with every switch on
+``grid_shapes(p)`` trains with overlap off and with every switch on
 (OAR, ORS, OAG, weight cache, gradient buckets) and gpulab's progress thread
 (the one mode that moves a collective while a rank computes, docs/engine_overlap.md),
 for ``--rounds`` interleaved rounds; each setting's time is the median over
@@ -37,7 +39,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from engine_grids import validate  # noqa: E402
 from mpi_job import add_run_args, cpu_ticks, main, run_as_job, stolen  # noqa: E402
 
-NODES, RANKS_PER_NODE, BATCH = 2, 2, 16
+BATCH = 16
 SETTINGS = ("off", "on")
 
 
@@ -47,16 +49,21 @@ def overlap_for(setting: str):
     return Overlap() if setting == "off" else Overlap.everything(progress="thread")
 
 
-def out_path(link: str) -> Path:
-    return RESULTS / f"emulated_engine_{link}.json"
+def out_path(args) -> Path:
+    """--out, else the record the report and notebook 06 read (the default 2 x 2 block cluster)."""
+    if args.out:
+        return Path(args.out).resolve()
+    if (args.nodes, args.ranks_per_node, args.placement) != (2, 2, "block"):
+        raise SystemExit("error: give --out for a cluster other than 2 nodes x 2 ranks, block placement")
+    return RESULTS / f"emulated_engine_{args.link}.json"
 
 
-def link_floor(machine, rate: float | None):
+def link_floor(machine, rate: float | None, nodes_of: list[int]):
     """The fit with no collective that crosses the link faster than the link allows (a stream over a
     link never beats its rate; the fit's short timings come out faster, as in the broadcast benchmark).
 
-    Per byte of a collective's full vector, the busiest node must take in, over all concurrent groups of
-    the layout that span nodes: all-gather (g - m) / g (the members' parts it lacks), reduce-scatter m / g
+    Per byte of a collective's full vector, the busiest node (``nodes_of[rank]``) must take in, over all
+    concurrent groups of the layout that span nodes: all-gather (g - m) / g (the members' parts it lacks), reduce-scatter m / g
     (its m members' slices, pre-summed by the other node), all-reduce 1 (both), where m of a group's g
     members sit on that node. Each fitted beta is raised to that floor / rate where it is below, and each
     timed point to the floor's time for its bytes.
@@ -73,12 +80,12 @@ def link_floor(machine, rate: float | None):
     for g, s in group_layouts(machine.ranks, strided=True):
         groups: dict = {}  # group -> the node of each member
         for rank in range(machine.ranks):
-            groups.setdefault(strided_group(rank, g, s), []).append(rank // RANKS_PER_NODE)
+            groups.setdefault(strided_group(rank, g, s), []).append(nodes_of[rank])
         spanning = [nodes for nodes in groups.values() if len(set(nodes)) > 1]
         for op in OPS:
             key = collective_key(op, g, s)
             load = [sum(taken_in[op](g, nodes.count(node)) for nodes in spanning if node in nodes)
-                    for node in range(machine.ranks // RANKS_PER_NODE)]
+                    for node in set(nodes_of)]
             floor = max(load, default=0.0) / rate
             if key in collectives and collectives[key][1] < floor:
                 collectives[key] = [collectives[key][0], floor]
@@ -99,7 +106,7 @@ def job(args) -> None:
     """Inside the MPI job: fit, measure every grid x setting in interleaved rounds, fit again; rank 0 writes."""
     from mpi4py import MPI
 
-    from gpulab.emulated import link_bytes_per_s
+    from gpulab.emulated import link_bytes_per_s, rank_nodes
     from gpulab.engine import grid_shapes
     from gpulab.engine.perf.fit import FittedMachine, fit
     from gpulab.engine.perf.predict import predict
@@ -128,7 +135,8 @@ def job(args) -> None:
     if comm.rank != 0:
         return
     machine = FittedMachine.mean(fits)
-    one_node, floored = contiguous_only(machine), link_floor(machine, link_bytes_per_s(args.link))
+    nodes_of = rank_nodes(args.nodes, comm.size, args.ranks_per_node, args.placement)
+    one_node, floored = contiguous_only(machine), link_floor(machine, link_bytes_per_s(args.link), nodes_of)
     rows = []
     for (shape, setting), runs in rounds.items():
         row = dict(sorted(runs, key=lambda x: x["iter_s"])[len(runs) // 2])  # the median round's details
@@ -141,6 +149,7 @@ def job(args) -> None:
         rows.append(row)
     record = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "cluster": args.cluster, "link": args.link, "world": comm.size, "cpus": os.cpu_count(),
+              "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "placement": args.placement,
               "load_before": args.load_before, "load_after": os.getloadavg(), "cpu_steal": stolen(ticks),
               "minutes": (time.time() - start) / 60,
               "batch": BATCH, "model": cfg.to_dict(), "rounds": args.rounds, "iters": args.iters,
@@ -148,6 +157,8 @@ def job(args) -> None:
               "machine": {k: v for k, v in machine.__dict__.items() if k != "sources"},
               "link_floor_collectives": floored.collectives,
               "fits": [f.sources["measured"] for f in fits], "rows": rows,
+              "fit_each": [{"collective_points": f.collective_points, "share": f.share,
+                            "matmul_rate": f.matmul_rate, "overlap": f.overlap} for f in fits],
               "validation": {s: {"stride-aware": validate([r for r in rows if r["setting"] == s]),
                                  "one-node": validate([{**r, "prediction": r["prediction_one_node"]}
                                                        for r in rows if r["setting"] == s]),
@@ -155,17 +166,20 @@ def job(args) -> None:
                                                                    for r in rows if r["setting"] == s])}
                              for s in SETTINGS}}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out_path(args.link).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out_path(args.link)}", flush=True)
+    out_path(args).write_text(json.dumps(record, indent=1) + "\n")
+    print(f"wrote {out_path(args)}", flush=True)
 
 
 def launch(args) -> int:
     from gpulab.emulated import ClusterUnavailable, EmulatedCluster
 
-    name = f"emulated: {NODES} nodes x {RANKS_PER_NODE} ranks, link {args.link}"
+    out_path(args)  # a missing --out fails before the cluster starts
+    name = (f"emulated: {args.nodes} nodes x {args.ranks_per_node} ranks, {args.placement} placement, "
+            f"link {args.link}")
     try:
-        with EmulatedCluster(nodes=NODES, ranks_per_node=RANKS_PER_NODE, link=args.link):
-            return run_as_job(__file__, NODES * RANKS_PER_NODE, args.timeout, name)
+        with EmulatedCluster(nodes=args.nodes, ranks_per_node=args.ranks_per_node, link=args.link,
+                             placement=args.placement):
+            return run_as_job(__file__, args.nodes * args.ranks_per_node, args.timeout, name)
     except ClusterUnavailable as err:
         print(f"error: no emulated cluster on this machine: {err}", file=sys.stderr)
         return 2
@@ -295,7 +309,15 @@ def report() -> None:
 def configure(run) -> None:
     from gpulab.cli.checks import positive_int
 
+    from gpulab.emulated import PLACEMENTS
+
     run.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (default 1)")
+    run.add_argument("--nodes", type=positive_int, default=2, help="emulated nodes (default 2)")
+    run.add_argument("--ranks-per-node", type=positive_int, default=2, help="ranks on each node (default 2)")
+    run.add_argument("--placement", choices=PLACEMENTS, default="block",
+                     help="ranks to nodes: block (0, 1 on the first node ...) or round-robin (default block)")
+    run.add_argument("--out", default=None,
+                     help="record to write (default docs/results/emulated_engine_LINK.json, 2 x 2 block only)")
     add_run_args(run, link="100mbit", rounds=3, iters=3, fit_reps=2, timeout=900)
 
 if __name__ == "__main__":

@@ -55,6 +55,9 @@ def test_collective_cost_uses_the_stride_when_fitted():
     assert m.collective_s("all_reduce", 8, 1, 1000) == pytest.approx(2e-5 + 2e-6)
 
 
+BLOCK, ROUND_ROBIN = [1, 1, 2, 2], [1, 2, 1, 2]  # the node of each of 4 ranks on 2 nodes
+
+
 def test_link_floor_raises_only_what_crosses_the_link_faster_than_its_rate():
     """2 nodes x 2 ranks at 100 bytes/s: per byte of the vector, the busiest node takes in 1 (all-reduce/4),
     1/2 (all-gather/4, reduce-scatter/4), 2 x 1 (two all-reduce/2@2 groups share each node's link)."""
@@ -63,13 +66,24 @@ def test_link_floor_raises_only_what_crosses_the_link_faster_than_its_rate():
     fast, slow = [1e-5, 1e-9], [1e-5, 1.0]
     fitted = {"all_reduce/2": fast, "all_reduce/4": fast, "all_gather/4": fast, "reduce_scatter/4": fast,
               "all_reduce/2@2": fast, "all_gather/2@2": slow}
-    floored = link_floor(machine(fitted), rate=100.0).collectives
+    floored = link_floor(machine(fitted), rate=100.0, nodes_of=BLOCK).collectives
     assert floored["all_reduce/2"] == fast  # inside a node: no link
     assert floored["all_reduce/4"] == [1e-5, pytest.approx(1 / 100)]
     assert floored["all_gather/4"] == floored["reduce_scatter/4"] == [1e-5, pytest.approx(0.5 / 100)]
     assert floored["all_reduce/2@2"] == [1e-5, pytest.approx(2 / 100)]
     assert floored["all_gather/2@2"] == slow  # already slower than the link: kept
-    assert link_floor(machine(fitted), rate=None).collectives == fitted
+    assert link_floor(machine(fitted), rate=None, nodes_of=BLOCK).collectives == fitted
+
+
+def test_link_floor_follows_the_placement():
+    """Round-robin on 2 nodes: contiguous pairs (0, 1), (2, 3) cross the link, stride-2 pairs stay in a node."""
+    from benchmarks.emulated_engine import link_floor
+
+    fast = [1e-5, 1e-9]
+    fitted = {"all_reduce/2": fast, "all_reduce/2@2": fast}
+    floored = link_floor(machine(fitted), rate=100.0, nodes_of=ROUND_ROBIN).collectives
+    assert floored["all_reduce/2"] == [1e-5, pytest.approx(2 / 100)]  # both pairs share each node's link
+    assert floored["all_reduce/2@2"] == fast
 
 
 def test_link_floor_raises_timed_points_too():
@@ -77,7 +91,7 @@ def test_link_floor_raises_timed_points_too():
 
     m = replace(machine({"all_reduce/2": [0.0, 1e-9], "all_reduce/4": [0.0, 1e-9]}),
                 collective_points={"all_reduce/2": [[100, 1e-3]], "all_reduce/4": [[100, 1e-3], [1000, 20.0]]})
-    floored = link_floor(m, rate=100.0).collective_points
+    floored = link_floor(m, rate=100.0, nodes_of=BLOCK).collective_points
     assert floored["all_reduce/2"] == [[100, 1e-3]]  # inside a node
     assert floored["all_reduce/4"] == [[100, pytest.approx(1.0)], [1000, 20.0]]  # 100 bytes at 100 B/s; slower: kept
 
