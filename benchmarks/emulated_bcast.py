@@ -30,10 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import cpu_ticks, stolen  # noqa: E402
-
 from gpulab.bcast.link_floor import at_most_link_rate  # noqa: E402
 from gpulab.emulated import EmulatedCluster  # noqa: E402
+from gpulab.engine.perf.trust import cpu_ticks, stolen  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
 
 FIT_SIZES = [8, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20]

@@ -37,7 +37,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from engine_grids import validate  # noqa: E402
-from mpi_job import add_run_args, cpu_ticks, main, run_as_job, stolen  # noqa: E402
+from mpi_job import add_run_args, main, run_as_job  # noqa: E402
+
+from gpulab.engine.perf.trust import cpu_ticks, stolen  # noqa: E402
 
 BATCH = 16
 SETTINGS = ("off", "on")
@@ -63,10 +65,10 @@ def link_floor(machine, rate: float | None, nodes_of: list[int]):
     link never beats its rate; the fit's short timings come out faster, as in the broadcast benchmark).
 
     Per byte of a collective's full vector, the busiest node (``nodes_of[rank]``) must take in, over all
-    concurrent groups of the layout that span nodes: all-gather (g - m) / g (the members' parts it lacks), reduce-scatter m / g
-    (its m members' slices, pre-summed by the other node), all-reduce 1 (both), where m of a group's g
-    members sit on that node. Each fitted beta is raised to that floor / rate where it is below, and each
-    timed point to the floor's time for its bytes.
+    concurrent groups of the layout that span nodes: all-gather (g - m) / g (the members' parts it
+    lacks), reduce-scatter m / g (its m members' slices, pre-summed by the other node), all-reduce 1
+    (both), where m of a group's g members sit on that node. Each fitted beta is raised to that
+    floor / rate where it is below, and each timed point to the floor's time for its bytes.
     """
     from dataclasses import replace
 
@@ -158,7 +160,7 @@ def job(args) -> None:
               "link_floor_collectives": floored.collectives,
               "fits": [f.sources["measured"] for f in fits], "rows": rows,
               "fit_each": [{"collective_points": f.collective_points, "share": f.share,
-                            "matmul_rate": f.matmul_rate, "overlap": f.overlap} for f in fits],
+                            "matmul_rate": f.matmul_rate, "overlap": f.overlap, "trust": f.trust} for f in fits],
               "validation": {s: {"stride-aware": validate([r for r in rows if r["setting"] == s]),
                                  "one-node": validate([{**r, "prediction": r["prediction_one_node"]}
                                                        for r in rows if r["setting"] == s]),
@@ -308,7 +310,6 @@ def report() -> None:
 
 def configure(run) -> None:
     from gpulab.cli.checks import positive_int
-
     from gpulab.emulated import PLACEMENTS
 
     run.add_argument("--warmup", type=positive_int, default=1, help="untimed iterations first (default 1)")

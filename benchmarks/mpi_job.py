@@ -68,19 +68,6 @@ def add_provenance_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load-before", type=float, nargs=3, default=None, help=argparse.SUPPRESS)
 
 
-def cpu_ticks() -> list[int]:
-    """The machine's CPU time so far by kind (/proc/stat's first line: user ... steal), for ``stolen``."""
-    with open("/proc/stat") as f:
-        return [int(x) for x in f.readline().split()[1:9]]
-
-
-def stolen(since: list[int]) -> float:
-    """The share of CPU time since ``cpu_ticks()`` that the hypervisor gave to other machines (steal):
-    runs taken while it is high vary between rounds by much more than the effects measured."""
-    delta = [b - a for a, b in zip(since, cpu_ticks())]
-    return delta[7] / max(sum(delta), 1)
-
-
 def run_as_job(script: str, n: int, timeout: float, cluster: str) -> int:
     """Run ``script`` with this process's arguments on ``n`` ranks; its exit status."""
     command = f"python benchmarks/{Path(script).name} " + " ".join(sys.argv[1:])

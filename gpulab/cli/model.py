@@ -26,6 +26,7 @@ from pathlib import Path
 from gpulab.cli import model_compare, model_memory
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.comm_only import comm_only_rank
+from gpulab.engine.perf.fit import FittedMachine
 from gpulab.engine.perf.fit import fit as fit_machine
 from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import model_config, predict, rank
@@ -77,6 +78,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("-n", "--nprocs", type=int, default=4)
     p.add_argument("--out", default=None, help="default results/engine_machine_p<N>.json")
     p.add_argument("--reps", type=int, default=5, help="repetitions of each microbenchmark")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="fit this many times and keep the mean; how far the fits differ says how far to "
+                        "trust the model (default 1)")
     p.set_defaults(func=fit)
 
 
@@ -189,15 +193,21 @@ def fit(args) -> int:
     out = args.out or f"results/engine_machine_p{args.nprocs}.json"
     if not inside_mpi_job():
         Path(out).parent.mkdir(parents=True, exist_ok=True)
-        return relaunch(args.nprocs, ["model", "fit", "--out", out, "--reps", str(args.reps)])
+        if args.repeat < 1 or args.reps < 1:
+            raise SystemExit("gpulab model fit: --reps and --repeat must be at least 1")
+        return relaunch(args.nprocs, ["model", "fit", "--out", out, "--reps", str(args.reps),
+                                      "--repeat", str(args.repeat)])
     # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
     threadpool_limits(max(1, (os.cpu_count() or 1) // local))  # as gpulab train and the bench do
-    machine = fit_machine(comm, args.reps)
-    if machine is not None:
+    fits = [fit_machine(comm, args.reps) for _ in range(args.repeat)]
+    if comm.rank == 0:
+        machine = FittedMachine.mean(fits) if len(fits) > 1 else fits[0]
         machine.save(out)
-        print(json.dumps({k: v for k, v in asdict(machine).items() if k != "collectives"}, indent=1))
+        print(json.dumps({k: v for k, v in asdict(machine).items()
+                          if k not in ("collectives", "collective_points")}, indent=1))
+        print("\n".join(machine.trust_lines()))
     return 0

@@ -179,9 +179,12 @@ def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
 def test_fit_runs_on_two_ranks(tmp_path):
     out = tmp_path / "m2.json"
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
-    run = gpulab("model", "fit", "-n", "2", "--out", str(out), env=env, timeout=240)
+    run = gpulab("model", "fit", "-n", "2", "--out", str(out), "--reps", "2", "--repeat", "2", env=env, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
     m = load(out)
+    assert m.trust["fits"] == 2 and m.trust["reps"] == 2  # the mean of two fits says how far apart they came out
+    assert m.trust["fit_to_fit"] >= 0 and m.trust["spread"] >= 0 and m.trust["other_load_per_core"] >= 0
+    assert "trust: " in run.stdout and "fits of this machine: " in run.stdout
     assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1

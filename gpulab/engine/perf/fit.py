@@ -29,6 +29,7 @@ from gpulab.engine.perf.probes import (
     share_slowdown,
 )
 from gpulab.engine.perf.timing import alone, peak_matmul
+from gpulab.engine.perf.trust import combine, conditions, cpu_ticks, fit_to_fit, stolen, verdict
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class FittedMachine:
     sources: dict = field(default_factory=dict)
     # "op/g" -> [[bytes, s], ...] as timed; fits saved before they were kept have none (the line is used)
     collective_points: dict = field(default_factory=dict)
+    # how far to trust it (``perf.trust``): its timings' spread, the load they saw; {} in older fits
+    trust: dict = field(default_factory=dict)
 
     @property
     def ranks_per_node(self) -> int:
@@ -107,7 +110,14 @@ class FittedMachine:
                              + work["kernels"] * self.kernel_overhead)
 
     def assumptions(self) -> list[str]:
-        return [f"{k}: {v}" for k, v in self.sources.items()]
+        return [f"{k}: {v}" for k, v in self.sources.items()] + self.trust_lines()
+
+    def trust_lines(self) -> list[str]:
+        """Whether the fit's own signs (``perf.trust``) say its predictions can be far off, and each sign."""
+        ok, lines = verdict(self.trust)
+        head = {True: "trust: nothing says otherwise", False: "trust: LOW, the predictions may be far off",
+                None: "trust: unknown"}[ok]
+        return [head] + [f"  {line}" for line in lines]
 
     @classmethod
     def mean(cls, fits: list[FittedMachine]) -> FittedMachine:
@@ -119,7 +129,9 @@ class FittedMachine:
         points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
                   for k, v in first.collective_points.items()}
         overlap = {k: sum(f.overlap[k] for f in fits) / n for k in first.overlap}
+        trust = combine([f.trust for f in fits], fit_to_fit([f.collective_points for f in fits]))
         return cls(**{**asdict(first), **avg, "collectives": coll, "collective_points": points, "overlap": overlap,
+                      "trust": trust,
                       "sources": {**first.sources, "measured": " | ".join(f.sources["measured"] for f in fits),
                                   "averaged": f"mean of {n} fits"}})
 
@@ -148,9 +160,10 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     # deferred: every gpulab command imports this module (gpulab model) to build its parser
     from threadpoolctl import threadpool_limits
 
+    ticks = cpu_ticks()
     compute = comm.bcast(alone(comm, compute_rates), root=0)
     compute["share"] = share_slowdown(comm, reps)
-    points = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
+    points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
@@ -163,7 +176,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     return FittedMachine(
         name=name or f"this machine, {comm.size} ranks", ranks=comm.size, cores=cores,
         collectives={k: list(fit_line(*zip(*v))) for k, v in points.items()}, collective_points=points,
-        machine_peak=peak, overlap=overlap,
+        machine_peak=peak, overlap=overlap, trust=conditions(spreads, comm.size, cores, stolen(ticks), reps),
         memory_bytes=total_memory / comm.size, **compute,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
                              f"load average {load:.1f} at the end",

@@ -135,14 +135,16 @@ def _collective_call(op: str, x, g: int, group):
             "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
 
 
-def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1]) -> dict:
-    """"op/g[@s]" -> [[bytes, seconds], ...] for every size up to ``max_bytes``, on every rank."""
-    p, out = comm.size, {}
+def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1]) -> tuple[dict, dict]:
+    """"op/g[@s]" -> [[bytes, seconds], ...] for every size up to ``max_bytes``, on every rank, and
+    "op/g[@s]" -> each size's spread: how much the median repetition's cost exceeds the best one's
+    (relative; 0 with one repetition), which ``trust`` reads."""
+    p, out, spread = comm.size, {}, {}
     work = work_kernel(comm.rank)
     for g, s in group_layouts(p, strided):
         group = comm.Split(strided_group(comm.rank, g, s), comm.rank)
         for op in OPS:
-            points = []
+            points, spreads = [], []
             for nbytes in (n for n in SIZES if n <= max_bytes):
                 n = nbytes // 4
                 n -= n % g
@@ -153,10 +155,12 @@ def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SI
                     # timed at once, within this iteration
                     with_call.append(per_step(comm, lambda: (work(), call())))  # noqa: B023
                     without.append(per_step(comm, work))
-                points.append([n * 4, max(min(with_call) - min(without), 1e-6)])
-            out[collective_key(op, g, s)] = points
+                best = max(min(with_call) - min(without), 1e-6)
+                points.append([n * 4, best])
+                spreads.append(max(float(np.median(with_call) - np.median(without)) / best - 1, 0.0))
+            out[collective_key(op, g, s)], spread[collective_key(op, g, s)] = points, spreads
         group.Free()
-    return out
+    return out, spread
 
 
 def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
