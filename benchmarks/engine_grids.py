@@ -2,6 +2,7 @@
 
     python benchmarks/engine_grids.py run --world 4       # fit + measure: docs/results/engine_grid_p4.json
     python benchmarks/engine_grids.py run --world 8       # (each run stays under 10 minutes on 2 cores)
+    python benchmarks/engine_grids.py run --world 4 --out docs/results/engine_accuracy_1x4_machine_run1.json
     python benchmarks/engine_grids.py report              # docs/engine_bench.md + docs/engine_perfmodel.md
 
 ``run`` fits the performance model to this machine on the same number of
@@ -71,14 +72,15 @@ def run(args) -> None:
         r["prediction"] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
         r.pop("per_rank", None)
     out = {"world": p, "command": f"python benchmarks/engine_grids.py run --world {p} --iters {args.iters} "
-                                  f"--rounds {args.rounds}",
+                                  f"--rounds {args.rounds}" + (f" --out {args.out}" if args.out else ""),
+           "cpus": os.cpu_count(),
            "load_before": load_before, "load_after": os.getloadavg(), "minutes": (time.time() - start) / 60,
            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": json.loads(machine_path.read_text()),
            "fits": [{"share": f.share, "sources": f.sources["measured"]} for f in fits],
            "rows": rows, "validation": {s: validate([r for r in rows if r["overlap_label"] == label])
                                         for s, label in (("none", "none"),
                                                          ("all", "oar+ors+oag+cache+buckets"))}}
-    (RESULTS / f"engine_grid_p{p}.json").write_text(json.dumps(out, indent=1))
+    (Path(args.out) if args.out else RESULTS / f"engine_grid_p{p}.json").write_text(json.dumps(out, indent=1))
     for s, v in out["validation"].items():
         print(f"p={p} {s}: spearman {v['spearman']:.2f}, model's pick {v['model_pick']} "
               f"{v['pick_over_best']:.2f}x the measured best {v['measured_best']}")

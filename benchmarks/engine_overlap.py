@@ -60,8 +60,8 @@ def run(args) -> None:
             records.append({"setting": label, "load_before": before, "load_after": os.getloadavg()[0], **r})
         raw.unlink()
         print(f"{label}: done (load {before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
-    OUT.write_text(json.dumps({"date": time.strftime("%Y-%m-%d %H:%M"), "iters": args.iters,
-                               "rounds": args.rounds, "records": records}, indent=1))
+    record = {"date": time.strftime("%Y-%m-%d %H:%M"), "iters": args.iters, "rounds": args.rounds, "records": records}
+    (Path(args.out) if args.out else OUT).write_text(json.dumps(record, indent=1))
 
 
 def _paired(row, base) -> str:

@@ -1,0 +1,150 @@
+"""How accurate the engine's performance model is wherever the kit runs: every recorded accuracy run, per setting.
+
+    python benchmarks/engine_accuracy.py      # docs/engine_model_accuracy.md + docs/results/engine_accuracy.png
+
+Reads the records of repeated runs (docs/results/engine_accuracy_*.json), each written by
+    python benchmarks/emulated_engine.py run --nodes N --ranks-per-node R --placement P --link L \\
+        --rounds 4 --iters 3 --warmup 1 --out docs/results/engine_accuracy_NxR_P_L_runK.json
+    python benchmarks/engine_grids.py run --world 4 --out docs/results/engine_accuracy_1x4_machine_runK.json
+and tabulates, per setting and run, the model's median absolute error and whether its pick measured
+within 5% of the best (the targets: 10% on the emulated clusters, 20% on one machine), beside the
+signs the fit itself gives of how far to trust it (``gpulab.engine.perf.trust``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+DOC = ROOT / "docs" / "engine_model_accuracy.md"
+PNG = RESULTS / "engine_accuracy.png"
+sys.path.insert(0, str(ROOT))
+
+from gpulab.engine.perf.trust import fit_to_fit, verdict  # noqa: E402
+
+NAME = re.compile(r"engine_accuracy_(?P<setting>.+)_run(?P<run>\d+)\.json")
+TARGET = {"emulated": 0.10, "machine": 0.20}  # median absolute error
+PICK = 1.05  # the model's pick, measured, within 5% of the measured best
+
+
+def runs() -> list[dict]:
+    """One row per record: its setting, the model's accuracy per overlap setting, the fit's trust signs."""
+    out = []
+    for path in sorted(RESULTS.glob("engine_accuracy_*_run*.json")):
+        m = NAME.fullmatch(path.name)
+        record = json.loads(path.read_text())
+        validation = record["validation"]
+        if "none" in validation:  # engine_grids.py: one machine, best round kept
+            accuracy = {"off": validation["none"], "on": validation["all"]}
+        else:  # emulated_engine.py: the stride-aware fit
+            accuracy = {s: validation[s]["stride-aware"] for s in ("off", "on")}
+        out.append({"setting": m["setting"], "run": int(m["run"]), "date": record["date"],
+                    "kind": "machine" if m["setting"].endswith("machine") else "emulated",
+                    "minutes": record["minutes"], "accuracy": accuracy, "trust": trust_of(record)})
+    return sorted(out, key=lambda r: (r["kind"], r["setting"], r["run"]))
+
+
+def trust_of(record: dict) -> dict:
+    """The fit's trust record; for runs recorded before fits kept one, what the record still shows."""
+    trust = record["machine"].get("trust")
+    if trust:
+        return trust
+    cpus, world = record.get("cpus", 2), record.get("world", 4)
+    trust = {"fits": len(record.get("fits", [])), "other_load_per_core": max(record["load_after"][0] - world, 0) / cpus}
+    if record.get("cpu_steal") is not None:
+        trust["steal"] = record["cpu_steal"]
+    if "fit_each" in record:
+        trust["fit_to_fit"] = fit_to_fit([f["collective_points"] for f in record["fit_each"]])
+    return trust
+
+
+def meets(row: dict) -> bool:
+    return all(v["median_abs_rel_error"] <= TARGET[row["kind"]] and v["pick_over_best"] <= PICK
+               for v in row["accuracy"].values())
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| setting | run | date (UTC) | min | error off | error on | pick / best off | on | Spearman off | on "
+             "| fit-to-fit | spread | other load / core | stolen | trust | meets |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    pct = lambda v: "-" if v is None else f"{v:.0%}"  # noqa: E731
+    for r in rows:
+        off, on, t = r["accuracy"]["off"], r["accuracy"]["on"], r["trust"]
+        ok = verdict(t)[0]
+        lines.append(f"| {r['setting']} | {r['run']} | {r['date']} | {r['minutes']:.1f} | "
+                     f"{off['median_abs_rel_error']:.1%} | {on['median_abs_rel_error']:.1%} | "
+                     f"{off['pick_over_best']:.2f} | {on['pick_over_best']:.2f} | {off['spearman']:.2f} | "
+                     f"{on['spearman']:.2f} | {pct(t.get('fit_to_fit'))} | {pct(t.get('spread'))} | "
+                     f"{t.get('other_load_per_core', 0):.2f} | {pct(t.get('steal'))} | "
+                     f"{ {True: 'ok', False: 'LOW', None: '?'}[ok]} | {'yes' if meets(r) else 'no'} |")
+    return lines
+
+
+def plot(rows: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    fig = Figure(figsize=(10, 3.8))
+    ax = fig.subplots()
+    for x, setting in enumerate(settings):
+        for r in (r for r in rows if r["setting"] == setting):
+            for dx, (s, marker) in ((-0.12, ("off", "o")), (0.12, ("on", "s"))):
+                low = verdict(r["trust"])[0] is False
+                ax.scatter(x + dx, r["accuracy"][s]["median_abs_rel_error"] * 100, marker=marker,
+                           color="#d62728" if low else "#1f77b4", s=26,
+                           label=f"overlap {s}, trust {'LOW' if low else 'ok'}")
+        target = TARGET["machine" if setting.endswith("machine") else "emulated"] * 100
+        ax.plot([x - 0.35, x + 0.35], [target, target], color="black", lw=0.8)
+    handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
+    ax.legend(handles.values(), handles.keys(), fontsize=7)
+    ax.set_xticks(range(len(settings)), settings, fontsize=7, rotation=15)
+    ax.set_ylabel("median abs. error of the model, %")
+    ax.set_title("the engine model against every recorded run (black: the target)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(PNG, dpi=100)
+
+
+READING = "\n## What the runs say"  # the hand-written reading below the generated part is kept
+
+
+def main() -> None:
+    rows = runs()
+    if not rows:
+        raise SystemExit("no accuracy run recorded: see this script's docstring for the commands")
+    plot(rows)
+    head = (HEAD + "\n".join(table(rows)) + "\n")
+    old = DOC.read_text() if DOC.exists() else ""
+    DOC.write_text(head + (old[old.index(READING):] if READING in old else ""))
+    print(f"wrote {DOC.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")
+
+
+HEAD = f"""# How accurate the engine's performance model is, wherever the kit runs
+
+Generated by `python benchmarks/engine_accuracy.py` from docs/results/engine_accuracy_*_run*.json.
+Each run fits the model on the cluster it measures (microbenchmarks only, twice: before and after),
+then times every grid of the world size with overlap off and on; the model predicts each grid out of
+sample. Setting `NxR_placement_link`: N emulated nodes of R ranks (`python benchmarks/emulated_engine.py
+run --nodes N --ranks-per-node R --placement P --link L --rounds 4 --iters 3 --warmup 1 --out ...`,
+each time the median over 4 interleaved rounds); `1x4_machine`: 4 ranks on this machine without
+emulation (`python benchmarks/engine_grids.py run --world 4 --out ...`, the best round). "error" is
+the median over grids of |predicted - measured| / measured; "pick / best" the measured time of the
+model's first pick over the measured best. Targets: error at most {TARGET['emulated']:.0%} on the
+emulated clusters and {TARGET['machine']:.0%} on one machine, pick within {PICK - 1:.0%} ("meets").
+The trust columns are what the fit knows about itself before any grid is measured (`gpulab.engine.perf.trust`):
+how far its two fits came out apart, the spread of each timing's repetitions, the load beyond the job's
+own ranks at the end, the CPU time the hypervisor stole; "trust" is LOW when one is past its limit.
+Machine: 2 cores (see the setup in docs/emulated_engine.md).
+
+![error per setting and run](results/{PNG.name})
+
+"""
+
+if __name__ == "__main__":
+    main()
