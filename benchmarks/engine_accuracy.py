@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
+BEFORE = RESULTS / "engine_accuracy_rates_only"  # runs of the model before it profiled the engine's own step
 PNG = RESULTS / "engine_accuracy.png"
 sys.path.insert(0, str(ROOT))
 
@@ -31,10 +32,10 @@ TARGET = {"emulated": 0.10, "machine": 0.20}  # median absolute error
 PICK = 1.05  # the model's pick, measured, within 5% of the measured best
 
 
-def runs() -> list[dict]:
+def runs(folder: Path = RESULTS) -> list[dict]:
     """One row per record: its setting, the model's accuracy per overlap setting, the fit's trust signs."""
     out = []
-    for path in sorted(RESULTS.glob("engine_accuracy_*_run*.json")):
+    for path in sorted(folder.glob("engine_accuracy_*_run*.json")):
         m = NAME.fullmatch(path.name)
         record = json.loads(path.read_text())
         validation = record["validation"]
@@ -119,7 +120,9 @@ def main() -> None:
     if not rows:
         raise SystemExit("no accuracy run recorded: see this script's docstring for the commands")
     plot(rows)
-    head = (HEAD + "\n".join(table(rows)) + "\n")
+    head = HEAD + "\n".join(table(rows)) + "\n"
+    if before := runs(BEFORE):
+        head += BEFORE_HEAD + "\n".join(table(before)) + "\n"
     old = DOC.read_text() if DOC.exists() else ""
     DOC.write_text(head + (old[old.index(READING):] if READING in old else ""))
     print(f"wrote {DOC.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")
@@ -143,6 +146,14 @@ own ranks at the end, the CPU time the hypervisor stole; "trust" is LOW when one
 Machine: 2 cores (see the setup in docs/emulated_engine.md).
 
 ![error per setting and run](results/{PNG.name})
+
+"""
+
+BEFORE_HEAD = f"""
+### Before the model profiled the engine's own step
+
+The same runs with the model as it was before (docs/results/{BEFORE.name}/): compute from the
+microbenchmarks' rates alone, which the engine's serial step runs about 2.7x slower than.
 
 """
 

@@ -24,6 +24,7 @@ from gpulab.engine.perf.probes import (
     collective_costs,
     collective_key,
     compute_rates,
+    engine_profile,
     fit_line,
     overlap_efficiency,
     share_slowdown,
@@ -54,6 +55,8 @@ class FittedMachine:
     collective_points: dict = field(default_factory=dict)
     # how far to trust it (``perf.trust``): its timings' spread, the load they saw; {} in older fits
     trust: dict = field(default_factory=dict)
+    # how much slower than the rates the engine's work runs (``probes.engine_profile``); 1 in older fits
+    scale: float = 1.0
 
     @property
     def ranks_per_node(self) -> int:
@@ -105,8 +108,8 @@ class FittedMachine:
         return float(t[-1] + (nbytes - x[-1]) * max(t[-1] - t[-2], 0.0) / (x[-1] - x[-2]))
 
     def compute_s(self, work: dict) -> float:
-        return self.share * (work["matmul_flops"] / self.matmul_rate
-                             + work["elementwise"] / self.elementwise_rate
+        return self.share * (self.scale * (work["matmul_flops"] / self.matmul_rate
+                                           + work["elementwise"] / self.elementwise_rate)
                              + work["kernels"] * self.kernel_overhead)
 
     def assumptions(self) -> list[str]:
@@ -124,7 +127,7 @@ class FittedMachine:
         """The average of fits of one machine (e.g. before and after a benchmark, as the load moves)."""
         first, n = fits[0], len(fits)
         avg = {k: sum(getattr(f, k) for f in fits) / n
-               for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak")}
+               for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak", "scale")}
         coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
         points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
                   for k, v in first.collective_points.items()}
@@ -162,6 +165,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
 
     ticks = cpu_ticks()
     compute = comm.bcast(alone(comm, compute_rates), root=0)
+    compute.update(comm.bcast(alone(comm, lambda: engine_profile(compute)), root=0))
     compute["share"] = share_slowdown(comm, reps)
     points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
@@ -180,7 +184,9 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
         memory_bytes=total_memory / comm.size, **compute,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
                              f"load average {load:.1f} at the end",
-                 "compute": "matmul/elementwise/tiny-op timings on rank 0 alone, times the measured share",
+                 "compute": "matmul/elementwise timings on rank 0 alone, scaled to the engine's serial step "
+                            f"(x{compute['scale']:.2f}; {compute['kernel_overhead'] * 1e6:.1f} us per array "
+                            "operation), times the measured share",
                  "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
                                 f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
                                 + "; interpolated between the timed sizes",

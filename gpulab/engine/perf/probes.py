@@ -3,7 +3,10 @@
 - compute: rank 0 alone (the others sleep) times matmuls of several sizes
   (t = a + FLOPs / rate), elementwise numpy steps (t = a + values / rate)
   and tiny array operations (the fixed cost of one kernel, Python's and
-  numpy's dispatch included). In training the ranks share the cores with
+  numpy's dispatch included), then the engine's own serial training step
+  at a few batch sizes, which sets how much slower than those rates the
+  engine's work runs (``scale``) and its fixed cost per array operation
+  (``engine_profile``). In training the ranks share the cores with
   each other (p ranks on fewer cores; a rank waiting in MPI spins) and with
   whatever else runs: ``share`` = (a compute loop on all ranks at once) /
   (the same loop on one rank alone), measured (pairs taken back to
@@ -75,6 +78,30 @@ def compute_rates() -> dict:
     _, mm_slope = fit_line([f for f, _ in mm], [t for _, t in mm])
     _, el_slope = fit_line([n for n, _ in el], [t for _, t in el])
     return {"matmul_rate": 1 / mm_slope, "elementwise_rate": 1 / el_slope, "kernel_overhead": overhead}
+
+
+def engine_profile(rates: dict, batches=(1, 2, 4), iters: int = 5) -> dict:
+    """The engine's own serial training step, timed on one rank, against what ``rates`` predict for it.
+
+    The rates come from kernels at their best (large matmuls, contiguous arrays); the engine's step
+    also runs small matmuls, transposes and Python between them, and an optimizer step, which the
+    rates do not see: on a 2-core machine it took 5 ms + 3.1 ms per sequence of the reference GPT
+    where the rates said 1.45 ms per sequence. Simulators of training profile a model's own
+    operations on one device for the same reason. Here the serial step of the kit's reference GPT
+    (``timing.bench_config``) at ``batches`` sequences gives a line t = a + b x sequences:
+    ``scale`` = b / the rates' time per sequence multiplies the work (matmuls, elementwise), and
+    ``kernel_overhead`` = a / the step's array operations is the fixed cost of each."""
+    from gpulab.engine.perf.flops import rank_work
+    from gpulab.engine.perf.timing import bench_config, measure
+
+    cfg, times = bench_config(), []
+    for b in batches:
+        times.append(measure(MPI.COMM_SELF, cfg, (1, 1, 1, 1), b, iters=iters, warmup=3)["iter_s"])  # warm: faster
+    a, slope = np.polyfit(np.array(batches, float), np.array(times), 1)[::-1]
+    work = rank_work(cfg, (1, 1, 1, 1), 1)
+    per_sequence = work["matmul_flops"] / rates["matmul_rate"] + work["elementwise"] / rates["elementwise_rate"]
+    return {"scale": max(float(slope), 1e-9) / per_sequence,
+            "kernel_overhead": max(float(a) / work["kernels"], rates["kernel_overhead"])}
 
 
 def work_kernel(rank: int):
