@@ -228,7 +228,7 @@ def _remember(name: str, buf, root, comms, g: Group, schedule) -> None:
     if len(_plans) > 65536:
         _plans.clear()
     if type(schedule) is tuple:
-        run, native_root = runner(g, schedule), None
+        run, native_root = runner(g, schedule, buf.nbytes), None
     else:  # MPI's own Bcast: straight to the private communicator, no list spec to parse per call
         run, native_root = g.native.Bcast, int(root)
     for comm in comms:

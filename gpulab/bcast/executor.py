@@ -243,36 +243,63 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
             trace.extend(events)
 
 
-def runner(g: Group, schedule: tuple[Op, ...]):
-    """What a repeated broadcast calls with a host array's bytes.
+def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
+    """What a repeated broadcast of ``nbytes`` calls with a host array's bytes.
 
     A schedule of blocking sends and receives only (binomial, k-nomial, the linear and k-ary trees)
-    gets a loop as lean as a tree written by hand in mpi4py: its steps unpacked once, no request
-    lists, no hooks; with tracing on it hands over to ``execute``, which records. Anything else is
-    ``execute`` itself.
+    gets a loop as lean as a tree written by hand in mpi4py: its steps unpacked once, whole-buffer
+    messages passed without a slice, no request lists, no hooks, and a single message (every rank
+    of a 2-rank tree, the leaves of any tree) without the loop; with tracing on it hands over to
+    ``execute``, which records. Anything else is ``execute`` itself.
     """
     if g.stager is not None or not schedule or any(op.kind not in (SEND, RECV) for op in schedule):
         return functools.partial(execute, g, schedule)
-    steps = tuple((op.kind == SEND, op.peer, op.lo, op.hi, LAST_TAG if op.last else TAG, op) for op in schedule)
+    steps = tuple((op.kind == SEND, op.peer, None if (op.lo, op.hi) == (0, nbytes) else slice(op.lo, op.hi),
+                   op.hi - op.lo, LAST_TAG if op.last else TAG, op) for op in schedule)
     send, recv, status, rank = g.comm.Send, g.comm.Recv, g.status, g.comm.rank
-    count, byte = status.Get_count, MPI.BYTE
+    count, byte, tracing = status.Get_count, MPI.BYTE, trace.active
+
+    def received(op, size: int) -> None:
+        if count(byte) != size:
+            raise _size_error(rank, op, count(byte))
+
+    def truncated(error, op):
+        if error.Get_error_class() == MPI.ERR_TRUNCATE:
+            return _size_error(rank, op, None)
+        return error
+
+    if len(steps) == 1 and steps[0][2] is None:
+        is_send, peer, _, size, tag, op = steps[0]
+        if is_send:
+            def run(data: memoryview) -> None:
+                if tracing():
+                    return execute(g, schedule, data)
+                send(data, peer, tag)
+        else:
+            def run(data: memoryview) -> None:
+                if tracing():
+                    return execute(g, schedule, data)
+                try:
+                    recv(data, peer, TAG, status)
+                except MPI.Exception as error:
+                    raise truncated(error, op) from None
+                if count(byte) != size:
+                    raise _size_error(rank, op, count(byte))
+        return run
 
     def run(data: memoryview) -> None:
-        if trace.active():
+        if tracing():
             return execute(g, schedule, data)
         op = None
         try:
-            for is_send, peer, lo, hi, tag, op in steps:
+            for is_send, peer, part, size, tag, op in steps:
                 if is_send:
-                    send(data[lo:hi], peer, tag)
+                    send(data if part is None else data[part], peer, tag)
                 else:
-                    recv(data[lo:hi], peer, TAG, status)
-                    if count(byte) != hi - lo:
-                        raise _size_error(rank, op, count(byte))
+                    recv(data if part is None else data[part], peer, TAG, status)
+                    received(op, size)
         except MPI.Exception as error:
-            if error.Get_error_class() == MPI.ERR_TRUNCATE:
-                raise _size_error(rank, op, None) from None
-            raise
+            raise truncated(error, op) from None
 
     return run
 
