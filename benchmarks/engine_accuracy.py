@@ -25,7 +25,7 @@ BEFORE = RESULTS / "engine_accuracy_rates_only"  # runs of the model before it p
 PNG = RESULTS / "engine_accuracy.png"
 sys.path.insert(0, str(ROOT))
 
-from gpulab.engine.perf.trust import fit_to_fit, verdict  # noqa: E402
+from gpulab.engine.perf.trust import COMPUTE_SHARE, fit_to_fit, verdict  # noqa: E402
 
 NAME = re.compile(r"engine_accuracy_(?P<setting>.+)_run(?P<run>\d+)\.json")
 TARGET = {"emulated": 0.10, "machine": 0.20}  # median absolute error
@@ -43,9 +43,13 @@ def runs(folder: Path = RESULTS) -> list[dict]:
             accuracy = {"off": validation["none"], "on": validation["all"]}
         else:  # emulated_engine.py: the stride-aware fit
             accuracy = {s: validation[s]["stride-aware"] for s in ("off", "on")}
+        shared = record["machine"]["ranks"] > record["machine"]["cores"]
+        grids = [{"error": abs(r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
+                  "low": shared and r["prediction"]["compute_s"] >= COMPUTE_SHARE * r["prediction"]["iter_s"]}
+                 for r in record["rows"]]
         out.append({"setting": m["setting"], "run": int(m["run"]), "date": record["date"],
                     "kind": "machine" if m["setting"].endswith("machine") else "emulated",
-                    "minutes": record["minutes"], "accuracy": accuracy, "trust": trust_of(record)})
+                    "minutes": record["minutes"], "accuracy": accuracy, "trust": trust_of(record), "grids": grids})
     return sorted(out, key=lambda r: (r["kind"], r["setting"], r["run"]))
 
 
@@ -85,6 +89,21 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def by_caveat(rows: list[dict]) -> list[str]:
+    """Every grid's error, split by whether its prediction carries the shared-cores caveat (``trust.caveat``)."""
+    import numpy as np
+
+    lines = ["| predictions | settings | grids | median abs. error | 90th percentile |", "|---|---|---|---|---|"]
+    for low, label in ((False, f"compute < {COMPUTE_SHARE:.0%} of the iteration, or cores not shared: trust ok"),
+                       (True, f"compute >= {COMPUTE_SHARE:.0%} on shared cores: trust LOW")):
+        for kind in ("emulated", "machine"):
+            errors = [g["error"] for r in rows if r["kind"] == kind for g in r["grids"] if g["low"] == low]
+            if errors:
+                lines.append(f"| {label} | {kind} | {len(errors)} | {np.median(errors):.1%} | "
+                             f"{np.percentile(errors, 90):.0%} |")
+    return lines
+
+
 def plot(rows: list[dict]) -> None:
     import matplotlib
 
@@ -120,7 +139,7 @@ def main() -> None:
     if not rows:
         raise SystemExit("no accuracy run recorded: see this script's docstring for the commands")
     plot(rows)
-    head = HEAD + "\n".join(table(rows)) + "\n"
+    head = HEAD + "\n".join(table(rows)) + "\n" + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
     if before := runs(BEFORE):
         head += BEFORE_HEAD + "\n".join(table(before)) + "\n"
     old = DOC.read_text() if DOC.exists() else ""
@@ -149,6 +168,14 @@ Machine: 2 cores (see the setup in docs/emulated_engine.md).
 
 """
 
+CAVEAT_HEAD = f"""
+### Which predictions to trust
+
+Every grid of the runs above (each overlap setting), by whether its prediction carries the caveat the
+model now prints (`trust.caveat`): on ranks that share cores, a prediction whose compute is
+{COMPUTE_SHARE:.0%} of the iteration or more.
+
+"""
 BEFORE_HEAD = f"""
 ### Before the model profiled the engine's own step
 

@@ -133,7 +133,9 @@ class MeshExplorer(W.VBox):
             f" on {device}" if device != "host" else "")
         self.results.append(row)
         self.predictions.append(self._predict(shape, overlap))
-        self.status.value = f"{row['label']}: {row['iter_s'] * 1e3:.1f} ms per iteration"
+        caveat = (self.predictions[-1] or {}).get("caveat")
+        self.status.value = f"{row['label']}: {row['iter_s'] * 1e3:.1f} ms per iteration" + (
+            f"; the model's trust is LOW here: {html.escape(caveat)}" if caveat else "")
         self.redraw()
         return row
 
@@ -151,6 +153,7 @@ class MeshExplorer(W.VBox):
                         "compute ms": s["compute_s"] * 1e3, "exposed ms": s["exposed_comm_s"] * 1e3,
                         "hidden ms": s["hidden_comm_s"] * 1e3,
                         "predicted ms": p["iter_s"] * 1e3 if p else float("nan"),
+                        "model trust": "-" if not p else "LOW" if p.get("caveat") else "ok",
                         "cache KiB": r["memory"]["weight_cache"] / 1024})
         return out
 

@@ -157,6 +157,12 @@ def test_fitted_machine_round_trip_and_nearest_group_size(tmp_path):
     assert back.collective_s("all_reduce", 1, 1, 1e6) == 0.0
     assert back.compute_s({"matmul_flops": 1e10, "elementwise": 0, "kernels": 0}) == pytest.approx(4.0)
     assert back.overlap_efficiency_for("none") == 0.0 and back.overlap_efficiency_for("thread") == 0.5
+    # the engine's profile scales the work, not the fixed cost per array operation (older fits: scale 1)
+    from dataclasses import replace
+
+    profiled = replace(m, scale=2.5)
+    assert profiled.compute_s({"matmul_flops": 1e10, "elementwise": 1e9, "kernels": 0}) == pytest.approx(4.0 * 2.5 * 2)
+    assert profiled.compute_s({"matmul_flops": 0, "elementwise": 0, "kernels": 1000}) == pytest.approx(4.0 * 1e-3)
 
 
 def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
@@ -188,6 +194,7 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
+    assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
     assert p["iter_s"] > 0 and p["fits"]
 

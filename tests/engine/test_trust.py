@@ -62,3 +62,25 @@ def test_stolen_reads_proc_stat_or_says_unknown():
     assert stolen([]) is None
     share = stolen([0] * 8)
     assert share is None or 0 <= share <= 1
+
+
+def test_a_prediction_warns_when_compute_dominates_on_shared_cores():
+    from gpulab.engine.perf.machines import machine as profile
+    from gpulab.engine.perf.predict import predict
+    from gpulab.engine.perf.trust import COMPUTE_SHARE, caveat
+
+    shared = machine({}, {})  # 2 ranks on 2 cores: not shared
+    assert caveat(shared, 1.0, 1.0) is None
+    shared = replace(shared, ranks=4)
+    assert caveat(shared, COMPUTE_SHARE * 0.99, 1.0) is None  # the links dominate
+    assert "4 ranks sharing 2 cores" in caveat(shared, COMPUTE_SHARE, 1.0)
+    assert caveat(profile("perlmutter"), 1.0, 1.0) is None  # a GPU profile: no cores shared
+    from gpulab.engine import GPTConfig
+
+    cfg = GPTConfig(vocab_size=16, block_size=8, n_layer=1, n_head=2, n_embd=8, dtype="float64")
+    slow = replace(shared, collectives={f"{op}/{g}": [1e-5, 1e-9] for op in ("all_reduce", "all_gather",
+                                                                             "reduce_scatter") for g in (2, 4)})
+    p = predict(cfg, (1, 1, 1, 4), 8, slow, None, seq_len=8)
+    assert p["compute_s"] >= COMPUTE_SHARE * p["iter_s"] and "sharing 2 cores" in p["caveat"]  # compute-bound
+    fast = replace(slow, matmul_rate=1e15, elementwise_rate=1e15, kernel_overhead=0.0)
+    assert predict(cfg, (1, 1, 1, 4), 8, fast, None, seq_len=8)["caveat"] is None  # the collectives dominate

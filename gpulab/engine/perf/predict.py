@@ -47,6 +47,7 @@ from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
 from gpulab.engine.perf.flops import model_flops, rank_work
 from gpulab.engine.perf.terms import comm_rows, memory_terms
+from gpulab.engine.perf.trust import caveat
 
 # GPT sizes of the AxoNN experiments (Megatron-AxoNN examples/launch_per_comm_model.py,
 # model_configs); vocabulary 51200 as Megatron-LM's scaling runs pad GPT-2's 50257
@@ -123,6 +124,7 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
     flops = model_flops(config, batch_size, T)
     world = math.prod(shape)
     return {"shape": list(shape), "machine": machine.name, "iter_s": iter_s, "compute_s": compute,
+            "caveat": caveat(machine, compute, iter_s),
             "comm_s": comm, "exposed_comm_s": exposed, "hidden_comm_s": hidden, "groups": groups,
             "memory": mem, "fits": mem["total"] <= machine.usable_memory * machine.memory_bytes,
             "tokens_per_s": batch_size * T / iter_s, "model_flops": flops,
