@@ -124,3 +124,19 @@ def test_strided_fit_times_groups_across_the_stride():
     for key, points in costs.items():  # 1 KiB, 16 KiB (max_bytes), each a positive time
         assert [n for n, _ in points] == [1024, 16384], key
         assert all(t > 0 for _, t in points), key
+
+
+def test_accuracy_records_have_both_settings_and_render():
+    """docs/engine_model_accuracy.md's records: every run both ways, every grid with its error, one table row each."""
+    from benchmarks.engine_accuracy import BEFORE, by_caveat, runs, table
+
+    for folder in (ROOT / "docs" / "results", BEFORE):
+        rows = runs(folder)
+        assert rows, folder
+        for r in rows:
+            assert set(r["accuracy"]) == {"off", "on"}, r["setting"]
+            world = 4 if r["setting"].startswith(("2x2", "1x4")) else 8
+            assert len(r["grids"]) == 2 * len(grid_shapes(world)), (r["setting"], r["run"])
+            assert all(g["error"] >= 0 for g in r["grids"])
+        assert len(table(rows)) == 2 + len(rows)
+    assert len(by_caveat(runs())) >= 3  # the head and at least one kind of prediction
