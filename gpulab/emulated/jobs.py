@@ -99,6 +99,12 @@ class Jobs:
                 for fd in ready:
                     exits["order"].append((pidfds.pop(fd), time.monotonic()))
                     os.close(fd)
+            # the job is over: ranks that ended while this loop was busy elsewhere (a busy machine, or
+            # hydra ending everything at once) are still waiting to be read; list them too, last
+            ready, _, _ = select.select(list(pidfds), [], [], 0) if pidfds else ([], [], [])
+            for fd in ready:
+                exits["order"].append((pidfds.pop(fd), time.monotonic()))
+                os.close(fd)
         finally:
             for fd in pidfds:
                 os.close(fd)
