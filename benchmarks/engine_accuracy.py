@@ -25,7 +25,13 @@ BEFORE = RESULTS / "engine_accuracy_rates_only"  # runs of the model before it p
 PNG = RESULTS / "engine_accuracy.png"
 sys.path.insert(0, str(ROOT))
 
-from gpulab.engine.perf.trust import COMPUTE_SHARE, fit_to_fit, verdict  # noqa: E402
+from gpulab.engine.perf.trust import (  # noqa: E402
+    COMPUTE_SHARE,
+    compute_bound_on_shared_cores,
+    fit_to_fit,
+    other_load,
+    verdict,
+)
 
 NAME = re.compile(r"engine_accuracy_(?P<setting>.+)_run(?P<run>\d+)\.json")
 TARGET = {"emulated": 0.10, "machine": 0.20}  # median absolute error
@@ -43,9 +49,10 @@ def runs(folder: Path = RESULTS) -> list[dict]:
             accuracy = {"off": validation["none"], "on": validation["all"]}
         else:  # emulated_engine.py: the stride-aware fit
             accuracy = {s: validation[s]["stride-aware"] for s in ("off", "on")}
-        shared = record["machine"]["ranks"] > record["machine"]["cores"]
+        ranks, cores = record["machine"]["ranks"], record["machine"]["cores"]
         grids = [{"error": abs(r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
-                  "low": shared and r["prediction"]["compute_s"] >= COMPUTE_SHARE * r["prediction"]["iter_s"]}
+                  "low": compute_bound_on_shared_cores(ranks, cores, r["prediction"]["compute_s"],
+                                                       r["prediction"]["iter_s"])}
                  for r in record["rows"]]
         out.append({"setting": m["setting"], "run": int(m["run"]), "date": record["date"],
                     "kind": "machine" if m["setting"].endswith("machine") else "emulated",
@@ -59,7 +66,8 @@ def trust_of(record: dict) -> dict:
     if trust:
         return trust
     cpus, world = record.get("cpus", 2), record.get("world", 4)
-    trust = {"fits": len(record.get("fits", [])), "other_load_per_core": max(record["load_after"][0] - world, 0) / cpus}
+    trust = {"fits": len(record.get("fits", [])),
+             "other_load_per_core": other_load(record["load_after"][0], world, cpus)}
     if record.get("cpu_steal") is not None:
         trust["steal"] = record["cpu_steal"]
     if "fit_each" in record:

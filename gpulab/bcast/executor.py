@@ -283,8 +283,7 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
                     recv(data, peer, TAG, status)
                 except MPI.Exception as error:
                     raise truncated(error, op) from None
-                if count(byte) != size:
-                    raise _size_error(rank, op, count(byte))
+                received(op, size)
         return run
 
     def run(data: memoryview) -> None:

@@ -49,7 +49,12 @@ def conditions(point_spreads: dict, ranks: int, cores: int, steal: float | None,
     spreads = [v for values in point_spreads.values() for v in values]
     return {"fits": 1, "reps": reps,
             "spread": statistics.median(spreads) if spreads and reps > 1 else None,
-            "other_load_per_core": max(os.getloadavg()[0] - ranks, 0.0) / cores, "steal": steal}
+            "other_load_per_core": other_load(os.getloadavg()[0], ranks, cores), "steal": steal}
+
+
+def other_load(load: float, ranks: int, cores: int) -> float:
+    """The load average beyond a job's own ranks (each busy, in MPI or computing), per core."""
+    return max(load - ranks, 0.0) / cores
 
 
 def fit_to_fit(points: list[dict]) -> float:
@@ -99,7 +104,12 @@ def caveat(machine, compute_s: float, iter_s: float) -> str | None:
     """A warning for one prediction on a fitted machine whose ranks share cores, when its compute is
     ``COMPUTE_SHARE`` of the iteration or more (None otherwise, and on machine profiles)."""
     ranks, cores = getattr(machine, "ranks", 0), getattr(machine, "cores", 0)
-    if not cores or ranks <= cores or iter_s <= 0 or compute_s < COMPUTE_SHARE * iter_s:
+    if not compute_bound_on_shared_cores(ranks, cores, compute_s, iter_s):
         return None
     return (f"compute is {compute_s / iter_s:.0%} of the iteration on {ranks} ranks sharing {cores} cores: "
             "such predictions were off by a median of about 20% (5% where the links dominate)")
+
+
+def compute_bound_on_shared_cores(ranks: int, cores: int, compute_s: float, iter_s: float) -> bool:
+    """What ``caveat`` warns of: ranks share the cores and compute is ``COMPUTE_SHARE`` of the iteration or more."""
+    return bool(cores) and ranks > cores and iter_s > 0 and compute_s >= COMPUTE_SHARE * iter_s
