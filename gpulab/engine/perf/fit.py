@@ -57,6 +57,9 @@ class FittedMachine:
     trust: dict = field(default_factory=dict)
     # how much slower than the rates the engine's work runs (``probes.engine_profile``); 1 in older fits
     scale: float = 1.0
+    # scale and kernel_overhead profiled with every rank computing at once (the sharing included, so
+    # ``share`` is not applied again); False in fits whose profile ran on rank 0 alone
+    contended: bool = False
 
     @property
     def ranks_per_node(self) -> int:
@@ -108,7 +111,8 @@ class FittedMachine:
         return float(t[-1] + (nbytes - x[-1]) * max(t[-1] - t[-2], 0.0) / (x[-1] - x[-2]))
 
     def compute_s(self, work: dict) -> float:
-        return self.share * (self.scale * (work["matmul_flops"] / self.matmul_rate
+        sharing = 1.0 if self.contended else self.share
+        return sharing * (self.scale * (work["matmul_flops"] / self.matmul_rate
                                            + work["elementwise"] / self.elementwise_rate)
                              + work["kernels"] * self.kernel_overhead)
 
@@ -165,7 +169,8 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
 
     ticks = cpu_ticks()
     compute = comm.bcast(alone(comm, compute_rates), root=0)
-    compute.update(comm.bcast(alone(comm, lambda: engine_profile(compute)), root=0))
+    compute.update(comm.bcast(engine_profile(comm, compute), root=0))
+    profile_spread = compute.pop("profile_rank_spread")
     compute["share"] = share_slowdown(comm, reps)
     points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
@@ -185,8 +190,8 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
                              f"load average {load:.1f} at the end",
                  "compute": "matmul/elementwise timings on rank 0 alone, scaled to the engine's serial step "
-                            f"(x{compute['scale']:.2f}; {compute['kernel_overhead'] * 1e6:.1f} us per array "
-                            "operation), times the measured share",
+                            f"on every rank at once (x{compute['scale']:.2f}; {compute['kernel_overhead'] * 1e6:.1f}"
+                            f" us per array operation; slowest rank {profile_spread:.2f}x the mean)",
                  "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
                                 f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
                                 + "; interpolated between the timed sizes",

@@ -4,13 +4,15 @@
   (t = a + FLOPs / rate), elementwise numpy steps (t = a + values / rate)
   and tiny array operations (the fixed cost of one kernel, Python's and
   numpy's dispatch included), then the engine's own serial training step
-  at a few batch sizes, which sets how much slower than those rates the
-  engine's work runs (``scale``) and its fixed cost per array operation
-  (``engine_profile``). In training the ranks share the cores with
-  each other (p ranks on fewer cores; a rank waiting in MPI spins) and with
-  whatever else runs: ``share`` = (a compute loop on all ranks at once) /
-  (the same loop on one rank alone), measured (pairs taken back to
-  back, the best of several), multiplies every compute time;
+  at a few batch sizes on every rank at once, which sets how much slower
+  than those rates the engine's work runs (``scale``) and its fixed cost
+  per array operation (``engine_profile``), the sharing of the cores
+  included: in training the ranks share the cores with each other (p ranks
+  on fewer cores; a rank waiting in MPI spins) and with whatever else runs.
+  ``share`` = (a compute loop on all ranks at once) / (the same loop on one
+  rank alone), the best of several pairs, says how much the sharing costs
+  (it multiplied every compute time in fits made before the profile ran on
+  every rank);
 - collectives: for each op and each group size g dividing p, the ranks form
   p/g groups that all run the collective together, each call right after a
   short compute kernel, as in training: its cost is the time it adds to the
@@ -80,28 +82,40 @@ def compute_rates() -> dict:
     return {"matmul_rate": 1 / mm_slope, "elementwise_rate": 1 / el_slope, "kernel_overhead": overhead}
 
 
-def engine_profile(rates: dict, batches=(1, 2, 4), iters: int = 5) -> dict:
-    """The engine's own serial training step, timed on one rank, against what ``rates`` predict for it.
+def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5) -> dict | None:
+    """The engine's own serial training step, timed on every rank of ``comm`` at once, against what
+    ``rates`` predict for it; the profile on rank 0, None elsewhere.
 
-    The rates come from kernels at their best (large matmuls, contiguous arrays); the engine's step
-    also runs small matmuls, transposes and Python between them, and an optimizer step, which the
-    rates do not see: on a 2-core machine it took 5 ms + 3.1 ms per sequence of the reference GPT
-    where the rates said 1.45 ms per sequence. Simulators of training profile a model's own
-    operations on one device for the same reason. Here the serial step of the kit's reference GPT
-    (``timing.bench_config``) at ``batches`` sequences gives a line t = a + b x sequences:
-    ``scale`` = b / the rates' time per sequence multiplies the work (matmuls, elementwise), and
-    ``kernel_overhead`` = a / the step's array operations is the fixed cost of each."""
+    The rates come from kernels at their best (large matmuls, contiguous arrays, one rank alone); the
+    engine's step also runs small matmuls, transposes and Python between them, and an optimizer step,
+    which the rates do not see: on a 2-core machine it took 5 ms + 3.1 ms per sequence of the reference
+    GPT where the rates said 1.45 ms per sequence. Simulators of training profile a model's own
+    operations on one device for the same reason. Here every rank runs the serial step of the kit's
+    reference GPT (``timing.bench_config``) at ``batches`` sequences at the same time, as in training,
+    where the ranks compute on shared cores: timed that way the step came out within 7% over four
+    repetitions, where rank 0's step alone times the kernel loop's ``share`` moved by 40%. The mean over
+    ranks gives a line t = a + b x sequences: ``scale`` = b / the rates' time per sequence multiplies the
+    work (matmuls, elementwise), ``kernel_overhead`` = a / the step's array operations is the fixed cost
+    of each; both include the sharing of the cores (``contended``)."""
     from gpulab.engine.perf.flops import rank_work
-    from gpulab.engine.perf.timing import bench_config, measure
+    from gpulab.engine.perf.timing import bench_config, measure, sleeping_barrier
 
     cfg, times = bench_config(), []
     for b in batches:
-        times.append(measure(MPI.COMM_SELF, cfg, (1, 1, 1, 1), b, iters=iters, warmup=3)["iter_s"])  # warm: faster
-    a, slope = np.polyfit(np.array(batches, float), np.array(times), 1)[::-1]
+        sleeping_barrier(comm)  # start together; the ranks that finish first do not spin on the cores
+        own = measure(MPI.COMM_SELF, cfg, (1, 1, 1, 1), b, iters=iters, warmup=3)["iter_s"]  # warm: faster
+        times.append(comm.gather(own, root=0))
+        sleeping_barrier(comm)
+    if comm.rank != 0:
+        return None
+    mean = np.array([float(np.mean(t)) for t in times])
+    a, slope = np.polyfit(np.array(batches, float), mean, 1)[::-1]
     work = rank_work(cfg, (1, 1, 1, 1), 1)
     per_sequence = work["matmul_flops"] / rates["matmul_rate"] + work["elementwise"] / rates["elementwise_rate"]
     return {"scale": max(float(slope), 1e-9) / per_sequence,
-            "kernel_overhead": max(float(a) / work["kernels"], rates["kernel_overhead"])}
+            "kernel_overhead": max(float(a) / work["kernels"], rates["kernel_overhead"]), "contended": True,
+            # how evenly the cores were shared: the slowest rank over the mean, at the largest batch
+            "profile_rank_spread": float(max(times[-1]) / mean[-1])}
 
 
 def work_kernel(rank: int):

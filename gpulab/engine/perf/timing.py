@@ -74,10 +74,15 @@ def alone(comm, fn):
     """Run fn on rank 0 while the other ranks sleep (MPI ranks waiting in a barrier would spin on the
     cores fn is timed on); fn's result on rank 0, None elsewhere."""
     result = fn() if comm.rank == 0 else None
+    sleeping_barrier(comm)
+    return result
+
+
+def sleeping_barrier(comm) -> None:
+    """A barrier whose waiting ranks sleep between tests instead of spinning on the cores."""
     request = comm.Ibarrier()
     while not request.Test():
         time.sleep(1e-3)
-    return result
 
 
 def _timed(fn) -> float:
