@@ -131,6 +131,27 @@ def test_overlap_and_memory_in_predictions():
     assert (1024, 1, 1, 1) not in candidate_shapes(cfg, 1024, 1024)  # 56 heads do not split 1024 ways
 
 
+def test_distributed_optimizer_gathers_exposed_and_splits_the_optimizer_state():
+    """The engine's ZeRO-1 all-gathers the updated parameters in the optimizer step, after backward:
+    priced exposed even with every overlap on (a prefetched weight all-gather is not), the
+    reduce-scatter bucketed behind backward as the all-reduce was; AdamW's 12 of 16 bytes split over P."""
+    cfg, m, shape = gpt_config("gpt-20b"), machine("perlmutter"), (4, 2, 4, 32)
+    ov = Overlap(oar=True, ors=True, oag=True, buckets=True, bucket_bytes=64 << 20)
+    rows = comm_rows(cfg, shape, 1024, overlap=ov, distributed_optimizer=True)
+    gathers = [r for r in rows if r["phase"] == "optimizer" and r["op"] == "all_gather"]
+    assert gathers and all(r["kind"] is None for r in gathers)
+    assert all(r["kind"] == "DP" for r in rows if r["op"] == "reduce_scatter" and r["phase"] == "grad-sync")
+    plain = predict(cfg, shape, 1024, m, ov, recompute=True, flash_attention=True)
+    zero1 = predict(cfg, shape, 1024, m, ov, recompute=True, flash_attention=True, distributed_optimizer=True)
+    values = m.value_bytes / 4  # the float32 config's bytes as the machine's values (predict does so)
+    gather_s = sum(r["count"] * m.collective_s("all_gather", r["group_size"], r["stride"], r["nbytes"] * values)
+                   for r in gathers)
+    assert zero1["exposed_comm_s"] >= gather_s > 0
+    assert zero1["exposed_comm_s"] > plain["exposed_comm_s"]
+    ratio = zero1["memory"]["parameter_state"] / plain["memory"]["parameter_state"]
+    assert ratio == pytest.approx((16 - 12 * (1 - 1 / 32)) / 16)
+
+
 def test_activation_model_is_the_engines(tmp_path):
     from tests.mpi_harness import run_mpi
 

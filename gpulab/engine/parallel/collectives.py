@@ -48,6 +48,8 @@ MPI = lazy_mpi(globals())
 
 _records: list | None = None
 _in_flight: list[Handle] = []  # non-blocking collectives not yet seen complete
+# set while ``_in_flight`` is not empty: a ProgressThread waits on it (without the GIL) in between
+_pending = threading.Event()
 
 
 @contextmanager
@@ -107,12 +109,15 @@ class Handle:
         self._exchange = exchange
         if request is not None:
             _in_flight.append(self)
+            _pending.set()
 
     def _done(self, blocked_from: float | None) -> None:
         self._exchange.finish()  # a staged result reaches the device here
         end = perf_counter()
         self._request = None
         _in_flight.remove(self)
+        if not _in_flight:
+            _pending.clear()
         if self._event is not None:  # recorded now: the event ends when completion was seen
             self._event["end"] = end
             if blocked_from is not None:
@@ -173,10 +178,13 @@ def polling(enabled: bool = True):
 
 
 class ProgressThread:
-    """A background thread that enters MPI every ``interval`` seconds (MPI_Iprobe on a private
-    copy of ``comm``): MPICH then advances every collective in flight while the main thread is
-    inside a numpy kernel (which releases the GIL). It sleeps between probes, so unlike MPICH's
-    own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1, which spins) it does not take a core.
+    """A background thread that, while a non-blocking collective is in flight, enters MPI every
+    ``interval`` seconds (MPI_Iprobe on a private copy of ``comm``): MPICH then advances every
+    collective in flight while the main thread is inside a numpy kernel (which releases the GIL).
+    It sleeps between probes, so unlike MPICH's own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1,
+    which spins) it does not take a core, and with nothing in flight it waits on an event without
+    waking at all: each wake-up takes the GIL from the main thread, which on ranks that outnumber
+    the cores can wait until the thread is scheduled (docs/engine_overlap.md has the A/B).
 
         progress = ProgressThread(mesh.comm)    # collective: every rank of comm
         with progress.running():
@@ -186,10 +194,12 @@ class ProgressThread:
 
     def __init__(self, comm, interval: float = 1e-3):
         self.comm, self.interval = comm.Dup(), interval
-        self._stop = None
 
     def _loop(self, stop) -> None:
-        while not stop.is_set():
+        while True:
+            _pending.wait()  # a blocking wait: no GIL, no wake-ups while nothing is in flight
+            if stop.is_set():
+                return
             self.comm.Iprobe()
             time.sleep(self.interval)
 
@@ -202,7 +212,10 @@ class ProgressThread:
             yield
         finally:
             stop.set()
+            _pending.set()  # wake the thread to see the stop
             thread.join()
+            if not _in_flight:
+                _pending.clear()
 
     def free(self) -> None:
         self.comm.Free()

@@ -39,11 +39,10 @@ from gpulab.engine.parallel.pipeline import bubble_fraction
 from gpulab.engine.perf import pipeline
 from gpulab.engine.perf.flops import hardware_flops, model_flops
 from gpulab.engine.perf.predict import predict
-from gpulab.engine.perf.terms import activation_bytes
+from gpulab.engine.perf.terms import OPTIMIZER_BYTES, activation_bytes
 from gpulab.engine.strategies import TABLE, describe, lookup, shapes_for
 
 SYNC_GROUPS = ("data", "batch")  # the gradient synchronisation, once per iteration
-OPTIMIZER_BYTES = 12  # of the 16 per parameter: fp32 master weight, momentum, variance
 
 
 def powers_of_two(limit: int) -> list[int]:
@@ -58,6 +57,10 @@ def evaluate(config, shape, *, pipe: int, micro_batches: int, recompute: bool, g
     T = seq_len or config.block_size
     stage = pipeline.stage_config(config, pipe)
     micro = global_batch // micro_batches  # sequences per micro-batch, all replicas together
+    # ZeRO-1 priced as the bucketed all-reduce it replaces (the same bytes): Megatron-LM's
+    # --overlap-grad-reduce and --overlap-param-gather hide its reduce-scatter behind backward and its
+    # all-gather behind the next forward; the kit's engine gathers in the optimizer step instead
+    # (``predict(distributed_optimizer=True)`` prices that)
     p = predict(stage, shape, micro, machine, overlap, seq_len=T, recompute=recompute,
                 flash_attention=flash_attention)
     sync = sum(g["exposed_s"] for name, g in p["groups"].items() if name in SYNC_GROUPS)

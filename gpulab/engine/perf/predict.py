@@ -87,8 +87,11 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
 
 
 def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: int | None = None,
-            recompute: bool = False, flash_attention: bool = False) -> dict:
-    """Predicted iteration of ``config`` on grid ``shape`` (R, C, D, P); see the module docstring."""
+            recompute: bool = False, flash_attention: bool = False, distributed_optimizer: bool = False) -> dict:
+    """Predicted iteration of ``config`` on grid ``shape`` (R, C, D, P); see the module docstring.
+    ``distributed_optimizer``: the engine's ZeRO-1 (``training.zero1``): gradients reduce-scattered
+    (bucketed behind backward like the all-reduces they replace), the updated parameters all-gathered
+    in the optimizer step, exposed, and the optimizer state split over the data replicas."""
     shape = tuple(int(s) for s in shape)
     T = seq_len or config.block_size
     compute, windows = _compute_parts(config, shape, batch_size, T, machine, recompute)
@@ -97,7 +100,7 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
     groups, comm, hidden = {}, 0.0, 0.0
     budget = eff * compute
     last_dp = 0.0
-    for row in comm_rows(config, shape, batch_size, T, overlap):
+    for row in comm_rows(config, shape, batch_size, T, overlap, distributed_optimizer=distributed_optimizer):
         count = row["count"] * (2 if recompute and row["phase"] == "forward" else 1)
         t = machine.collective_s(row["op"], row["group_size"], row["stride"], row["nbytes"] * scale)
         h = 0.0
@@ -120,7 +123,8 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
     iter_s = compute + exposed
     mem = memory_terms(config, shape, batch_size, T, value_bytes=machine.value_bytes,
                        state_bytes_per_param=machine.state_bytes_per_param, overlap=overlap,
-                       recompute=recompute, flash_attention=flash_attention)
+                       recompute=recompute, flash_attention=flash_attention,
+                       optimizer_shards=shape[3] if distributed_optimizer else 1)
     flops = model_flops(config, batch_size, T)
     world = math.prod(shape)
     return {"shape": list(shape), "machine": machine.name, "iter_s": iter_s, "compute_s": compute,

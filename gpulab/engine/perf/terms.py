@@ -44,6 +44,9 @@ _GROUP_STRIDE = {"col": lambda R, C, D: 1, "row": lambda R, C, D: C, "depth": la
                  "tensor": lambda R, C, D: 1}
 
 
+OPTIMIZER_BYTES = 12  # of the 16 per parameter: fp32 master weight, momentum, variance
+
+
 def stride(group: str, shape) -> int:
     """How many ranks apart the members of a group sit (AxoNN's layout: col innermost)."""
     R, C, D, _ = shape
@@ -53,6 +56,8 @@ def stride(group: str, shape) -> int:
 def _kind(row: dict, overlap) -> str | None:
     if overlap is None:
         return None
+    if row["op"] == "all_gather" and row["phase"] == "optimizer":
+        return None  # ZeRO-1's parameters, gathered in the optimizer step: backward is over, nothing runs beside
     if row["op"] == "all_gather" and overlap.oag:
         return "AG"
     if row["phase"] == "backward" and not row["layer"].split(".")[-1].startswith("ln_"):
@@ -205,8 +210,10 @@ def activation_bytes(config, shape, batch_size: int, seq_len: int | None = None,
 
 def memory_terms(config, shape, batch_size: int, seq_len: int | None = None, *, value_bytes: int,
                  state_bytes_per_param: int, overlap=None, recompute: bool = False,
-                 flash_attention: bool = False) -> dict:
-    """Bytes per rank: parameter state (weights, gradients, optimizer), activations, gathered weights."""
+                 flash_attention: bool = False, optimizer_shards: int = 1) -> dict:
+    """Bytes per rank: parameter state (weights, gradients, optimizer), activations, gathered weights;
+    ``optimizer_shards``: the optimizer's part of the state (``OPTIMIZER_BYTES`` of each parameter's)
+    split over that many data replicas (ZeRO-1)."""
     R, Cc, D, _ = shape
     C, L, V = config.n_embd, config.n_layer, config.vocab_size
     params = sum(local_params(config, shape).values())
@@ -215,7 +222,8 @@ def memory_terms(config, shape, batch_size: int, seq_len: int | None = None, *, 
         gathered = (12 * L * C * C + V * C) / (R * Cc)  # every block, gathered, kept
     elif D > 1 and overlap is not None and overlap.oag:
         gathered = 4 * C * C / (R * Cc)  # the next block in flight
-    out = {"parameter_state": params * state_bytes_per_param,
+    split = OPTIMIZER_BYTES * (1 - 1 / optimizer_shards)
+    out = {"parameter_state": params * (state_bytes_per_param - split),
            "activations": activation_values(config, shape, batch_size, seq_len, recompute,
                                             flash_attention) * value_bytes,
            "weight_cache": gathered * value_bytes}
