@@ -21,7 +21,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
-BEFORE = RESULTS / "engine_accuracy_rates_only"  # runs of the model before it profiled the engine's own step
+# runs of the model as it was before, newest first: (folder, what that model did)
+BEFORE = [(RESULTS / "engine_accuracy_rank0_profile",
+           "Before the profile ran on every rank at once",
+           "compute from the engine's serial step timed on rank 0 alone, times the slowdown of a small kernel "
+           "loop run on every rank (`share`), which moved by up to 40% from fit to fit."),
+          (RESULTS / "engine_accuracy_rates_only",
+           "Before the model profiled the engine's own step",
+           "compute from the microbenchmarks' rates alone, which the engine's serial step runs about 2.7x "
+           "slower than.")]
 PNG = RESULTS / "engine_accuracy.png"
 sys.path.insert(0, str(ROOT))
 
@@ -148,8 +156,10 @@ def main() -> None:
         raise SystemExit("no accuracy run recorded: see this script's docstring for the commands")
     plot(rows)
     head = HEAD + "\n".join(table(rows)) + "\n" + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
-    if before := runs(BEFORE):
-        head += BEFORE_HEAD + "\n".join(table(before)) + "\n"
+    for folder, title, what in BEFORE:
+        if before := runs(folder):
+            head += (f"\n### {title}\n\nThe same settings with the model as it was then "
+                     f"(docs/results/{folder.name}/): {what}\n\n" + "\n".join(table(before)) + "\n")
     old = DOC.read_text() if DOC.exists() else ""
     DOC.write_text(head + (old[old.index(READING):] if READING in old else ""))
     print(f"wrote {DOC.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")
@@ -182,13 +192,6 @@ CAVEAT_HEAD = f"""
 Every grid of the runs above (each overlap setting), by whether its prediction carries the caveat the
 model now prints (`trust.caveat`): on ranks that share cores, a prediction whose compute is
 {COMPUTE_SHARE:.0%} of the iteration or more.
-
-"""
-BEFORE_HEAD = f"""
-### Before the model profiled the engine's own step
-
-The same runs with the model as it was before (docs/results/{BEFORE.name}/): compute from the
-microbenchmarks' rates alone, which the engine's serial step runs about 2.7x slower than.
 
 """
 
