@@ -186,6 +186,17 @@ def test_fitted_machine_round_trip_and_nearest_group_size(tmp_path):
     assert profiled.compute_s({"matmul_flops": 0, "elementwise": 0, "kernels": 1000}) == pytest.approx(4.0 * 1e-3)
 
 
+def test_a_contended_profile_is_not_multiplied_by_the_share_again():
+    """Fits whose engine profile ran on every rank at once already include the sharing of the cores;
+    older fits (profile on rank 0 alone) multiply it by ``share``."""
+    work = {"matmul_flops": 4e9, "elementwise": 1e8, "kernels": 500}
+    common = dict(name="m", ranks=4, cores=2, collectives={}, matmul_rate=2e10, elementwise_rate=1e9,
+                  kernel_overhead=2e-5, share=1.8, machine_peak=4e10, overlap={}, memory_bytes=1e9, scale=1.5)
+    alone = 1.5 * (4e9 / 2e10 + 1e8 / 1e9) + 500 * 2e-5
+    assert FittedMachine(**common).compute_s(work) == pytest.approx(1.8 * alone)
+    assert FittedMachine(**common, contended=True).compute_s(work) == pytest.approx(alone)
+
+
 def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
     """Two regimes no one line follows: 1 KiB..16 KiB at 1 ms, then 1 s per MB (a slow link past its burst)."""
     points = {"all_gather/2": [[1024, 1e-3], [16384, 1e-3], [1 << 20, 1e-3 + 1.0 * ((1 << 20) - 16384) / 1e6]]}
@@ -216,6 +227,7 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
     assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled
+    assert m.contended and "on every rank at once" in m.sources["compute"]  # ... on both ranks together
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
     assert p["iter_s"] > 0 and p["fits"]
 

@@ -113,8 +113,8 @@ class FittedMachine:
     def compute_s(self, work: dict) -> float:
         sharing = 1.0 if self.contended else self.share
         return sharing * (self.scale * (work["matmul_flops"] / self.matmul_rate
-                                           + work["elementwise"] / self.elementwise_rate)
-                             + work["kernels"] * self.kernel_overhead)
+                                        + work["elementwise"] / self.elementwise_rate)
+                          + work["kernels"] * self.kernel_overhead)
 
     def assumptions(self) -> list[str]:
         return [f"{k}: {v}" for k, v in self.sources.items()] + self.trust_lines()
