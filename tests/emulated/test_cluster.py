@@ -141,8 +141,10 @@ def test_hierarchical_crosses_between_nodes_once_per_node():
 
 
 CREATOR = textwrap.dedent("""
-    import json, os, subprocess, sys, tempfile, time
+    import json, os, signal, subprocess, sys, tempfile, time
     from gpulab.emulated import EmulatedCluster
+    # Ctrl-C as a user's Python gets it: a Python started by a process that ignores SIGINT keeps ignoring it
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     ready = sys.argv[1]
     with EmulatedCluster(nodes=2, ranks_per_node=2, link="100mbit") as cluster:
         print(json.dumps(cluster.state), flush=True)
@@ -156,6 +158,16 @@ CREATOR = textwrap.dedent("""
         while True:
             time.sleep(1)
 """)
+
+
+def creator_state(pid: int) -> str:
+    """What the creator was doing when something was left behind: its state and signal masks, or gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return f"the creator (pid {pid}) has exited"
+    return f"the creator (pid {pid}) still runs: " + "; ".join(
+        line for line in status if line.startswith(("State", "SigIgn", "SigCgt", "SigBlk")))
 
 
 @pytest.fixture
@@ -182,7 +194,7 @@ def test_nothing_is_left_behind_when_the_creator_dies(how, tmp_path, subreaper):
         while leftovers(state) and time.monotonic() < deadline:
             reap_orphans()
             time.sleep(0.1)
-        assert leftovers(state) == []
+        assert leftovers(state) == [], creator_state(creator.pid)
         creator.wait(timeout=20)
         reap_orphans()
         for pid in ranks:
