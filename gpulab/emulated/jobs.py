@@ -93,18 +93,12 @@ class Jobs:
                 scratch |= mpi_scratch_held({*live, *map(parent, live)} - {None})
                 # wait for rank exits (in order), looking for new ranks every 0.05 s until all are found
                 wait = 0.05 if len(ranks) < n else 0.2
-                ready, _, _ = select.select(list(pidfds), [], [], wait) if pidfds else ([], [], [])
                 if not pidfds:
                     done.wait(wait)
-                for fd in ready:
-                    exits["order"].append((pidfds.pop(fd), time.monotonic()))
-                    os.close(fd)
+                _note_exits(pidfds, exits, wait)
             # the job is over: ranks that ended while this loop was busy elsewhere (a busy machine, or
             # hydra ending everything at once) are still waiting to be read; list them too, last
-            ready, _, _ = select.select(list(pidfds), [], [], 0) if pidfds else ([], [], [])
-            for fd in ready:
-                exits["order"].append((pidfds.pop(fd), time.monotonic()))
-                os.close(fd)
+            _note_exits(pidfds, exits, 0)
         finally:
             for fd in pidfds:
                 os.close(fd)
@@ -136,3 +130,11 @@ class Jobs:
             reasons.insert(0, "ranks in the order they ended: " + ", ".join(listed))
         summary = "; ".join(dict.fromkeys(reasons)) or "no fault seen by the cluster; see the output"
         return f"job of {n} ranks on the emulated cluster {what}: {summary}\noutput tail:\n{output[-2000:]}"
+
+
+def _note_exits(pidfds: dict, exits: dict, wait: float) -> None:
+    """Append the ranks whose pidfd turns readable within ``wait`` s (they ended) to the exit order."""
+    ready, _, _ = select.select(list(pidfds), [], [], wait) if pidfds else ([], [], [])
+    for fd in ready:
+        exits["order"].append((pidfds.pop(fd), time.monotonic()))
+        os.close(fd)

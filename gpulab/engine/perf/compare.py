@@ -39,7 +39,7 @@ from gpulab.engine.parallel.pipeline import bubble_fraction
 from gpulab.engine.perf import pipeline
 from gpulab.engine.perf.flops import hardware_flops, model_flops
 from gpulab.engine.perf.predict import predict
-from gpulab.engine.perf.terms import OPTIMIZER_BYTES, activation_bytes
+from gpulab.engine.perf.terms import activation_bytes, state_bytes
 from gpulab.engine.strategies import TABLE, describe, lookup, shapes_for
 
 SYNC_GROUPS = ("data", "batch")  # the gradient synchronisation, once per iteration
@@ -74,7 +74,7 @@ def evaluate(config, shape, *, pipe: int, micro_batches: int, recompute: bool, g
                             sequence_parallel=sequence_parallel)
     state = p["memory"]["parameter_state"]
     if distributed_optimizer:  # fp32 master, momentum, variance (12 of the bytes) sharded over the P replicas
-        state *= (machine.state_bytes_per_param - OPTIMIZER_BYTES * (1 - 1 / shape[3])) / machine.state_bytes_per_param
+        state *= state_bytes(machine.state_bytes_per_param, shape[3]) / machine.state_bytes_per_param
     memory = {"parameter_state": state, "weight_cache": p["memory"]["weight_cache"],
               "activations": acts * pipeline.in_flight(pipe, micro_batches, V)}
     memory["total"] = sum(memory.values())

@@ -47,6 +47,11 @@ _GROUP_STRIDE = {"col": lambda R, C, D: 1, "row": lambda R, C, D: C, "depth": la
 OPTIMIZER_BYTES = 12  # of the 16 per parameter: fp32 master weight, momentum, variance
 
 
+def state_bytes(per_param: int, optimizer_shards: int = 1) -> float:
+    """Bytes of state per parameter when the optimizer's part is split over ``optimizer_shards`` (ZeRO-1)."""
+    return per_param - OPTIMIZER_BYTES * (1 - 1 / optimizer_shards)
+
+
 def stride(group: str, shape) -> int:
     """How many ranks apart the members of a group sit (AxoNN's layout: col innermost)."""
     R, C, D, _ = shape
@@ -222,8 +227,7 @@ def memory_terms(config, shape, batch_size: int, seq_len: int | None = None, *, 
         gathered = (12 * L * C * C + V * C) / (R * Cc)  # every block, gathered, kept
     elif D > 1 and overlap is not None and overlap.oag:
         gathered = 4 * C * C / (R * Cc)  # the next block in flight
-    split = OPTIMIZER_BYTES * (1 - 1 / optimizer_shards)
-    out = {"parameter_state": params * (state_bytes_per_param - split),
+    out = {"parameter_state": params * state_bytes(state_bytes_per_param, optimizer_shards),
            "activations": activation_values(config, shape, batch_size, seq_len, recompute,
                                             flash_attention) * value_bytes,
            "weight_cache": gathered * value_bytes}
