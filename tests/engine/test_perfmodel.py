@@ -197,6 +197,22 @@ def test_a_contended_profile_is_not_multiplied_by_the_share_again():
     assert FittedMachine(**common, contended=True).compute_s(work) == pytest.approx(alone)
 
 
+def test_data_parallel_buckets_in_flight_together_pay_one_latency():
+    """With ``buckets`` the gradient all-reduce runs as several non-blocking calls in flight together:
+    priced as one call over all their bytes (one latency), each bucket its share, not one latency each."""
+    alpha, beta = 3e-3, 1e-9  # a latency that dwarfs the bytes, as 8 ranks on 2 cores
+    m = FittedMachine(name="t", ranks=4, cores=2, collectives={"all_reduce/4": [alpha, beta]}, matmul_rate=1e10,
+                      elementwise_rate=1e9, kernel_overhead=1e-6, share=1.0, machine_peak=1e10,
+                      overlap={"poll": 0.0}, memory_bytes=1e9)
+    cfg, shape = tiny_config((1, 1, 1, 4)), (1, 1, 1, 4)
+    off = predict(cfg, shape, 8, m, Overlap())["groups"]["data"]
+    on = predict(cfg, shape, 8, m, Overlap(buckets=True, bucket_bytes=1024))["groups"]["data"]
+    assert off["calls"] == 1 and on["calls"] > 3  # several buckets
+    assert on["bytes"] == pytest.approx(off["bytes"], rel=0.01)  # the same gradients, padded per bucket
+    assert on["time_s"] == pytest.approx(alpha + beta * on["bytes"])  # one latency for all of them
+    assert on["time_s"] < off["time_s"] + alpha  # not on["calls"] latencies
+
+
 def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
     """Two regimes no one line follows: 1 KiB..16 KiB at 1 ms, then 1 s per MB (a slow link past its burst)."""
     points = {"all_gather/2": [[1024, 1e-3], [16384, 1e-3], [1 << 20, 1e-3 + 1.0 * ((1 << 20) - 16384) / 1e6]]}
