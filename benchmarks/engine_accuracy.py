@@ -26,7 +26,7 @@ BEFORE = [(RESULTS / "engine_accuracy_bucket_per_call",
            "Before the buckets were priced as in flight together",
            "the one-machine runs of 21:44-22:17 UTC, with each data-parallel bucket priced as a call of its "
            "own (one latency each); the emulated runs above were measured with that pricing too, and "
-           "re-predicted from their own fits with today's none moves by more than 0.7 points."),
+           "re-predicted from their own fits with today's pricing, none moves by more than 0.7 points."),
           (RESULTS / "engine_accuracy_same_model_earlier",
            "Earlier the same day",
            "1 Gbit/s and one machine, 17:31-18:38 UTC, with the model of the first table before the bucket "
