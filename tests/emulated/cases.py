@@ -74,10 +74,18 @@ def hierarchical_crossings(comm: MPI.Comm, nbytes: int = 100_000) -> dict:
     return {"messages": [(e["src"], e["dst"], e["nbytes"]) for e in trace]} if trace is not None else {}
 
 
+def announce_ready(rank: int) -> None:
+    """Write this rank's pid to $GPULAB_TEST_READY.<rank> whole: written under another name and renamed,
+    since the tests wait for the file to exist and then read it (an open-then-write file was read empty)."""
+    path = os.environ["GPULAB_TEST_READY"] + f".{rank}"
+    with open(path + ".part", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(path + ".part", path)
+
+
 def sleep_forever(comm: MPI.Comm) -> None:
     step("sleeping")
-    with open(os.environ["GPULAB_TEST_READY"] + f".{comm.rank}", "w") as f:
-        f.write(str(os.getpid()))
+    announce_ready(comm.rank)
     while True:
         time.sleep(1)
 
@@ -104,5 +112,4 @@ def bcast_forever(comm: MPI.Comm, nbytes: int, algorithm: str = "chain") -> None
         step(f"bcast {i}")
         ALGORITHMS[algorithm](buf, 0, comm)
         if i == 1:
-            with open(os.environ["GPULAB_TEST_READY"] + f".{comm.rank}", "w") as f:
-                f.write(str(os.getpid()))
+            announce_ready(comm.rank)
