@@ -126,8 +126,11 @@ def _nbytes_or_error(buf):
 
 def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, **options):
     """Broadcast ``buf`` in place from ``root`` over ``comm`` with algorithm ``name``; return ``buf``."""
-    if not options and _repeat(name, buf, root, comm):
-        return buf
+    return bcast(buf, root, comm, name, **options)
+
+
+def _checked_run(name: str, buf, root, comm, options: dict):
+    """``run_algorithm`` the first time (or with options): every check, then the broadcast and its plan."""
     asked, comm = comm, MPI.COMM_WORLD if comm is None else comm
     if agreement.checking():  # before any check that could fail on some ranks only
         agreement.agree(private_comm(comm), name, int(root) if isinstance(root, (int, np.integer)) else repr(root),
@@ -143,9 +146,9 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
     _check_options_once(name, options)
     private = private_comm(comm)  # after every check: bad input raises before any message
     if type(data) is not np.ndarray and is_device_array(data):
-        gpu.run_on_device(_run, name, data, int(root), private, options, **device_options)
+        gpu.run_on_device(_run, name, data, int(root), private, options, native=comm, **device_options)
         return buf
-    g = Group(private, range(private.size), private.rank, name, private)
+    g = Group(private, range(private.size), private.rank, name, comm)  # MPI_Bcast on the caller's own
     build = record.build
     if build is not None:
         schedule = g.ranks(build(g.size, int(root), g.me, data.nbytes, **options))  # schedule_of, inlined
@@ -153,8 +156,6 @@ def run_algorithm(name: str, buf, root: int = 0, comm: MPI.Comm | None = None, *
             _remember(name, buf, root, (asked, comm), g, schedule)
         execute(g, schedule, data)
         return buf
-    if record.run is native and not options:  # MPI's own Bcast
-        _remember(name, buf, root, (asked, comm), g, record.run)
     _run(name, g, data, int(root), options)
     return buf
 
@@ -165,60 +166,44 @@ def _check_root(root, comm) -> None:
 
 
 # The fast path of a repeated broadcast: a program broadcasts the same sizes from the same root
-# again and again, and a 1 KiB MPI_Bcast takes a few microseconds, so every check and decision
-# is made once. (id of the communicator as the caller passed it (None too), algorithm as asked
-# ("auto" too), root, nbytes) -> (run, root or None, the communicator) for host arrays called
-# without options; ``run`` is MPI's own Bcast on the private duplicate (called with the array and
-# the root), or the executor's runner for the schedule (called with the bytes). Holding the
-# communicator keeps its id from being reused. The plans are forgotten when the communicator is
-# freed, when this process's tuning file changes ("auto" decides again) and when argument
-# checking across ranks is switched (no plan is made while it is on), so a call checks nothing of
-# that. What is checked on every call: that the buffer is a writable C-contiguous host array (else
-# the full checks run and raise).
+# again and again, and a 1 KiB MPI_Bcast takes a microsecond or two, so every check and decision
+# is made once.
+#
+# MPI's own Bcast on a host array needs no plan: it is MPI_Bcast on the caller's communicator as
+# mpi4py calls it (written inside ``bcast``: a function call would cost a tenth of the broadcast),
+# after the checks gpulab makes everywhere (a writable buffer, an int root, argument checking
+# off); the checked path calls MPI_Bcast on the same communicator, so ranks that take different
+# paths still meet. What mpi4py refuses before calling MPI (a strided buffer, a dtype it cannot
+# map) and what MPI refuses before sending (a root outside the communicator, a null one) falls
+# through to the full checks, which raise or send the bytes. "auto" goes the same way at the sizes
+# where it chose MPI_Bcast on that communicator: ``_auto_native`` (id of the communicator as the
+# caller passed it, None too -> those sizes), ``_auto_comms`` holding the communicators so that
+# their ids are not reused.
+#
+# The other algorithms run a plan: ``_plans`` (id of the communicator as passed, algorithm as asked
+# ("auto" too), root, nbytes) -> (the executor's runner for the schedule, called with the array;
+# the communicator). Plans are forgotten when a communicator is freed, when this process's tuning
+# file changes ("auto" decides again) and when argument checking across ranks is switched (no plan
+# is made and MPI_Bcast is not called directly while it is on), so a call checks nothing of that.
+# What is checked on every call: that the buffer is a writable C-contiguous host array (else the
+# full checks run and raise).
 _plans: dict = {}
+_auto_native: dict = {}
+_auto_comms: dict = {}
+_NO_SIZES: frozenset = frozenset()
+_ndarray = np.ndarray
+_checking = agreement.checking()
+
+
+def _forget() -> None:
+    global _checking
+    _checking = agreement.checking()
+    for memory in (_plans, _auto_native, _auto_comms):
+        memory.clear()
+
+
 for _hooks in (on_free, tuning.on_forget, agreement.on_switch):
-    _hooks.append(_plans.clear)
-
-
-def _repeat(name: str, buf, root, comm) -> bool:
-    """Run a remembered broadcast; False (nothing done) if this call has no plan yet."""
-    if type(buf) is not np.ndarray:
-        return False
-    try:
-        plan = _plans.get((id(comm), name, root, buf.nbytes))
-    except TypeError:  # an unhashable root: the full checks will say what is wrong
-        return False
-    if plan is None:
-        return False
-    run, native_root, _ = plan
-    if native_root is not None:  # MPI's own Bcast takes the array as it is: no byte view to make
-        if not buf.flags.writeable:  # MPI would send from a read-only root: the full checks refuse it
-            return False
-        try:
-            run(buf, native_root)
-        except (BufferError, KeyError, ValueError):  # strided, or a dtype MPI cannot map: before any
-            return False  # message; the full checks raise, or send its bytes
-        return True
-    data = _host_bytes(buf)
-    if data is None:  # read-only or strided: the full checks say what is wrong
-        return False
-    run(data)
-    return True
-
-
-def _host_bytes(buf: np.ndarray) -> memoryview | None:
-    """A writable C-contiguous array's bytes as one flat memoryview, else None.
-
-    One buffer export per call, which MPI then reuses: a byte view through numpy
-    (``byte_view``) costs a reshape, a view and another export per message.
-    """
-    try:
-        view = memoryview(buf)
-    except ValueError:  # a dtype with no buffer format (datetime64)
-        return None
-    if view.readonly or not view.c_contiguous:
-        return None
-    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+    _hooks.append(_forget)
 
 
 def _remember(name: str, buf, root, comms, g: Group, schedule) -> None:
@@ -227,16 +212,65 @@ def _remember(name: str, buf, root, comms, g: Group, schedule) -> None:
         return
     if len(_plans) > 65536:
         _plans.clear()
-    if type(schedule) is tuple:
-        run, native_root = runner(g, schedule, buf.nbytes), None
-    else:  # MPI's own Bcast: straight to the private communicator, no list spec to parse per call
-        run, native_root = g.native.Bcast, int(root)
+    run = runner(g, schedule, buf.nbytes)
     for comm in comms:
-        _plans[(id(comm), name, root, buf.nbytes)] = (run, native_root, comm)
+        _plans[(id(comm), name, root, buf.nbytes)] = (run, comm)
+
+
+def _remember_auto_native(nbytes: int, comms) -> None:
+    """"auto" chose MPI_Bcast for ``nbytes`` on these communicators (as passed, and as resolved)."""
+    if agreement.checking():
+        return
+    for comm in comms:
+        _auto_native.setdefault(id(comm), set()).add(nbytes)
+        _auto_comms[id(comm)] = comm
+
+
+def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
+    """Broadcast ``buf`` in place from ``root`` (``comm`` defaults to COMM_WORLD); return ``buf``.
+
+    ``algorithm="auto"`` picks one with ``select()``; options given here then
+    override the chosen algorithm's defaults. A repeated call (same
+    communicator, root, size, no options) runs its remembered plan at once.
+    """
+    if not options and type(buf) is _ndarray:  # the fast path, inlined: see _plans
+        if algorithm == "mpi" or algorithm == "auto" and buf.nbytes in _auto_native.get(id(comm), _NO_SIZES):
+            if type(root) is int and not _checking and buf.flags.writeable:
+                try:
+                    (MPI.COMM_WORLD if comm is None else comm).Bcast(buf, root)
+                    return buf
+                except (BufferError, KeyError, TypeError, ValueError):  # strided, a dtype MPI has no name for
+                    pass
+                except MPI.Exception as error:  # MPI checks these before sending
+                    if error.Get_error_class() not in (MPI.ERR_ROOT, MPI.ERR_COMM):
+                        raise
+        else:
+            try:
+                plan = _plans.get((id(comm), algorithm, root, buf.nbytes))
+            except TypeError:  # an unhashable root: the checks will say what is wrong
+                plan = None
+            if plan is not None and plan[0](buf):  # False: read-only or strided, nothing sent
+                return buf
+    if algorithm != "auto":
+        return _checked_run(algorithm, buf, root, comm, options)
+    asked, comm = comm, MPI.COMM_WORLD if comm is None else comm
+    decision = select(buf.nbytes if isinstance(buf, np.ndarray) else byte_view(buf).nbytes, comm)
+    _checked_run(decision.name, buf, root, comm, {**decision.options, **options})
+    if options or type(buf) is not np.ndarray:
+        return buf
+    record = REGISTRY[decision.name]
+    if record.run is native and not decision.options:
+        _remember_auto_native(buf.nbytes, (asked, comm))
+    elif record.build is not None and record.level:  # remember what auto ran, options too
+        private = private_comm(comm)
+        g = Group(private, range(private.size), private.rank, decision.name, comm)
+        _remember("auto", buf, root, (asked, comm),
+                  g, schedule_of(decision.name, g, buf.nbytes, int(root), decision.options))
+    return buf
 
 
 def _entry(name: str) -> functools.partial:
-    entry = functools.partial(run_algorithm, name)
+    entry = functools.partial(bcast, algorithm=name)
     record = REGISTRY[name]
     entry.__doc__ = (record.build or record.run).__doc__
     return entry
@@ -248,7 +282,7 @@ ALGORITHMS = {name: _entry(name) for name in REGISTRY}
 def _registry_changed() -> None:
     """Follow ``registry.register``/``unregister``: entries, and every decision cached by name."""
     for name, entry in list(ALGORITHMS.items()):
-        if name not in REGISTRY and isinstance(entry, functools.partial) and entry.func is run_algorithm:
+        if name not in REGISTRY and isinstance(entry, functools.partial) and entry.func is bcast:
             del ALGORITHMS[name]
     for name in REGISTRY:
         if name not in ALGORITHMS:
@@ -258,29 +292,3 @@ def _registry_changed() -> None:
 
 
 registry.changed.append(_registry_changed)
-
-
-def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
-    """Broadcast ``buf`` in place from ``root`` (``comm`` defaults to COMM_WORLD); return ``buf``.
-
-    ``algorithm="auto"`` picks one with ``select()``; options given here then
-    override the chosen algorithm's defaults. A repeated call (same
-    communicator, root, size, no options) runs its remembered plan at once.
-    """
-    if not options and _repeat(algorithm, buf, root, comm):
-        return buf
-    if algorithm != "auto" or options:
-        return run_algorithm(algorithm, buf, root, comm, **options)
-    asked, comm = comm, MPI.COMM_WORLD if comm is None else comm
-    decision = select(buf.nbytes if isinstance(buf, np.ndarray) else byte_view(buf).nbytes, comm)
-    run_algorithm(decision.name, buf, root, comm, **decision.options)
-    record = REGISTRY[decision.name]
-    if type(buf) is np.ndarray and (record.build is not None and record.level or record.run is native) \
-            and (record.build is not None or not decision.options):
-        # remember what auto ran, options too
-        private = private_comm(comm)
-        g = Group(private, range(private.size), private.rank, decision.name, private)
-        schedule = schedule_of(decision.name, g, buf.nbytes, int(root), decision.options) \
-            if record.build is not None else record.run
-        _remember("auto", buf, root, (asked, comm), g, schedule)
-    return buf

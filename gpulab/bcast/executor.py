@@ -23,10 +23,11 @@ longer rank waiting for a chunk that never comes. (An empty buffer is no
 chunk at all, so a pipeline still misses an empty buffer against a full one:
 marking it would cost every empty broadcast a message per hop.)
 
-Broadcasts run on a private duplicate of the user's communicator
-(``run_algorithm`` swaps in ``private_comm(comm)``): there chunks can be
-received with ``MPI.ANY_TAG`` (to read which one is last) without ever
-matching the user's own messages.
+gpulab's algorithms run on a private duplicate of the user's communicator
+(``private_comm(comm)``): there chunks can be received with ``MPI.ANY_TAG``
+(to read which one is last) without ever matching the user's own messages.
+MPI's own Bcast (``Group.native``) is a collective and runs on the user's
+communicator itself, as a program calling it directly would.
 
 Device buffers (``gpulab.bcast.gpu``): on the "cuda-aware" path the executor
 hands device memory to MPI as is; on the "staged" path the schedule runs on
@@ -243,21 +244,47 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
             trace.extend(events)
 
 
+def host_bytes(buf: np.ndarray) -> memoryview | None:
+    """A writable C-contiguous host array's bytes as one flat memoryview, else None.
+
+    One buffer export per call, which MPI then reuses: a byte view through numpy
+    (``byte_view``) costs a reshape, a view and another export per message.
+    """
+    try:
+        view = memoryview(buf)
+    except ValueError:  # a dtype with no buffer format (datetime64)
+        return None
+    if view.readonly or not view.c_contiguous:
+        return None
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
 def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
-    """What a repeated broadcast of ``nbytes`` calls with a host array's bytes.
+    """What a repeated broadcast of ``nbytes`` calls with a host array: ``run(buf) -> bool``, False
+    when nothing was sent (a read-only or strided array: the full checks then say what is wrong).
 
     A schedule of blocking sends and receives only (binomial, k-nomial, the linear and k-ary trees)
-    gets a loop as lean as a tree written by hand in mpi4py: its steps unpacked once, whole-buffer
-    messages passed without a slice, no request lists, no hooks, and a single message (every rank
-    of a 2-rank tree, the leaves of any tree) without the loop; with tracing on it hands over to
-    ``execute``, which records. Anything else is ``execute`` itself.
+    gets a loop as lean as a tree written by hand in mpi4py: its steps unpacked once, no request
+    lists, no hooks; when every message is the whole buffer (every rank of a 2-rank tree, the
+    leaves and the root of a binomial tree) the array goes to MPI as it is, as a hand-written tree
+    passes it, and a single message runs without the loop. Each of those costs a few hundred
+    nanoseconds that a 1 KiB broadcast of a microsecond or two cannot spare. With tracing on it
+    hands over to ``execute``, which records; anything else is ``execute`` itself.
     """
+    def in_bytes(buf) -> bool:
+        data = host_bytes(buf)
+        if data is None:
+            return False
+        execute(g, schedule, data)
+        return True
+
     if g.stager is not None or not schedule or any(op.kind not in (SEND, RECV) for op in schedule):
-        return functools.partial(execute, g, schedule)
+        return in_bytes
     steps = tuple((op.kind == SEND, op.peer, None if (op.lo, op.hi) == (0, nbytes) else slice(op.lo, op.hi),
                    op.hi - op.lo, LAST_TAG if op.last else TAG, op) for op in schedule)
     send, recv, status, rank = g.comm.Send, g.comm.Recv, g.status, g.comm.rank
     count, byte, tracing = status.Get_count, MPI.BYTE, trace.active
+    refused = (BufferError, KeyError, ValueError)  # mpi4py, before any message: a dtype it cannot map
 
     def received(op, size: int) -> None:
         if count(byte) != size:
@@ -271,24 +298,42 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
     if len(steps) == 1 and steps[0][2] is None:
         is_send, peer, _, size, tag, op = steps[0]
         if is_send:
-            def run(data: memoryview) -> None:
-                if tracing():
-                    return execute(g, schedule, data)
-                send(data, peer, tag)
-        else:
-            def run(data: memoryview) -> None:
-                if tracing():
-                    return execute(g, schedule, data)
+            def run(buf) -> bool:
+                if tracing() or not buf.flags.writeable:
+                    return in_bytes(buf)
                 try:
-                    recv(data, peer, TAG, status)
+                    send(buf, peer, tag)
+                except refused:
+                    return in_bytes(buf)
+                return True
+        else:
+            def run(buf) -> bool:
+                if tracing() or not buf.flags.writeable:
+                    return in_bytes(buf)
+                try:
+                    recv(buf, peer, TAG, status)
+                except refused:
+                    return in_bytes(buf)
                 except MPI.Exception as error:
                     raise truncated(error, op) from None
-                received(op, size)
+                if count(byte) != size:  # received(), inlined
+                    raise _size_error(rank, op, count(byte))
+                return True
         return run
 
-    def run(data: memoryview) -> None:
+    whole = all(part is None for _, _, part, _, _, _ in steps)
+
+    def run(buf) -> bool:
         if tracing():
-            return execute(g, schedule, data)
+            return in_bytes(buf)
+        if whole:
+            if not buf.flags.writeable:
+                return False
+            data = buf
+        else:
+            data = host_bytes(buf)
+            if data is None:
+                return False
         op = None
         try:
             for is_send, peer, part, size, tag, op in steps:
@@ -297,8 +342,13 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
                 else:
                     recv(data if part is None else data[part], peer, TAG, status)
                     received(op, size)
+        except refused:
+            if op is not steps[0][5] or data is not buf:
+                raise
+            return in_bytes(buf)  # the array's dtype has no MPI name: its bytes, before any message
         except MPI.Exception as error:
             raise truncated(error, op) from None
+        return True
 
     return run
 

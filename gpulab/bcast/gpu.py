@@ -37,12 +37,13 @@ def path_of(buf, path: str = "auto") -> str:
     return choose_path(device_of(buf), path)[0]
 
 
-def run_on_device(run, name: str, data, root: int, comm, options: dict, *, path: str = "auto",
+def run_on_device(run, name: str, data, root: int, comm, options: dict, *, native=None, path: str = "auto",
                   staging_chunk_bytes: int | None = None) -> str:
     """Broadcast the device byte view ``data`` with algorithm ``name``; return the path taken.
 
     ``run(name, group, buffer, root, options)`` executes the algorithm (it is
-    ``algorithms._run``, passed in to keep the import graph one-way).
+    ``algorithms._run``, passed in to keep the import graph one-way); ``native``, the communicator
+    MPI's own Bcast runs on (the caller's, as for host arrays; default ``comm``).
     """
     check_device_options(path, staging_chunk_bytes)
     device = device_of(data)
@@ -50,13 +51,14 @@ def run_on_device(run, name: str, data, root: int, comm, options: dict, *, path:
     device.synchronize()  # before MPI or our copy stream touch memory a kernel may still use
     if comm.size == 1:
         return taken
+    native = comm if native is None else native
     if taken == "cuda-aware":
-        run(name, Group(comm, range(comm.size), comm.rank, name, comm, path=taken), data, root, options)
+        run(name, Group(comm, range(comm.size), comm.rank, name, native, path=taken), data, root, options)
         return taken
     stager = Stager(device, data, comm.rank == root, staging_chunk_bytes or DEFAULT_STAGING_CHUNK)
     try:
         stager.start()
-        group = Group(comm, range(comm.size), comm.rank, name, comm, path=taken, stager=stager)
+        group = Group(comm, range(comm.size), comm.rank, name, native, path=taken, stager=stager)
         run(name, group, stager.host, root, options)
     finally:
         stager.finish()

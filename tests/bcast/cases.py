@@ -274,9 +274,10 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
         buf = other.copy() if comm.rank == 0 else np.zeros_like(other)  # same bytes, another dtype or shape
         bcast(buf, 0, comm)
         assert buf.tobytes() == other.tobytes(), other.dtype
-    remembered = sum(1 for key in algorithms._plans if key[0] == id(comm))
+    remembered = (sum(1 for key in algorithms._plans if key[0] == id(comm)),
+                  sorted(algorithms._auto_native.get(id(comm), ())))
     comm.Free()
-    forgotten = not any(key[0] == id(comm) for key in algorithms._plans)
+    forgotten = not any(key[0] == id(comm) for key in algorithms._plans) and id(comm) not in algorithms._auto_native
     bcast(np.zeros(129), 0, world)  # remembered on world: MPI_Bcast
     if world.rank == 0:
         entry = {"lo": 0, "hi": None, "algorithm": "linear", "options": {}, "why": "test", "measured_at": [1032]}

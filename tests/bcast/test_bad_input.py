@@ -30,6 +30,13 @@ def test_root_out_of_range(root):
         bcast(np.zeros(3), root=root, comm=SELF, algorithm="binomial")
 
 
+def test_auto_passes_options_to_the_algorithm_it_chose():
+    buf = np.arange(3.0)
+    assert bcast(buf, comm=SELF, path="staged") is buf  # every algorithm takes the device options
+    with pytest.raises(TypeError, match=r"'mpi' does not take option\(s\) \['chunk_bytes'\]"):
+        bcast(buf, comm=SELF, chunk_bytes=64)  # one rank, no table: auto chose MPI_Bcast
+
+
 def test_unknown_algorithm_lists_the_valid_names():
     with pytest.raises(ValueError, match="unknown broadcast algorithm 'ring'.*'binomial'.*'chain'"):
         bcast(np.zeros(3), comm=SELF, algorithm="ring")
