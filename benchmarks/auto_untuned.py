@@ -36,9 +36,12 @@ from gpulab.emulated import EmulatedCluster  # noqa: E402
 INTERLEAVED_UP_TO = 64 << 10  # sizes where a block of iterations is too noisy to tell 1.1x apart
 
 
-def interleaved(sizes: list[int], rounds: int, calls: int) -> None:
-    """In the ranks: each entry in turn, ``calls`` barrier-separated broadcasts per round, the slowest
-    rank's mean; prints {size: {entry: median round in us}} on rank 0."""
+def interleaved(sizes: list[int], calls: int) -> None:
+    """In the ranks: ``calls`` pairs of barrier-separated broadcasts, bare then auto, then auto then
+    bare (the order alternates, so neither always follows the other), each call's time on the
+    slowest rank; prints {size: {entry: median call in us, "p90": ..., "calls": n}} on rank 0.
+    Per-call medians over thousands of alternating calls: a burst of other work or a retransmission
+    on the emulated link moves a few calls, not a block of them."""
     import numpy as np
     from mpi4py import MPI
 
@@ -48,18 +51,24 @@ def interleaved(sizes: list[int], rounds: int, calls: int) -> None:
     for nbytes in sizes:
         buf = np.zeros(nbytes, np.uint8)
         runs = {"bare": lambda b=buf: comm.Bcast(b, 0), "auto": lambda b=buf: gpulab.bcast.bcast(b, 0, comm)}
-        times = {name: [] for name in runs}
-        for _ in range(rounds):
-            for name, run in runs.items():
+        times = {name: np.empty(calls) for name in runs}
+        for run in runs.values():  # warm-up: auto decides and remembers
+            for _ in range(10):
                 run()
-                acc = 0.0
-                for _ in range(calls):
-                    comm.Barrier()
-                    t0 = MPI.Wtime()
-                    run()
-                    acc += MPI.Wtime() - t0
-                times[name].append(comm.allreduce(acc / calls, op=MPI.MAX) * 1e6)
-        out[nbytes] = {name: statistics.median(v) for name, v in times.items()}
+        for i in range(calls):
+            for name in (("bare", "auto") if i % 2 == 0 else ("auto", "bare")):
+                comm.Barrier()
+                t0 = MPI.Wtime()
+                runs[name]()
+                times[name][i] = MPI.Wtime() - t0
+        slowest = {name: np.empty(calls) if comm.rank == 0 else None for name in runs}
+        for name in runs:
+            comm.Reduce(times[name], slowest[name], op=MPI.MAX, root=0)
+        if comm.rank == 0:
+            us = {name: v * 1e6 for name, v in slowest.items()}
+            out[nbytes] = {**{name: float(np.median(v)) for name, v in us.items()},
+                           "p90": {name: float(np.percentile(v, 90)) for name, v in us.items()},
+                           "pair_ratio_median": float(np.median(us["auto"] / us["bare"])), "calls": calls}
     if comm.rank == 0:
         print(json.dumps(out))
 
@@ -72,10 +81,11 @@ def main() -> int:
     parser.add_argument("--iters", default="20")
     parser.add_argument("--rounds", type=int, default=5, help="bench runs; each point keeps its median round")
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--pairs", type=int, default=3000, help="alternating calls of each entry, sizes <= 64 KiB")
     parser.add_argument("--interleaved", help=argparse.SUPPRESS)  # in the ranks: sizes, comma-separated
     args = parser.parse_args()
     if args.interleaved:
-        interleaved([int(x) for x in args.interleaved.split(",")], rounds=5, calls=100)
+        interleaved([int(x) for x in args.interleaved.split(",")], calls=args.pairs)
         return 0
     from gpulab.bcast.sizes import parse_size
     from gpulab.launch import mpiexec_command
@@ -95,8 +105,9 @@ def main() -> int:
             subprocess.run([*command, out], check=True, env=env, cwd=ROOT)
             rounds.append(json.loads(Path(out).read_text()))
         side_by_side = {}
-        if small:  # the same comparison timed interleaved, entry by entry (5 rounds x 100 calls)
-            job = subprocess.run(mpiexec_command(args.nodes, [__file__, "--interleaved", ",".join(map(str, small))]),
+        if small:  # the same comparison timed call by call, the two entries alternating
+            job = subprocess.run(mpiexec_command(args.nodes, [__file__, "--interleaved", ",".join(map(str, small)),
+                                                              "--pairs", str(args.pairs)]),
                                  check=True, env=env, cwd=ROOT, capture_output=True, text=True)
             side_by_side = {int(k): v for k, v in json.loads(job.stdout.strip().splitlines()[-1]).items()}
     bench = rounds[0]
@@ -129,8 +140,8 @@ def main() -> int:
 def table(rows: list[dict]) -> str:
     from gpulab.bcast.sizes import format_size
 
-    lines = ["| size | auto (ms, slowest rank, median round) | MPI_Bcast (ms) | auto / MPI_Bcast | interleaved: auto / "
-             "MPI_Bcast (us) | auto chose (source) |", "|---|---|---|---|---|---|"]
+    lines = ["| size | auto (ms, slowest rank, median round) | MPI_Bcast (ms) | auto / MPI_Bcast | call by call: auto / "
+             "MPI_Bcast, medians (us) | auto chose (source) |", "|---|---|---|---|---|---|"]
     for r in rows:
         chose = r["chose"]
         options = "".join(f" {k}={v}" for k, v in sorted(chose["options"].items()))
