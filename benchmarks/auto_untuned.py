@@ -140,8 +140,8 @@ def main() -> int:
 def table(rows: list[dict]) -> str:
     from gpulab.bcast.sizes import format_size
 
-    lines = ["| size | auto (ms, slowest rank, median round) | MPI_Bcast (ms) | auto / MPI_Bcast | call by call: auto / "
-             "MPI_Bcast, medians (us) | auto chose (source) |", "|---|---|---|---|---|---|"]
+    lines = ["| size | auto (ms, slowest rank, median round) | MPI_Bcast (ms) | auto / MPI_Bcast | "
+             "call by call: auto / MPI_Bcast, medians (us) | auto chose (source) |", "|---|---|---|---|---|---|"]
     for r in rows:
         chose = r["chose"]
         options = "".join(f" {k}={v}" for k, v in sorted(chose["options"].items()))

@@ -170,6 +170,31 @@ def creator_state(pid: int) -> str:
         line for line in status if line.startswith(("State", "SigIgn", "SigCgt", "SigBlk")))
 
 
+def what_they_do(found: list[str]) -> str:
+    """For each process left behind: its command, state, parent, kernel wait channel and open
+    descriptors, so that a rare failure names what the process was waiting for."""
+    pids = sorted({int(line.split()[1]) for line in found if line.startswith("process ")})
+    described = []
+    for pid in pids:
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:200]
+            status = {k: v.strip() for k, _, v in (line.partition(":") for line in
+                                                  Path(f"/proc/{pid}/status").read_text().splitlines())}
+            wchan = Path(f"/proc/{pid}/wchan").read_text()
+            fds = {}
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    fds[fd] = os.readlink(f"/proc/{pid}/fd/{fd}")
+                except OSError:  # closed meanwhile
+                    continue
+        except OSError as error:
+            described.append(f"{pid}: {error}")
+            continue
+        described.append(f"{pid} [{command}] state {status.get('State')} ppid {status.get('PPid')} "
+                         f"wchan {wchan} fds {fds}")
+    return "; ".join(described)
+
+
 @pytest.fixture
 def subreaper():
     """Orphans (the keeper, mpiexec) come to this process, which reaps them: no zombies kept."""
@@ -194,7 +219,8 @@ def test_nothing_is_left_behind_when_the_creator_dies(how, tmp_path, subreaper):
         while leftovers(state) and time.monotonic() < deadline:
             reap_orphans()
             time.sleep(0.1)
-        assert leftovers(state) == [], creator_state(creator.pid)
+        left = leftovers(state)
+        assert left == [], f"{left}; {creator_state(creator.pid)}; {what_they_do(left)}"
         creator.wait(timeout=20)
         reap_orphans()
         for pid in ranks:
