@@ -286,10 +286,6 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
     count, byte, tracing = status.Get_count, MPI.BYTE, trace.active
     refused = (BufferError, KeyError, ValueError)  # mpi4py, before any message: a dtype it cannot map
 
-    def received(op, size: int) -> None:
-        if count(byte) != size:
-            raise _size_error(rank, op, count(byte))
-
     def truncated(error, op):
         if error.Get_error_class() == MPI.ERR_TRUNCATE:
             return _size_error(rank, op, None)
@@ -316,7 +312,7 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
                     return in_bytes(buf)
                 except MPI.Exception as error:
                     raise truncated(error, op) from None
-                if count(byte) != size:  # received(), inlined
+                if count(byte) != size:
                     raise _size_error(rank, op, count(byte))
                 return True
         return run
@@ -341,7 +337,8 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
                     send(data if part is None else data[part], peer, tag)
                 else:
                     recv(data if part is None else data[part], peer, TAG, status)
-                    received(op, size)
+                    if count(byte) != size:
+                        raise _size_error(rank, op, count(byte))
         except refused:
             if op is not steps[0][5] or data is not buf:
                 raise
