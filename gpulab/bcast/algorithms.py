@@ -171,8 +171,8 @@ def _check_root(root, comm) -> None:
 #
 # MPI's own Bcast on a host array needs no plan: it is MPI_Bcast on the caller's communicator as
 # mpi4py calls it (written inside ``bcast``: a function call would cost a tenth of the broadcast),
-# after the checks gpulab makes everywhere (a writable buffer, an int root, argument checking
-# off); the checked path calls MPI_Bcast on the same communicator, so ranks that take different
+# after the checks gpulab makes everywhere (a C-contiguous writable buffer, an int root, argument
+# checking off); the checked path calls MPI_Bcast on the same communicator, so ranks that take different
 # paths still meet. What mpi4py refuses before calling MPI (a strided buffer, a dtype it cannot
 # map) and what MPI refuses before sending (a root outside the communicator, a null one) falls
 # through to the full checks, which raise or send the bytes. "auto" goes the same way at the sizes
@@ -235,7 +235,7 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
     """
     if not options and type(buf) is _ndarray:  # the fast path, inlined: see _plans
         if algorithm == "mpi" or algorithm == "auto" and buf.nbytes in _auto_native.get(id(comm), _NO_SIZES):
-            if type(root) is int and not _checking and buf.flags.writeable:
+            if type(root) is int and not _checking and buf.flags.carray:  # C-contiguous, writable, aligned
                 try:
                     (MPI.COMM_WORLD if comm is None else comm).Bcast(buf, root)
                     return buf

@@ -295,7 +295,7 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
         is_send, peer, _, size, tag, op = steps[0]
         if is_send:
             def run(buf) -> bool:
-                if tracing() or not buf.flags.writeable:
+                if tracing() or not buf.flags.carray:  # not C-contiguous, writable and aligned
                     return in_bytes(buf)
                 try:
                     send(buf, peer, tag)
@@ -304,7 +304,7 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
                 return True
         else:
             def run(buf) -> bool:
-                if tracing() or not buf.flags.writeable:
+                if tracing() or not buf.flags.carray:  # not C-contiguous, writable and aligned
                     return in_bytes(buf)
                 try:
                     recv(buf, peer, TAG, status)
@@ -323,8 +323,8 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
         if tracing():
             return in_bytes(buf)
         if whole:
-            if not buf.flags.writeable:
-                return False
+            if not buf.flags.carray:
+                return in_bytes(buf)
             data = buf
         else:
             data = host_bytes(buf)

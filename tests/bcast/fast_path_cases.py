@@ -28,8 +28,10 @@ def repeated_calls_keep_their_checks(world: MPI.Comm, algorithm: str) -> dict:
     read_only = np.zeros(128)
     read_only.flags.writeable = False
     strided = np.zeros(256)[::2]  # 1 KiB too, but not contiguous
+    fortran = np.asfortranarray(np.zeros((8, 16)))  # 1 KiB, contiguous in memory, but not in C order
     out = {"read_only": _raises(lambda: gpulab.bcast.bcast(read_only, 0, world, algorithm=algorithm)),
-           "strided": _raises(lambda: gpulab.bcast.bcast(strided, 0, world, algorithm=algorithm))}
+           "strided": _raises(lambda: gpulab.bcast.bcast(strided, 0, world, algorithm=algorithm)),
+           "fortran": _raises(lambda: gpulab.bcast.bcast(fortran, 0, world, algorithm=algorithm))}
     for dtype in ("float16", "datetime64[s]", "V8"):  # MPI maps the first, not the others: same bytes arrive
         source = np.frombuffer(expected.tobytes(), dtype=dtype)
         buf = source.copy() if world.rank == 0 else np.zeros_like(source)
