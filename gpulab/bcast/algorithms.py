@@ -144,7 +144,10 @@ def _checked_run(name: str, buf, root, comm, options: dict):
         gpu.check_device_options(**device_options)
     data = byte_view(buf)
     _check_options_once(name, options)
-    private = private_comm(comm)  # after every check: bad input raises before any message
+    # after every check: bad input raises before any message. MPI's own Bcast needs no private
+    # duplicate, and must not make one: creating it is collective, and the ranks whose calls take
+    # the fast path (MPI_Bcast on ``comm`` at once) would never join it
+    private = comm if record.run is native else private_comm(comm)
     if type(data) is not np.ndarray and is_device_array(data):
         gpu.run_on_device(_run, name, data, int(root), private, options, native=comm, **device_options)
         return buf

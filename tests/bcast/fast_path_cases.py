@@ -41,6 +41,24 @@ def repeated_calls_keep_their_checks(world: MPI.Comm, algorithm: str) -> dict:
     return out
 
 
+def ranks_on_different_paths_meet(world: MPI.Comm, algorithm: str) -> list[bool]:
+    """MPI's own Bcast with the ranks on different paths: the odd ranks pass what only the checked path
+    takes (a bytearray, a numpy integer root), the even ranks a numpy array and an int root, which
+    the fast path takes. Both paths must call MPI_Bcast on the same communicator, or the ranks wait
+    for each other forever. Returns, per round, whether this rank holds the root's bytes."""
+    comm, ok = world.Dup(), []
+    for round_ in range(3):
+        expected = np.arange(128, dtype=np.float64) + round_
+        odd = comm.rank % 2 == 1
+        buf = (bytearray(expected.tobytes()) if comm.rank == 0 else bytearray(1024)) if odd else \
+            (expected.copy() if comm.rank == 0 else np.zeros(128))
+        root = np.int64(0) if odd else 0
+        gpulab.bcast.bcast(buf, root, comm, algorithm=algorithm)
+        ok.append(bytes(buf) == expected.tobytes())
+    comm.Free()
+    return ok
+
+
 def measure_with_options(world: MPI.Comm, algorithm: str, **kwargs) -> dict:
     from gpulab.bcast.measure import measure_bcast
 

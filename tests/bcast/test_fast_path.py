@@ -24,6 +24,12 @@ def test_repeated_calls_still_refuse_bad_buffers_and_move_any_dtype(algorithm):
         assert out["package_attribute_kept"], f"rank {rank}: gpulab.bcast.bcast is looked up on every call"
 
 
+@pytest.mark.parametrize("algorithm", ["mpi", "auto"])
+def test_ranks_on_the_fast_and_the_checked_path_meet_in_mpi_bcast(algorithm):
+    rows = run_mpi(4, "tests.bcast.fast_path_cases:ranks_on_different_paths_meet", algorithm=algorithm, timeout=60)
+    assert rows == [[True] * 3] * 4, rows
+
+
 @pytest.mark.parametrize("back_to_back", [False, True])
 def test_percentiles_dtype_and_check(back_to_back):
     records = run_mpi(2, "tests.bcast.fast_path_cases:measure_with_options", algorithm="mpi", dtype="float32",
