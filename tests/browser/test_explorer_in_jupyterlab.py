@@ -96,6 +96,30 @@ def _bcast_explorer(page, explorer, shots: Path) -> None:
         print(f"notebook 02, {len(took)} more Runs: slowest {max(took):.1f} s, all {[round(t, 1) for t in took]}")
 
 
+def _choose_shape(explorer, *, words: str, **axes: str) -> None:
+    """Pick the axes top-down, as a learner would, until the kernel agrees. Each choice goes to the
+    kernel, which then re-offers the axes below it; a choice made before that answer arrives can be
+    overwritten by it (seen in CI: col went back to 1). The line under the dropdowns is computed by
+    the kernel from its own values, so it says when the shape is really chosen."""
+    from playwright.sync_api import expect
+
+    dropdown = lambda axis: explorer.locator(f".widget-dropdown:has(label:text-is('{axis}')) select")  # noqa: E731
+    summary = explorer.locator(".widget-html", has_text="data =").first
+    for attempt in range(5):
+        for axis, value in axes.items():
+            dropdown(axis).select_option(value)
+            expect(dropdown(axis)).to_have_value(value)
+        try:
+            expect(summary).to_contain_text(words, timeout=10_000)
+        except AssertionError:
+            if attempt == 4:
+                raise
+            continue
+        for axis, value in axes.items():  # the browser shows what the kernel holds
+            expect(dropdown(axis)).to_have_value(value)
+        return
+
+
 def _mesh_explorer(page, explorer, shots: Path) -> None:
     """Notebook 05: another grid shape and bucketing switched off (the notebook left every
     overlap switch on); the new run's timeline replaces the old one."""
@@ -106,10 +130,7 @@ def _mesh_explorer(page, explorer, shots: Path) -> None:
     before = timeline.get_attribute("src")
     explorer.scroll_into_view_if_needed()
     page.screenshot(path=str(shots / "mesh_before.png"))
-    dropdown = lambda axis: explorer.locator(f".widget-dropdown:has(label:text-is('{axis}')) select")  # noqa: E731
-    dropdown("row").select_option("1")
-    dropdown("col").select_option("2")
-    dropdown("depth").select_option("2")
+    _choose_shape(explorer, row="1", col="2", depth="2", words="AxoNN 4D (1,2,2,1)")
     explorer.locator(".widget-checkbox:has-text('buckets') input").uncheck()
     explorer.locator("button:has-text('Run')").first.click()
     status = explorer.locator(".widget-hbox:has(button:has-text('Run')) .widget-html").first  # beside Run
