@@ -1,0 +1,146 @@
+"""What one collective costs depends on the work before it: the same all-reduce, timed as the engine
+model's fit times it, after kernels that do and do not stream memory.
+
+    python benchmarks/collective_after_work.py                    # 4 ranks on this machine
+    python benchmarks/collective_after_work.py --ranks 8
+    python benchmarks/collective_after_work.py --link 1gbit       # 2 emulated nodes x 2 ranks, block placement
+
+The fit (``gpulab.engine.perf.probes.collective_costs``) times each collective right after a short
+kernel of cache-resident work (``work_kernel``: small matmuls, about 0.2 ms) as the time the call
+adds to the kernel alone. The engine's layers stream their activations (MBs per rank) between two
+collectives. Here every rank times an all-reduce (16 KiB, 256 KiB, 1 MiB; groups of 2 and of all
+ranks) after each of these kernels, the fit's way (20 steps of kernel + call against 20 of the
+kernel alone, the least of 5 alternated repetitions):
+
+* ``fit``: the fit's kernel;
+* ``long``: the fit's kernel 12 times (cache-resident, about as long as the 8 MiB one here);
+* ``stream N MiB``: the fit's kernel and an elementwise pass over N MiB (three passes: *, +, tanh).
+
+Writes docs/results/collective_after_work_<setting>.json and a plot beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+SIZES = (1 << 14, 1 << 18, 1 << 20)
+STREAMS_MIB = (2, 8)
+
+
+def kernels(rank: int) -> dict:
+    import numpy as np
+
+    from gpulab.engine.perf.probes import work_kernel
+
+    fit = work_kernel(rank)
+    out = {"fit": fit, "long": lambda: [fit() for _ in range(12)]}
+    for mib in STREAMS_MIB:
+        big = np.random.default_rng(rank).random((mib << 20) // 4, dtype=np.float32)
+        out[f"stream {mib} MiB"] = lambda big=big: (fit(), np.tanh(big * 0.5 + big))
+    return out
+
+
+def in_ranks() -> None:
+    import numpy as np
+    from mpi4py import MPI
+
+    from gpulab.engine.parallel import collectives as coll
+    from gpulab.engine.perf.probes import per_step
+
+    comm = MPI.COMM_WORLD
+    work = kernels(comm.rank)
+    kernel_ms = {name: per_step(comm, fn) * 1e3 for name, fn in work.items()}
+    points = []
+    for g in sorted({2, comm.size}):
+        group = comm.Split(comm.rank // g, comm.rank)
+        for nbytes in SIZES:
+            x = np.ones(nbytes // 4, dtype=np.float32)
+            for name, fn in work.items():
+                with_call, without = [], []
+                for _ in range(5):  # alternated; the least disturbed of each, as the fit
+                    with_call.append(per_step(comm, lambda: (fn(), coll.all_reduce(x, group))))  # noqa: B023
+                    without.append(per_step(comm, fn))
+                points.append({"group": g, "nbytes": nbytes, "kernel": name,
+                               "call_ms": (min(with_call) - min(without)) * 1e3})
+        group.Free()
+    if comm.rank == 0:
+        print(json.dumps({"kernel_ms": kernel_ms, "points": points}))
+
+
+def plot(record: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = list(record["kernel_ms"])
+    cases = sorted({(p["group"], p["nbytes"]) for p in record["points"]})
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    width = 0.8 / len(names)
+    for k, name in enumerate(names):
+        ys = [next(p["call_ms"] for p in record["points"] if (p["group"], p["nbytes"]) == c and p["kernel"] == name)
+              for c in cases]
+        ax.bar([i + k * width for i in range(len(cases))], ys, width,
+               label=f"after {name} (kernel {record['kernel_ms'][name]:.1f} ms, all ranks at once)")
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))],
+                  [f"groups of {g}\n{n >> 10} KiB" for g, n in cases], fontsize=8)
+    ax.set_ylabel("ms the all-reduce adds")
+    ax.set_title(f"one all-reduce after different work: {record['setting']}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4, help="ranks on this machine (default 4; not with --link)")
+    parser.add_argument("--link", default=None, help="emulate 2 nodes x 2 ranks joined at this rate, e.g. 1gbit")
+    parser.add_argument("--in-ranks", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.in_ranks:
+        in_ranks()
+        return 0
+    if args.ranks < 2:
+        parser.error("--ranks must be at least 2")
+    from contextlib import nullcontext
+
+    from gpulab.launch import mpiexec_command
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    if args.link:
+        from gpulab.emulated import EmulatedCluster, parse_link
+
+        try:
+            link = parse_link(args.link)
+        except ValueError as err:
+            parser.error(str(err))
+        ranks, setting = 4, f"2x2_block_{args.link}"
+        cluster = EmulatedCluster(nodes=2, ranks_per_node=2, link=link, placement="block")
+    else:
+        ranks, setting, cluster = args.ranks, f"1x{args.ranks}_machine", nullcontext()
+    with cluster:
+        stdout = subprocess.run(mpiexec_command(ranks, [__file__, "--in-ranks"]), env=env, cwd=ROOT, check=True,
+                                capture_output=True, text=True, timeout=900).stdout
+    record = {"command": "python benchmarks/collective_after_work.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,
+              "cpus": os.cpu_count(), "load_after": os.getloadavg()[0],
+              **json.loads(stdout.strip().splitlines()[-1])}
+    out = RESULTS / f"collective_after_work_{setting}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    plot(record, out.with_suffix(".png"))
+    for p in record["points"]:
+        print(f"groups of {p['group']} {p['nbytes'] >> 10:5d} KiB after {p['kernel']:12s} {p['call_ms']:6.2f} ms")
+    print(f"wrote {out.relative_to(ROOT)} and {out.with_suffix('.png').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
