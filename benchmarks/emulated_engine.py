@@ -78,8 +78,7 @@ def link_floor(machine, rate: float | None, nodes_of: list[int]):
         return machine
     taken_in = {"all_gather": lambda g, m: (g - m) / g, "reduce_scatter": lambda g, m: m / g,
                 "all_reduce": lambda g, m: 1.0}
-    collectives = dict(machine.collectives)
-    points, after = dict(machine.collective_points), dict(machine.after_layer_points)
+    collectives, points = dict(machine.collectives), dict(machine.collective_points)
     for g, s in group_layouts(machine.ranks, strided=True):
         groups: dict = {}  # group -> the node of each member
         for rank in range(machine.ranks):
@@ -92,18 +91,17 @@ def link_floor(machine, rate: float | None, nodes_of: list[int]):
             floor = max(load, default=0.0) / rate
             if key in collectives and collectives[key][1] < floor:
                 collectives[key] = [collectives[key][0], floor]
-            for timed in (points, after):
-                if key in timed:
-                    timed[key] = [[n, max(t, floor * n)] for n, t in timed[key]]
-    return replace(machine, collectives=collectives, collective_points=points, after_layer_points=after)
+            if key in points:
+                points[key] = [[n, max(t, floor * n)] for n, t in points[key]]
+    return replace(machine, collectives=collectives, collective_points=points)
 
 
 def contiguous_only(machine):
     """The same fit without the strided groups: what the model knows from one node."""
     from dataclasses import replace
 
-    return replace(machine, **{name: {k: v for k, v in getattr(machine, name).items() if "@" not in k}
-                               for name in ("collectives", "collective_points", "after_layer_points")})
+    return replace(machine, collectives={k: v for k, v in machine.collectives.items() if "@" not in k},
+                   collective_points={k: v for k, v in machine.collective_points.items() if "@" not in k})
 
 
 def job(args) -> None:

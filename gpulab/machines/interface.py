@@ -84,9 +84,7 @@ class ComputeMachine(Profile, Protocol):
     @property
     def inter(self): ...  # a perf.machines.Level (alpha, bandwidth): the link between pipeline stages
 
-    # after_layer: the call follows a layer's work on the host (the engine's row and col all-reduces),
-    # which only a fitted host machine prices apart
-    def collective_s(self, op: str, size: int, stride: int, nbytes: float, after_layer: bool = False) -> float: ...
+    def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float: ...
 
     def compute_s(self, work: dict) -> float: ...
 

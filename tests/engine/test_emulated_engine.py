@@ -117,13 +117,11 @@ def strided_costs(comm):
 def test_strided_fit_times_groups_across_the_stride():
     from tests.mpi_harness import run_mpi
 
-    costs, spread, after_layer = run_mpi(4, "tests.engine.test_emulated_engine:strided_costs", timeout=120)[0]
+    costs, spread = run_mpi(4, "tests.engine.test_emulated_engine:strided_costs", timeout=120)[0]
     assert set(spread) == set(costs) and all(v == [0.0, 0.0] for v in spread.values())  # one repetition
-    layouts = ((2, 1), (2, 2), (4, 1))
     assert set(costs) == {collective_key(op, g, s) for op in ("all_reduce", "all_gather", "reduce_scatter")
-                          for g, s in layouts}
-    assert set(after_layer) == {collective_key("all_reduce", g, s) for g, s in layouts}  # what the engine's row/col run
-    for key, points in (*costs.items(), *after_layer.items()):  # 1 KiB, 16 KiB (max_bytes), each a positive time
+                          for g, s in ((2, 1), (2, 2), (4, 1))}
+    for key, points in costs.items():  # 1 KiB, 16 KiB (max_bytes), each a positive time
         assert [n for n, _ in points] == [1024, 16384], key
         assert all(t > 0 for _, t in points), key
 

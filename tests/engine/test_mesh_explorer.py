@@ -43,7 +43,7 @@ class FakeMachine:
     """Enough of a machine for perfmodel.predict: a fixed cost per call and per FLOP."""
     name, value_bytes, state_bytes_per_param, usable_memory, memory_bytes, peak = "fake", 4, 16, 0.9, 1e12, 1e9
 
-    def collective_s(self, op, size, stride, nbytes, after_layer=False):
+    def collective_s(self, op, size, stride, nbytes):
         return 1e-4 + nbytes * 1e-9
 
     def compute_s(self, work):

@@ -230,32 +230,6 @@ def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
     assert FittedMachine.mean([m, slower]).collective_s("all_gather", 2, 1, 8192) == pytest.approx(2e-3)
 
 
-def test_row_and_col_all_reduces_are_priced_after_a_layers_work():
-    """A fit's all-reduces timed after a layer's work price the engine's row and col all-reduces, and
-    only those: depth and data calls, and machines fitted before (no such points), keep the plain points."""
-    plain = {"all_reduce/2": [[1024, 1e-4], [1 << 20, 1e-3]], "all_gather/2": [[1024, 1e-4], [1 << 20, 1e-3]],
-             "reduce_scatter/2": [[1024, 1e-4], [1 << 20, 1e-3]]}
-    m = FittedMachine(name="t", ranks=2, cores=2, collectives={k: [1e-4, 1e-9] for k in plain}, matmul_rate=1e10,
-                      elementwise_rate=1e9, kernel_overhead=1e-6, share=1.0, machine_peak=1e10,
-                      overlap={"poll": 0.0}, memory_bytes=1e9, collective_points=plain,
-                      after_layer_points={"all_reduce/2": [[1024, 5e-4], [1 << 20, 5e-3]]}, sources={"measured": "t"})
-    assert m.collective_s("all_reduce", 2, 1, 1 << 20, after_layer=True) == pytest.approx(5e-3)
-    assert m.collective_s("all_reduce", 2, 1, 1 << 20) == pytest.approx(1e-3)
-    assert m.collective_s("all_gather", 2, 1, 1 << 20, after_layer=True) == pytest.approx(1e-3)  # not timed so
-    older = replace(m, after_layer_points={})
-    assert older.collective_s("all_reduce", 2, 1, 1 << 20, after_layer=True) == pytest.approx(1e-3)
-    assert FittedMachine.mean([m, replace(m, after_layer_points={"all_reduce/2": [[1024, 1e-3], [1 << 20, 1e-2]]})]
-                              ).after_layer_points["all_reduce/2"] == [[1024, 7.5e-4], [1 << 20, 7.5e-3]]
-    for shape, group in (((2, 1, 1, 1), "row"), ((1, 2, 1, 1), "col")):
-        cfg = tiny_config(shape)
-        after, before = (predict(cfg, shape, 8, mm, None)["groups"][group] for mm in (m, older))
-        assert after["time_s"] > 2 * before["time_s"], group
-    for shape, group in (((1, 1, 2, 1), "depth"), ((1, 1, 1, 2), "data")):
-        cfg = tiny_config(shape)
-        after, before = (predict(cfg, shape, 8, mm, None)["groups"][group] for mm in (m, older))
-        assert after["time_s"] == pytest.approx(before["time_s"]), group
-
-
 def test_fit_runs_on_two_ranks(tmp_path):
     out = tmp_path / "m2.json"
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
@@ -267,7 +241,6 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert "trust: " in run.stdout and "fits of this machine: " in run.stdout
     assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
-    assert set(m.after_layer_points) == {"all_reduce/2"}  # ... and the all-reduce's after a layer's work
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
     assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled
     assert m.contended and "on every rank at once" in m.sources["compute"]  # ... on both ranks together

@@ -21,7 +21,6 @@ import numpy as np
 
 from gpulab.engine.perf.machines import Level
 from gpulab.engine.perf.probes import (
-    LAYER_BYTES,
     collective_costs,
     collective_key,
     compute_rates,
@@ -61,9 +60,6 @@ class FittedMachine:
     # scale and kernel_overhead profiled with every rank computing at once (the sharing included, so
     # ``share`` is not applied again); False in fits whose profile ran on rank 0 alone
     contended: bool = False
-    # "all_reduce/g[@s]" -> [[bytes, s], ...] timed after a layer's work (``probes.LAYER_BYTES``), which
-    # prices the engine's row and col all-reduces; {} in older fits (the points above are used)
-    after_layer_points: dict = field(default_factory=dict)
 
     @property
     def ranks_per_node(self) -> int:
@@ -93,9 +89,7 @@ class FittedMachine:
         """Per-rank share of the machine's peak (the ranks share the cores)."""
         return self.machine_peak / self.ranks
 
-    def collective_s(self, op: str, size: int, stride: int, nbytes: float, after_layer: bool = False) -> float:
-        """One call of ``op`` over ``size`` ranks ``stride`` apart; ``after_layer``: right after a
-        layer's work (the engine's row and col all-reduces), priced from ``after_layer_points``."""
+    def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float:
         if size <= 1:
             return 0.0
         key = collective_key(op, size, stride)
@@ -105,14 +99,13 @@ class FittedMachine:
             sizes = sorted(int(k.split("/")[1]) for k in self.collectives if k.startswith(op + "/") and "@" not in k)
             key = f"{op}/{min(sizes, key=lambda s: abs(np.log2(s / size)))}"
         alpha, beta = self.collectives[key]
-        points = self.after_layer_points if after_layer and key in self.after_layer_points else self.collective_points
-        if key not in points:
+        if key not in self.collective_points:
             return alpha + beta * nbytes
         # Between timed sizes: straight lines; past the largest, its last segment's slope. One line through
         # every size (fitted on relative error) cannot follow both regimes of a slow link: messages below
         # its burst and the sockets' buffers pass faster than the link's rate, and the line then comes out
         # twice as fast as the link for the large ones (docs/emulated_engine.md).
-        x, t = (np.array(v, float) for v in zip(*points[key]))
+        x, t = (np.array(v, float) for v in zip(*self.collective_points[key]))
         if nbytes <= x[-1] or len(x) < 2:
             return float(np.interp(nbytes, np.r_[0.0, x], np.r_[alpha, t]))
         return float(t[-1] + (nbytes - x[-1]) * max(t[-1] - t[-2], 0.0) / (x[-1] - x[-2]))
@@ -140,13 +133,11 @@ class FittedMachine:
         avg = {k: sum(getattr(f, k) for f in fits) / n
                for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak", "scale")}
         coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
-        points, after = ({k: [[x, sum(getattr(f, name)[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
-                          for k, v in getattr(first, name).items()}
-                         for name in ("collective_points", "after_layer_points"))
+        points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
+                  for k, v in first.collective_points.items()}
         overlap = {k: sum(f.overlap[k] for f in fits) / n for k in first.overlap}
         trust = combine([f.trust for f in fits], fit_to_fit([f.collective_points for f in fits]))
-        return cls(**{**asdict(first), **avg, "collectives": coll, "collective_points": points,
-                      "after_layer_points": after, "overlap": overlap,
+        return cls(**{**asdict(first), **avg, "collectives": coll, "collective_points": points, "overlap": overlap,
                       "trust": trust,
                       "sources": {**first.sources, "measured": " | ".join(f.sources["measured"] for f in fits),
                                   "averaged": f"mean of {n} fits"}})
@@ -181,7 +172,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     compute.update(comm.bcast(engine_profile(comm, compute), root=0))
     profile_spread = compute.pop("profile_rank_spread")
     compute["share"] = share_slowdown(comm, reps)
-    points, spreads, after_layer = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
+    points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
@@ -194,7 +185,6 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     return FittedMachine(
         name=name or f"this machine, {comm.size} ranks", ranks=comm.size, cores=cores,
         collectives={k: list(fit_line(*zip(*v))) for k, v in points.items()}, collective_points=points,
-        after_layer_points=after_layer,
         machine_peak=peak, overlap=overlap, trust=conditions(spreads, comm.size, cores, stolen(ticks), reps),
         memory_bytes=total_memory / comm.size, **compute,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
@@ -202,8 +192,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
                  "compute": "matmul/elementwise timings on rank 0 alone, scaled to the engine's serial step "
                             f"on every rank at once (x{compute['scale']:.2f}; {compute['kernel_overhead'] * 1e6:.1f}"
                             f" us per array operation; slowest rank {profile_spread:.2f}x the mean)",
-                 "collectives": "time each call adds after a short kernel (all-reduces also after a pass "
-                                f"over {LAYER_BYTES >> 20} MiB, as after a layer), all groups at once, "
+                 "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
                                 f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
                                 + "; interpolated between the timed sizes",
                  "overlap": "1 MiB all-reduce behind 20 matmuls of 256^3, per progress mode",

@@ -74,8 +74,7 @@ class GPUMachine:
     def level(self, size: int, stride: int) -> Level:
         return self.intra if stride * size <= self.ranks_per_node else self.inter
 
-    def collective_s(self, op: str, size: int, stride: int, nbytes: float, after_layer: bool = False) -> float:
-        """A ring with a latency per step at the level's bandwidth (``after_layer``: no different here)."""
+    def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float:
         steps, factor = ring(op, size)
         if steps == 0:
             return 0.0

@@ -16,8 +16,7 @@ How (each term printed by ``gpulab model``):
 2. Communication: every collective of the iteration (``terms.comm_rows``),
    each costed by the machine as a ring with a latency per step and the
    bandwidth of the link its group spans (same node or not), or on this
-   computer its timings, interpolated between the sizes timed (the row and
-   col all-reduces from those timed after a layer's work, as they run). With
+   computer its timings, interpolated between the sizes timed. With
    ``recompute`` forward's collectives run twice too.
 3. Overlap: a collective that ``overlap`` makes non-blocking hides behind the
    computation it runs alongside, up to ``overlap_efficiency`` of that
@@ -108,9 +107,7 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
         # call's latency over all their bytes, each bucket its share; priced one by one, 8 ranks on 2
         # cores paid 7 latencies of ~3 ms that the engine's timeline did not show
         whole = row["count"] if row["kind"] == "DP" else 1
-        # the row and col all-reduces follow a layer's work (a fitted host machine prices that apart)
-        t = machine.collective_s(row["op"], row["group_size"], row["stride"], whole * row["nbytes"] * scale,
-                                 after_layer=row["group"] in ("row", "col")) / whole
+        t = machine.collective_s(row["op"], row["group_size"], row["stride"], whole * row["nbytes"] * scale) / whole
         h = 0.0
         if row["kind"] == "DP":
             last_dp = t

@@ -23,12 +23,6 @@
   "op/g@s"): on a cluster of nodes these groups cross the links while the
   contiguous ones stay inside a node, and the engine's groups have strides
   (``terms.stride``);
-  All-reduces are also timed after a kernel that streams ``LAYER_BYTES`` of
-  memory (``after_layer``): the engine's row and col all-reduces each follow
-  a layer's matmuls and elementwise passes over its activations, and a call
-  costs more after such work (cold caches, ranks further out of step) than
-  after the short kernel, most on shared cores
-  (benchmarks/collective_after_work.py);
   Other jobs share these cores in bursts: each number is the best of its
   repetitions, as the benchmarks keep their best round;
 - overlap efficiency, per progress mode: a 1 MiB all-reduce over all ranks
@@ -53,10 +47,6 @@ MPI = lazy_mpi(globals())
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter")
 SIZES = [1 << k for k in (10, 14, 16, 18, 20, 22)]  # 1 KiB .. 4 MiB
-# What the engine's layers stream between a row or col all-reduce and the one before (0.5-3 MB per call
-# on the reference GPT: 12-78 MB per iteration over 25-67 collectives): the kernel before the
-# after_layer timings streams this much
-LAYER_BYTES = 2 << 20
 
 
 def fit_line(x, t) -> tuple[float, float]:
@@ -128,19 +118,15 @@ def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5) -> d
             "profile_rank_spread": float(max(times[-1]) / mean[-1])}
 
 
-def work_kernel(rank: int, stream_bytes: int = 0):
-    """About 0.2 ms of the engine's kind of work: small matmuls and an elementwise step on cached
-    arrays; with ``stream_bytes``, also an elementwise pass over that much memory (a layer's)."""
+def work_kernel(rank: int):
+    """About a millisecond of the engine's kind of work: small matmuls and an elementwise step."""
     rng = np.random.default_rng(rank)
     a, x = rng.random((128, 128), dtype=np.float32), rng.random(1 << 14, dtype=np.float32)
-    big = rng.random(stream_bytes // 4, dtype=np.float32) if stream_bytes else None
 
     def work():
         for _ in range(6):
             a @ a
         np.tanh(x)
-        if big is not None:
-            np.tanh(big * 0.5 + big)
 
     return work
 
@@ -190,41 +176,32 @@ def _collective_call(op: str, x, g: int, group):
             "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
 
 
-def _added_by(comm, call, work, reps: int) -> tuple[float, float]:
-    """The least time ``call`` adds to ``work`` over ``reps`` alternated repetitions (the least
-    disturbed of each), and how much the median repetition's exceeds it (relative)."""
-    with_call, without = [], []
-    for _ in range(reps):
-        with_call.append(per_step(comm, lambda: (work(), call())))
-        without.append(per_step(comm, work))
-    best = max(min(with_call) - min(without), 1e-6)
-    return best, max(float(np.median(with_call) - np.median(without)) / best - 1, 0.0)
-
-
-def collective_costs(comm, reps: int, strided: bool = False,
-                     max_bytes: int = SIZES[-1]) -> tuple[dict, dict, dict]:
-    """"op/g[@s]" -> [[bytes, seconds], ...] for every size up to ``max_bytes``, on every rank;
+def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1]) -> tuple[dict, dict]:
+    """"op/g[@s]" -> [[bytes, seconds], ...] for every size up to ``max_bytes``, on every rank, and
     "op/g[@s]" -> each size's spread: how much the median repetition's cost exceeds the best one's
-    (relative; 0 with one repetition), which ``trust`` reads; and the all-reduces' points timed
-    after a layer's work (``LAYER_BYTES``), the same keys."""
-    p, out, spread, after_layer = comm.size, {}, {}, {}
-    work, layer = work_kernel(comm.rank), work_kernel(comm.rank, LAYER_BYTES)
+    (relative; 0 with one repetition), which ``trust`` reads."""
+    p, out, spread = comm.size, {}, {}
+    work = work_kernel(comm.rank)
     for g, s in group_layouts(p, strided):
         group = comm.Split(strided_group(comm.rank, g, s), comm.rank)
         for op in OPS:
-            key = collective_key(op, g, s)
-            out[key], spread[key] = [], []
+            points, spreads = [], []
             for nbytes in (n for n in SIZES if n <= max_bytes):
                 n = nbytes // 4
                 n -= n % g
-                call = _collective_call(op, np.ones(n, dtype=np.float32), g, group)
-                best, over = _added_by(comm, call, work, reps)
-                out[key].append([n * 4, best])
-                spread[key].append(over)
-                if op == "all_reduce":
-                    after_layer.setdefault(key, []).append([n * 4, _added_by(comm, call, layer, reps)[0]])
+                x = np.ones(n, dtype=np.float32)
+                call = _collective_call(op, x, g, group)
+                with_call, without = [], []
+                for _ in range(reps):  # alternated; the least disturbed of each
+                    # timed at once, within this iteration
+                    with_call.append(per_step(comm, lambda: (work(), call())))  # noqa: B023
+                    without.append(per_step(comm, work))
+                best = max(min(with_call) - min(without), 1e-6)
+                points.append([n * 4, best])
+                spreads.append(max(float(np.median(with_call) - np.median(without)) / best - 1, 0.0))
+            out[collective_key(op, g, s)], spread[collective_key(op, g, s)] = points, spreads
         group.Free()
-    return out, spread, after_layer
+    return out, spread
 
 
 def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
