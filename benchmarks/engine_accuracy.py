@@ -22,12 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_short_kernel_only",
-           "Before the row and col all-reduces were priced after a layer's work",
-           "every collective priced from timings after the fit's short cache-resident kernel (2026-12-03 "
-           "17:47 UTC to 2026-12-04 04:19 UTC); the table above adds all-reduces timed after a 2 MiB pass "
-           "for the engine's row and col groups (\"What the runs say\")."),
-          (RESULTS / "engine_accuracy_bucket_per_call",
+BEFORE = [(RESULTS / "engine_accuracy_bucket_per_call",
            "Before the buckets were priced as in flight together",
            "the one-machine runs of 21:44-22:17 UTC, with each data-parallel bucket priced as a call of its "
            "own (one latency each); the emulated runs above were measured with that pricing too, and "
