@@ -53,7 +53,7 @@ def in_ranks() -> None:
     from mpi4py import MPI
 
     from gpulab.engine.parallel import collectives as coll
-    from gpulab.engine.perf.probes import per_step
+    from gpulab.engine.perf.probes import added_by, per_step
 
     comm = MPI.COMM_WORLD
     work = kernels(comm.rank)
@@ -64,12 +64,8 @@ def in_ranks() -> None:
         for nbytes in SIZES:
             x = np.ones(nbytes // 4, dtype=np.float32)
             for name, fn in work.items():
-                with_call, without = [], []
-                for _ in range(5):  # alternated; the least disturbed of each, as the fit
-                    with_call.append(per_step(comm, lambda: (fn(), coll.all_reduce(x, group))))  # noqa: B023
-                    without.append(per_step(comm, fn))
-                points.append({"group": g, "nbytes": nbytes, "kernel": name,
-                               "call_ms": (min(with_call) - min(without)) * 1e3})
+                added, _ = added_by(comm, lambda: coll.all_reduce(x, group), fn, reps=5)  # noqa: B023
+                points.append({"group": g, "nbytes": nbytes, "kernel": name, "call_ms": added * 1e3})
         group.Free()
     if comm.rank == 0:
         print(json.dumps({"kernel_ms": kernel_ms, "points": points}))
@@ -110,6 +106,8 @@ def main() -> int:
         return 0
     if args.ranks < 2:
         parser.error("--ranks must be at least 2")
+    if args.link and args.ranks != 4:
+        parser.error("--link runs 2 emulated nodes x 2 ranks: --ranks does not apply")
     from contextlib import nullcontext
 
     from gpulab.launch import mpiexec_command

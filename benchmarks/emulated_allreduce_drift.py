@@ -6,7 +6,7 @@ times it and back to back, beside the link's floor.
 
 Each job brings up a fresh emulated cluster of 2 nodes x 2 ranks (block placement) and times an
 all-reduce over all 4 ranks (so across the link) at 256 KiB, 550 KB (the col all-reduce of the
-engine's grid (1, 4, 1, 1)) and 1 MiB, two ways: the fit's (``probes.per_step``: 20 steps of a short
+engine's grid (1, 4, 1, 1)) and 1 MiB, two ways: the fit's (``probes.added_by``: 20 steps of a short
 kernel and the call against 20 of the kernel alone, the least of 3 each, as ``probes.collective_costs``)
 and 24 calls back to back (per call, the median of 5 loops). The floor: every byte of the vector
 into each node at the link's rate (``benchmarks/emulated_engine.py``'s ``link_floor``). Writes a JSON
@@ -34,18 +34,14 @@ def in_ranks() -> None:
     from mpi4py import MPI
 
     from gpulab.engine.parallel import collectives as coll
-    from gpulab.engine.perf.probes import per_step, work_kernel
+    from gpulab.engine.perf.probes import added_by, work_kernel
 
     comm = MPI.COMM_WORLD
     group = comm.Split(0, comm.rank)  # as the fit and the engine: a split communicator
     work, out = work_kernel(comm.rank), []
     for nbytes in SIZES:
         x = np.ones(nbytes // 4, dtype=np.float32)
-        with_call, without = [], []
-        for _ in range(3):  # alternated; the least disturbed of each, as probes.collective_costs
-            with_call.append(per_step(comm, lambda: (work(), coll.all_reduce(x, group))))  # noqa: B023
-            without.append(per_step(comm, work))
-        fit_way = min(with_call) - min(without)
+        fit_way, _ = added_by(comm, lambda: coll.all_reduce(x, group), work, reps=3)  # noqa: B023
         loops = []
         for _ in range(5):
             comm.Barrier()
