@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "auto_untuned.json"
 sys.path.insert(0, str(ROOT))
 
+from mpi_job import job_env, rank0_json  # noqa: E402
+
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 
 INTERLEAVED_UP_TO = 64 << 10  # sizes where a block of iterations is too noisy to tell 1.1x apart
@@ -88,13 +90,11 @@ def main() -> int:
         interleaved([int(x) for x in args.interleaved.split(",")], calls=args.pairs)
         return 0
     from gpulab.bcast.sizes import parse_size
-    from gpulab.launch import mpiexec_command
 
     small = [n for n in (parse_size(x) for x in args.sizes.split(",")) if n <= INTERLEAVED_UP_TO]
     with EmulatedCluster(nodes=args.nodes, link=args.link, placement="block"), \
             tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "PYTHONPATH": str(ROOT),
-               "GPULAB_TUNING_TABLE": os.path.join(tmp, "no-tuning-file.json"), "GPULAB_MACHINE": ""}
+        env = job_env(GPULAB_TUNING_TABLE=os.path.join(tmp, "no-tuning-file.json"), GPULAB_MACHINE="")
         command = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(args.nodes), "--sizes", args.sizes,
                    "--algorithms", "auto,mpi", "--iters", args.iters, "--warmup", "1", "--time-budget", "3",
                    "--quiet", "--json"]
@@ -106,10 +106,9 @@ def main() -> int:
             rounds.append(json.loads(Path(out).read_text()))
         side_by_side = {}
         if small:  # the same comparison timed call by call, the two entries alternating
-            job = subprocess.run(mpiexec_command(args.nodes, [__file__, "--interleaved", ",".join(map(str, small)),
-                                                              "--pairs", str(args.pairs)]),
-                                 check=True, env=env, cwd=ROOT, capture_output=True, text=True)
-            side_by_side = {int(k): v for k, v in json.loads(job.stdout.strip().splitlines()[-1]).items()}
+            pairs = rank0_json(__file__, args.nodes, ["--interleaved", ",".join(map(str, small)),
+                                                      "--pairs", str(args.pairs)], env=env)
+            side_by_side = {int(k): v for k, v in pairs.items()}
     bench = rounds[0]
     assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
     records = [r for b in rounds for r in b["records"]]

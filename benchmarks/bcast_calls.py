@@ -18,12 +18,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "bcast_calls.json"
+sys.path.insert(0, str(ROOT))
+
+from mpi_job import rank0_json  # noqa: E402
+
 VARIANTS = ("bare", "python_call", "python_binomial", "mpi", "binomial", "auto")
 TARGETS = {"mpi": 1.1, "binomial": 1.3, "auto": 1.2}  # at most this many times bare, issue 29 section 4
 
@@ -140,16 +143,11 @@ def main() -> int:
     if args.in_ranks:
         in_ranks(args.calls, args.rounds, args.bytes)
         return 0
-    from gpulab.launch import mpiexec_command
-
     rows = []
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     for p in (int(x) for x in args.ranks.split(",")):
-        command = mpiexec_command(p, [__file__, "--in-ranks", "--calls", str(args.calls),
-                                      "--rounds", str(args.rounds), "--bytes", str(args.bytes)])
         load = os.getloadavg()[0]
-        out = subprocess.run(command, check=True, env=env, cwd=ROOT, capture_output=True, text=True).stdout
-        row = json.loads(out.strip().splitlines()[-1])
+        row = rank0_json(__file__, p, ["--in-ranks", "--calls", str(args.calls), "--rounds", str(args.rounds),
+                                       "--bytes", str(args.bytes)])
         row.update(load_before=load, load_after=os.getloadavg()[0], cpus=os.cpu_count())
         rows.append(row)
     print(table(rows))

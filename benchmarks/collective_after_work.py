@@ -24,13 +24,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
+sys.path.insert(0, str(ROOT))
+
+from mpi_job import rank0_json  # noqa: E402
+
 SIZES = (1 << 14, 1 << 18, 1 << 20)
 STREAMS_MIB = (2, 8)
 
@@ -110,9 +113,6 @@ def main() -> int:
         parser.error("--link runs 2 emulated nodes x 2 ranks: --ranks does not apply")
     from contextlib import nullcontext
 
-    from gpulab.launch import mpiexec_command
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     if args.link:
         from gpulab.emulated import EmulatedCluster, parse_link
 
@@ -125,12 +125,10 @@ def main() -> int:
     else:
         ranks, setting, cluster = args.ranks, f"1x{args.ranks}_machine", nullcontext()
     with cluster:
-        stdout = subprocess.run(mpiexec_command(ranks, [__file__, "--in-ranks"]), env=env, cwd=ROOT, check=True,
-                                capture_output=True, text=True, timeout=900).stdout
+        measured = rank0_json(__file__, ranks, ["--in-ranks"], timeout=900)
     record = {"command": "python benchmarks/collective_after_work.py " + " ".join(sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,
-              "cpus": os.cpu_count(), "load_after": os.getloadavg()[0],
-              **json.loads(stdout.strip().splitlines()[-1])}
+              "cpus": os.cpu_count(), "load_after": os.getloadavg()[0], **measured}
     out = RESULTS / f"collective_after_work_{setting}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     plot(record, out.with_suffix(".png"))

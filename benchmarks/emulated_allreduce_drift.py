@@ -18,12 +18,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mpi_job import rank0_json  # noqa: E402
+
 RESULTS = ROOT / "docs" / "results" / "emulated_allreduce_drift.json"
 SIZES = (1 << 18, 550_000, 1 << 20)
 CALLS = 24  # col all-reduces per iteration of grid (1, 4, 1, 1)
@@ -94,24 +97,20 @@ def main() -> int:
         parser.error("--jobs must be at least 1")
     from gpulab.emulated import ClusterUnavailable, EmulatedCluster, parse_link
     from gpulab.emulated.links import link_bytes_per_s
-    from gpulab.launch import mpiexec_command
 
     try:
         link = parse_link(args.link)
     except ValueError as err:
         parser.error(str(err))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     jobs = []
     for j in range(args.jobs):
         print(f"job {j + 1}/{args.jobs}: a fresh 2 x 2 cluster at {link}", flush=True)
         try:
             with EmulatedCluster(nodes=2, ranks_per_node=2, link=link, placement="block"):
-                stdout = subprocess.run(mpiexec_command(4, [__file__, "--in-ranks"]), env=env, cwd=ROOT,
-                                        check=True, capture_output=True, text=True, timeout=600).stdout
+                points = rank0_json(__file__, 4, ["--in-ranks"], timeout=600)
         except ClusterUnavailable as err:
             print(f"error: no emulated cluster on this machine: {err}", file=sys.stderr)
             return 2
-        points = json.loads(stdout.strip().splitlines()[-1])
         jobs.append({"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "points": points,
                      "load_after": os.getloadavg()[0]})
         print("  " + ", ".join(f"{p['nbytes'] / 1e3:.0f} KB: fit's way {p['fit_way_s'] * 1e3:.2f} ms, back to back "

@@ -8,11 +8,14 @@
 The job re-runs the same script under ``mpiexec -n n`` (routed to the active
 emulated cluster, if any) with the command line as typed, a description of
 the cluster and the load average before the run, so the JSON record keeps them.
+The small benchmarks' ranks instead print their measurements as one JSON line,
+which ``rank0_json`` hands back.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -68,10 +71,26 @@ def add_provenance_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--load-before", type=float, nargs=3, default=None, help=argparse.SUPPRESS)
 
 
+def job_env(**extra: str) -> dict:
+    """The environment of a benchmark's ranks: the checkout importable, one BLAS thread per rank (the
+    ranks already share the cores)."""
+    return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **extra}
+
+
+def rank0_json(script: str, n: int, args: list[str], *, timeout: float | None = None, env: dict | None = None):
+    """Run ``script args`` on ``n`` ranks (on the active emulated cluster, if any) and return the JSON
+    line its rank 0 printed last; a failed job raises with what the ranks wrote."""
+    done = subprocess.run(mpiexec_command(n, [str(script), *args]), env=env or job_env(), cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+    if done.returncode:
+        raise RuntimeError(f"{Path(script).name} on {n} ranks exited {done.returncode}:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def run_as_job(script: str, n: int, timeout: float, cluster: str) -> int:
     """Run ``script`` with this process's arguments on ``n`` ranks; its exit status."""
     command = f"python benchmarks/{Path(script).name} " + " ".join(sys.argv[1:])
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    env = job_env()
     extra = ["--command", command, "--cluster", cluster, "--load-before", *map(str, os.getloadavg())]
     cmd = mpiexec_command(n, [str(Path(script).resolve()), *sys.argv[1:], *extra])
     return subprocess.run(cmd, env=env, timeout=timeout).returncode
