@@ -68,6 +68,8 @@ def runs(folder: Path = RESULTS) -> list[dict]:
             accuracy = {s: validation[s]["stride-aware"] for s in ("off", "on")}
         ranks, cores = record["machine"]["ranks"], record["machine"]["cores"]
         grids = [{"error": abs(r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
+                  "signed": (r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
+                  "overlap": "off" if r.get("setting", r.get("overlap_label")) in ("off", "none") else "on",
                   "low": compute_bound_on_shared_cores(ranks, cores, r["prediction"]["compute_s"],
                                                        r["prediction"]["iter_s"])}
                  for r in record["rows"]]
@@ -129,6 +131,22 @@ def by_caveat(rows: list[dict]) -> list[str]:
     return lines
 
 
+def by_sign(rows: list[dict]) -> list[str]:
+    """Which way the model errs: per setting, each run's median signed error (predicted - measured) / measured."""
+    import numpy as np
+
+    lines = ["| setting | signed error off, each run | on, each run | runs predicting low, off / on |",
+             "|---|---|---|---|"]
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        runs_ = [r for r in rows if r["setting"] == setting]
+        medians = {o: [float(np.median([g["signed"] for g in r["grids"] if g["overlap"] == o])) for r in runs_]
+                   for o in ("off", "on")}
+        lines.append(f"| {setting} | " + " | ".join(", ".join(f"{m:+.0%}" for m in medians[o]) for o in ("off", "on"))
+                     + " | " + " / ".join(f"{sum(m < 0 for m in medians[o])} of {len(runs_)}" for o in ("off", "on"))
+                     + " |")
+    return lines
+
+
 def plot(rows: list[dict]) -> None:
     import matplotlib
 
@@ -164,7 +182,8 @@ def main() -> None:
     if not rows:
         raise SystemExit("no accuracy run recorded: see this script's docstring for the commands")
     plot(rows)
-    head = HEAD + "\n".join(table(rows)) + "\n" + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
+    head = (HEAD + "\n".join(table(rows)) + "\n" + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
+            + SIGN_HEAD + "\n".join(by_sign(rows)) + "\n")
     for folder, title, what in BEFORE:
         if before := runs(folder):
             head += (f"\n### {title}\n\nThe same settings with the model as it was then "
@@ -201,6 +220,14 @@ CAVEAT_HEAD = f"""
 Every grid of the runs above (each overlap setting), by whether its prediction carries the caveat the
 model now prints (`trust.caveat`): on ranks that share cores, a prediction whose compute is
 {COMPUTE_SHARE:.0%} of the iteration or more.
+
+"""
+
+SIGN_HEAD = """
+### Which way the model errs
+
+The same runs, each run's median of the signed error (predicted - measured) / measured over its grids:
+negative where the model predicts the iteration shorter than it measured.
 
 """
 

@@ -1,0 +1,145 @@
+"""What overlapping one all-reduce with compute gains or loses, unclipped: the numbers behind the engine
+model's overlap efficiency (``probes.overlap_efficiency``), which clips a loss to 0.
+
+    python benchmarks/overlap_loss.py                  # 4 ranks on this machine
+    python benchmarks/overlap_loss.py --link 1gbit     # 2 emulated nodes x 2 ranks, block placement
+
+Every rank times, per progress mode ("poll": MPI_Test between kernels; "thread": gpulab's progress
+thread) and per size (256 KiB, 1 MiB), the probe's three things: 20 matmuls of 256^3 (``compute``),
+the all-reduce over all ranks (``comm``) and the all-reduce in flight behind the matmuls (``both``),
+each the least over 9 barrier-started repetitions of the slowest rank. ``both - compute - comm`` is what
+overlapping saved (negative) or cost (positive); eta = -that / the shorter of the two, as the probe
+computes it before clipping. Writes docs/results/overlap_loss_<setting>.json and a plot beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from mpi_job import rank0_json  # noqa: E402
+
+RESULTS = ROOT / "docs" / "results"
+SIZES = (1 << 18, 1 << 20)
+
+
+def in_ranks() -> None:
+    import numpy as np
+    from mpi4py import MPI
+
+    from gpulab.engine.parallel import collectives as coll
+    from gpulab.engine.perf.probes import median_time
+
+    comm = MPI.COMM_WORLD
+    a = np.random.default_rng(comm.rank).random((256, 256), dtype=np.float32)
+    points = []
+    for progress in ("poll", "thread"):
+        for nbytes in SIZES:
+            x = np.ones(nbytes // 4, dtype=np.float32)
+
+            def compute(progress=progress):
+                for _ in range(20):
+                    a @ a
+                    if progress == "poll":
+                        coll.progress()
+
+            def both(x=x, compute=compute):
+                handle = coll.iall_reduce(x, comm)
+                compute()
+                handle.wait()
+
+            def least(fn):
+                times = []
+                for _ in range(9):
+                    comm.Barrier()
+                    times.append(comm.allreduce(median_time(fn, 1), op=MPI.MAX))
+                return min(times)
+
+            t_comp, t_comm = least(compute), least(lambda x=x: coll.all_reduce(x, comm))
+            thread = coll.ProgressThread(comm) if progress == "thread" else None
+            if thread is None:
+                t_both = least(both)
+            else:
+                with thread.running():
+                    t_both = least(both)
+                thread.free()
+            points.append({"progress": progress, "nbytes": nbytes, "compute_s": t_comp, "comm_s": t_comm,
+                           "both_s": t_both, "eta_unclipped": (t_comp + t_comm - t_both) / min(t_comp, t_comm)})
+    if comm.rank == 0:
+        print(json.dumps(points))
+
+
+def plot(record: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = record["points"]
+    fig, ax = plt.subplots(figsize=(7, 3.4))
+    xs = range(len(points))
+    ax.bar([x - 0.2 for x in xs], [(p["compute_s"] + p["comm_s"]) * 1e3 for p in points], 0.4,
+           label="compute, then the all-reduce")
+    ax.bar([x + 0.2 for x in xs], [p["both_s"] * 1e3 for p in points], 0.4, label="the all-reduce behind the compute")
+    ax.set_xticks(list(xs), [f"{p['progress']}\n{p['nbytes'] >> 10} KiB" for p in points])
+    ax.set_ylabel("ms (slowest rank, least of 9)")
+    ax.set_title(f"overlap gained or lost: {record['setting']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=4, help="ranks on this machine (default 4; not with --link)")
+    parser.add_argument("--link", default=None, help="emulate 2 nodes x 2 ranks joined at this rate, e.g. 1gbit")
+    parser.add_argument("--in-ranks", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.in_ranks:
+        in_ranks()
+        return 0
+    if args.ranks < 2:
+        parser.error("--ranks must be at least 2")
+    if args.link and args.ranks != 4:
+        parser.error("--link runs 2 emulated nodes x 2 ranks: --ranks does not apply")
+    from contextlib import nullcontext
+
+    if args.link:
+        from gpulab.emulated import EmulatedCluster, parse_link
+
+        try:
+            link = parse_link(args.link)
+        except ValueError as err:
+            parser.error(str(err))
+        ranks, setting = 4, f"2x2_block_{args.link}"
+        cluster = EmulatedCluster(nodes=2, ranks_per_node=2, link=link, placement="block")
+    else:
+        ranks, setting, cluster = args.ranks, f"1x{args.ranks}_machine", nullcontext()
+    load_before = os.getloadavg()[0]
+    with cluster:
+        points = rank0_json(__file__, ranks, ["--in-ranks"], timeout=600)
+    record = {"command": "python benchmarks/overlap_loss.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,
+              "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0],
+              "points": points}
+    out = RESULTS / f"overlap_loss_{setting}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    plot(record, out.with_suffix(".png"))
+    for p in points:
+        lost = (p["both_s"] - p["compute_s"] - p["comm_s"]) * 1e3
+        print(f"{p['progress']:6s} {p['nbytes'] >> 10:5d} KiB: compute {p['compute_s'] * 1e3:5.2f} ms, all-reduce "
+              f"{p['comm_s'] * 1e3:5.2f}, behind the compute {p['both_s'] * 1e3:5.2f}: overlap "
+              f"{'cost' if lost > 0 else 'saved'} {abs(lost):.2f} ms (eta unclipped {p['eta_unclipped']:+.2f})")
+    print(f"wrote {out.relative_to(ROOT)} and {out.with_suffix('.png').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
