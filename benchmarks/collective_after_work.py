@@ -21,18 +21,15 @@ Writes docs/results/collective_after_work_<setting>.json and a plot beside it.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import rank0_json  # noqa: E402
+from mpi_job import small_benchmark  # noqa: E402
 
 SIZES = (1 << 14, 1 << 18, 1 << 20)
 STREAMS_MIB = (2, 8)
@@ -99,37 +96,10 @@ def plot(record: dict, path: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=4, help="ranks on this machine (default 4; not with --link)")
-    parser.add_argument("--link", default=None, help="emulate 2 nodes x 2 ranks joined at this rate, e.g. 1gbit")
-    parser.add_argument("--in-ranks", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.in_ranks:
-        in_ranks()
+    record = small_benchmark(__file__, __doc__, in_ranks)
+    if record is None:
         return 0
-    if args.ranks < 2:
-        parser.error("--ranks must be at least 2")
-    if args.link and args.ranks != 4:
-        parser.error("--link runs 2 emulated nodes x 2 ranks: --ranks does not apply")
-    from contextlib import nullcontext
-
-    if args.link:
-        from gpulab.emulated import EmulatedCluster, parse_link
-
-        try:
-            link = parse_link(args.link)
-        except ValueError as err:
-            parser.error(str(err))
-        ranks, setting = 4, f"2x2_block_{args.link}"
-        cluster = EmulatedCluster(nodes=2, ranks_per_node=2, link=link, placement="block")
-    else:
-        ranks, setting, cluster = args.ranks, f"1x{args.ranks}_machine", nullcontext()
-    with cluster:
-        measured = rank0_json(__file__, ranks, ["--in-ranks"], timeout=900)
-    record = {"command": "python benchmarks/collective_after_work.py " + " ".join(sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,
-              "cpus": os.cpu_count(), "load_after": os.getloadavg()[0], **measured}
-    out = RESULTS / f"collective_after_work_{setting}.json"
+    out = RESULTS / f"collective_after_work_{record['setting']}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     plot(record, out.with_suffix(".png"))
     for p in record["points"]:

@@ -87,6 +87,54 @@ def rank0_json(script: str, n: int, args: list[str], *, timeout: float | None = 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def small_benchmark(script: str, doc: str, in_ranks, timeout: float = 900) -> dict | None:
+    """A small benchmark's command line (``add_placement_args``): in the job's ranks run ``in_ranks()``,
+    whose rank 0 prints one JSON object, and return None; otherwise start that job where the options
+    say and return its record: what rank 0 printed, the command, date, setting, CPUs and load."""
+    import time
+
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_placement_args(parser)
+    parser.add_argument("--in-ranks", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.in_ranks:
+        in_ranks()
+        return None
+    ranks, setting, cluster = placement(args, parser)
+    load_before = os.getloadavg()[0]
+    with cluster:
+        measured = rank0_json(script, ranks, ["--in-ranks"], timeout=timeout)
+    return {"command": f"python benchmarks/{Path(script).name} " + " ".join(sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,
+            "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0], **measured}
+
+
+def add_placement_args(parser: argparse.ArgumentParser) -> None:
+    """--ranks N (on this machine) or --link RATE (2 emulated nodes x 2 ranks): where a small benchmark runs."""
+    parser.add_argument("--ranks", type=int, default=4, help="ranks on this machine (default 4; not with --link)")
+    parser.add_argument("--link", default=None, help="emulate 2 nodes x 2 ranks joined at this rate, e.g. 1gbit")
+
+
+def placement(args: argparse.Namespace, parser: argparse.ArgumentParser):
+    """(ranks, the setting's name, a context that holds its cluster) for ``add_placement_args``' options;
+    bad ones end the command with the parser's one-line error."""
+    from contextlib import nullcontext
+
+    if args.ranks < 2:
+        parser.error("--ranks must be at least 2")
+    if not args.link:
+        return args.ranks, f"1x{args.ranks}_machine", nullcontext()
+    if args.ranks != 4:
+        parser.error("--link runs 2 emulated nodes x 2 ranks: --ranks does not apply")
+    from gpulab.emulated import EmulatedCluster, parse_link
+
+    try:
+        link = parse_link(args.link)
+    except ValueError as err:
+        parser.error(str(err))
+    return 4, f"2x2_block_{args.link}", EmulatedCluster(nodes=2, ranks_per_node=2, link=link, placement="block")
+
+
 def run_as_job(script: str, n: int, timeout: float, cluster: str) -> int:
     """Run ``script`` with this process's arguments on ``n`` ranks; its exit status."""
     command = f"python benchmarks/{Path(script).name} " + " ".join(sys.argv[1:])

@@ -14,17 +14,14 @@ computes it before clipping. Writes docs/results/overlap_loss_<setting>.json and
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import rank0_json  # noqa: E402
+from mpi_job import small_benchmark  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 SIZES = (1 << 18, 1 << 20)
@@ -73,7 +70,7 @@ def in_ranks() -> None:
             points.append({"progress": progress, "nbytes": nbytes, "compute_s": t_comp, "comm_s": t_comm,
                            "both_s": t_both, "eta_unclipped": (t_comp + t_comm - t_both) / min(t_comp, t_comm)})
     if comm.rank == 0:
-        print(json.dumps(points))
+        print(json.dumps({"points": points}))
 
 
 def plot(record: dict, path: Path) -> None:
@@ -97,39 +94,11 @@ def plot(record: dict, path: Path) -> None:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=4, help="ranks on this machine (default 4; not with --link)")
-    parser.add_argument("--link", default=None, help="emulate 2 nodes x 2 ranks joined at this rate, e.g. 1gbit")
-    parser.add_argument("--in-ranks", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.in_ranks:
-        in_ranks()
+    record = small_benchmark(__file__, __doc__, in_ranks, timeout=600)
+    if record is None:
         return 0
-    if args.ranks < 2:
-        parser.error("--ranks must be at least 2")
-    if args.link and args.ranks != 4:
-        parser.error("--link runs 2 emulated nodes x 2 ranks: --ranks does not apply")
-    from contextlib import nullcontext
-
-    if args.link:
-        from gpulab.emulated import EmulatedCluster, parse_link
-
-        try:
-            link = parse_link(args.link)
-        except ValueError as err:
-            parser.error(str(err))
-        ranks, setting = 4, f"2x2_block_{args.link}"
-        cluster = EmulatedCluster(nodes=2, ranks_per_node=2, link=link, placement="block")
-    else:
-        ranks, setting, cluster = args.ranks, f"1x{args.ranks}_machine", nullcontext()
-    load_before = os.getloadavg()[0]
-    with cluster:
-        points = rank0_json(__file__, ranks, ["--in-ranks"], timeout=600)
-    record = {"command": "python benchmarks/overlap_loss.py " + " ".join(sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,
-              "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0],
-              "points": points}
-    out = RESULTS / f"overlap_loss_{setting}.json"
+    points = record["points"]
+    out = RESULTS / f"overlap_loss_{record['setting']}.json"
     out.write_text(json.dumps(record, indent=1) + "\n")
     plot(record, out.with_suffix(".png"))
     for p in points:
