@@ -1,6 +1,6 @@
 """A real, throwaway Slurm on this machine: munged, slurmctld and one slurmd per node, all in the foreground.
 
-Why one file of about 480 lines (55 of them this docstring): the configuration it writes, the daemons
+Why one file of about 500 lines (55 of them this docstring): the configuration it writes, the daemons
 it starts and the teardown all read one testbed's state (its directory, nodes, ports, daemon handles
 and emulated cluster); split by job, those parts would hand that state back and forth. Only the
 install check (``ensure_slurm``) and the command line (``main``) stand alone, about 80 lines.
@@ -73,6 +73,8 @@ from pathlib import Path
 
 import psutil
 
+from gpulab.cluster.apt import apt_install
+
 PACKAGES = ["slurm-wlm", "slurm-client", "munge"]
 BINARIES = ["slurmctld", "slurmd", "munged", "sbatch", "srun", "squeue", "scancel", "sinfo"]
 CLIENTS = ["sbatch", "srun", "salloc", "squeue", "scancel", "sinfo", "scontrol"]  # wrapped in emulated mode
@@ -122,14 +124,8 @@ def ensure_slurm(timeout: float = 600) -> None:
     """Install Debian's slurm-wlm and munge when missing; SlurmUnavailable says why not."""
     if not missing_binaries():
         return
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        raise SlurmUnavailable(f"missing {missing_binaries()} and cannot install them here (needs root and apt-get)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", *PACKAGES]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise SlurmUnavailable(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
+    if why := apt_install(PACKAGES, timeout):
+        raise SlurmUnavailable(f"missing {missing_binaries()} and cannot install them here: {why}")
     if missing_binaries():
         raise SlurmUnavailable(f"still missing after apt-get install: {missing_binaries()}")
 

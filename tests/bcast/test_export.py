@@ -106,30 +106,60 @@ def test_openmpi_rules_follow_the_classic_format_and_map_the_algorithms():
                      (5, [(0, 0, 0, 0)])]  # p = 5 and up: Open MPI's fixed decision again
 
 
-@pytest.mark.skipif(not (shutil.which("mpirun.openmpi") and shutil.which("mpicc.openmpi")),
-                    reason="Open MPI (Debian's openmpi-bin, libopenmpi-dev) is not installed")
-def test_openmpi_runs_a_broadcast_with_the_rules_file(tmp_path):
-    """This Open MPI build prints nothing when it drops a rules file, so what is checked is that a job
-    given the file starts, broadcasts 64 KiB bit-exactly (the chain's range) and exits cleanly."""
-    rules = tmp_path / "bcast.rules"
-    rules.write_text(export.openmpi_rules({2: {**TABLE, "p": 2}}))
-    src = tmp_path / "bcast.c"
-    src.write_text("""#include <mpi.h>
+OPENMPI = ("mpirun.openmpi", "mpicc.openmpi")
+BCAST_C = """#include <mpi.h>
 #include <stdio.h>
-int main(int c, char **v) { static unsigned char b[4 << 20]; int r, n = sizeof b, bad = 0;
+#include <stdlib.h>
+int main(int c, char **v) { int r, n = atoi(v[1]), bad = 0; unsigned char *b = malloc(n);
   MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);
   for (int i = 0; i < n; i++) b[i] = r == 0 ? (unsigned char)(i * 31 + 7) : 0;
   MPI_Bcast(b, n, MPI_BYTE, 0, MPI_COMM_WORLD);
   for (int i = 0; i < n; i++) bad += b[i] != (unsigned char)(i * 31 + 7);
   printf("rank %d wrong bytes %d\\n", r, bad); MPI_Finalize(); return bad != 0; }
-""")
-    subprocess.run(["mpicc.openmpi", "-o", str(tmp_path / "bcast"), str(src)], check=True, timeout=120)
-    run = subprocess.run(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
-                          "--mca", "coll_tuned_use_dynamic_rules", "1",
-                          "--mca", "coll_tuned_dynamic_rules_filename", str(rules), str(tmp_path / "bcast")],
-                         capture_output=True, text=True, timeout=120)
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert sorted(run.stdout.split("\n")[:2]) == ["rank 0 wrong bytes 0", "rank 1 wrong bytes 0"], run.stdout
+"""
+
+
+@pytest.fixture(scope="module")
+def openmpi_bcast(tmp_path_factory):
+    """A C program broadcasting argv[1] bytes, built with Debian's Open MPI (installed when missing)."""
+    from gpulab.cluster.apt import apt_install
+
+    if not all(shutil.which(b) for b in OPENMPI) and (why := apt_install(["openmpi-bin", "libopenmpi-dev"])):
+        if os.environ.get("CI"):
+            pytest.fail(f"Open MPI could not be installed; its test must run in CI: {why}")
+        pytest.skip(f"Open MPI (Debian's openmpi-bin, libopenmpi-dev) is not installed and cannot be: {why}")
+    folder = tmp_path_factory.mktemp("openmpi")
+    (folder / "bcast.c").write_text(BCAST_C)
+    subprocess.run(["mpicc.openmpi", "-o", str(folder / "bcast"), str(folder / "bcast.c")], check=True, timeout=120)
+    return folder / "bcast"
+
+
+def _openmpi_job(program, rules, nbytes: int) -> subprocess.CompletedProcess:
+    return subprocess.run(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                           "--mca", "coll_tuned_use_dynamic_rules", "1",
+                           "--mca", "coll_tuned_dynamic_rules_filename", str(rules), str(program), str(nbytes)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_openmpi_takes_the_rules_file_and_applies_each_size_range(openmpi_bcast, tmp_path):
+    """Open MPI prints nothing about a rules file (it ignores even a missing one), so: jobs given the
+    exported file broadcast bit-exactly in each of its ranges, and the same file with the 64 KiB range's
+    algorithm made invalid (99) fails that size with MPI_ERR_ARG and not the others. So Open MPI read
+    this file and chose by its message-size ranges."""
+    text = export.openmpi_rules({2: {**TABLE, "p": 2}})
+    rules, poisoned = tmp_path / "bcast.rules", tmp_path / "poisoned.rules"
+    rules.write_text(text)
+    assert "\n46341 9 0 0 " in text, text  # 46341 B .. 2 MiB: scatter + ring all-gather (9)
+    poisoned.write_text(text.replace("\n46341 9 0 0 ", "\n46341 99 0 0 "))
+    for nbytes in (1024, 65536, 4 << 20):  # Open MPI's own decision, scatter + ring, the chain
+        run = _openmpi_job(openmpi_bcast, rules, nbytes)
+        assert run.returncode == 0, run.stdout + run.stderr
+        assert sorted(run.stdout.splitlines()[:2]) == ["rank 0 wrong bytes 0", "rank 1 wrong bytes 0"], run.stdout
+    bad = _openmpi_job(openmpi_bcast, poisoned, 65536)
+    assert bad.returncode != 0 and "MPI_ERR_ARG" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
+    for nbytes in (1024, 4 << 20):
+        run = _openmpi_job(openmpi_bcast, poisoned, nbytes)
+        assert run.returncode == 0, f"{nbytes} B is outside the poisoned range: {run.stdout + run.stderr}"
 
 
 def test_mvapich2_ranges_name_the_tuning_values():

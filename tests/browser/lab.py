@@ -24,6 +24,7 @@ from pathlib import Path
 import nbformat
 import psutil
 
+from gpulab.cluster.apt import apt_install
 from tests.notebooks.nbrun import inject_parameters
 
 CHROMIUM = "/usr/bin/chromium"
@@ -43,16 +44,9 @@ def ensure_chromium() -> str | None:
     """Path to Chromium, installing Debian's package if missing; None (with the reason printed) if impossible."""
     if Path(CHROMIUM).exists():
         return CHROMIUM
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        print("chromium is missing and cannot be installed here (needs root and apt-get)")
+    if why := apt_install(["chromium"]):
+        print(f"chromium is missing and cannot be installed here: {why}")
         return None
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    for cmd in (["apt-get", "update", "-qq"],
-                ["apt-get", "install", "-y", "-qq", "--no-install-recommends", "chromium"]):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-        if done.returncode != 0:
-            print(f"{' '.join(cmd)} failed:\n{done.stderr[-2000:]}")
-            return None
     return CHROMIUM if Path(CHROMIUM).exists() else None
 
 
