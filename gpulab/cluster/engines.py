@@ -32,6 +32,23 @@ CONTROLLER_ARGS = [f"--HeartMonitor.period={HEARTBEAT_MS}",
                    f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
 
 
+
+# slurmstepd's line in a job's output when Slurm ends it: "*** JOB 5 ON n1 CANCELLED AT <time> DUE TO TIME LIMIT ***"
+_STEPD_END = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
+_STEPD_REASONS = {None: "CANCELLED", "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+
+
+def ended_in_output(job_id: str, output: str) -> str:
+    """The state Slurm's own line in a job's output gives for job ``job_id`` (TIMEOUT, CANCELLED, ...), or
+    "": after MinJobAge seconds (300 by default) ``scontrol`` no longer knows an ended job, and without
+    accounting the output is the one record left of why it ended."""
+    for found in _STEPD_END.finditer(output):
+        if found.group(1) == job_id:
+            reason = found.group(2)
+            return _STEPD_REASONS[reason] if reason in _STEPD_REASONS else reason.replace(" ", "_")
+    return ""
+
+
 class EngineProblem(RuntimeError):
     """Work on the engines did not complete; the message says which engines and why."""
 
@@ -143,10 +160,11 @@ class Engines:
             state = self._job_state()
         if state in ("PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "UNKNOWN"):
             return ""
+        state = state or ended_in_output(self.job_id, self._job_text()[1])  # Slurm forgot it: its output says why
         return f"the Slurm job {self.job_id} of the engines ended ({state or 'no longer in the queue'})"
 
-    def _job_output(self, lines: int = 15) -> str:
-        """The end of the engines' job output (Slurm's errors, the engines' tracebacks)."""
+    def _job_text(self) -> tuple[str, str]:
+        """(path, text) of the engines' job output (Slurm's errors, the engines' tracebacks)."""
         engine_set = getattr(self.cluster, "engine_set", None)
         path = getattr(engine_set, "output_file", "")
         try:  # ipyparallel keeps a stopped launcher's output after removing its file
@@ -157,6 +175,11 @@ class Engines:
             text = text or (Path(path).read_text(errors="replace") if path else "")
         except OSError:
             pass
+        return path, text
+
+    def _job_output(self, lines: int = 15) -> str:
+        """The end of the engines' job output."""
+        path, text = self._job_text()
         tail = text.splitlines()[-lines:]
         return f"\nend of the job's output ({path}):\n" + "\n".join(tail) if tail else ""
 
