@@ -4,10 +4,11 @@ model's overlap efficiency (``probes.overlap_efficiency``), which clips a loss t
     python benchmarks/overlap_loss.py                  # 4 ranks on this machine
     python benchmarks/overlap_loss.py --link 1gbit     # 2 emulated nodes x 2 ranks, block placement
 
-Every rank times, per progress mode ("poll": MPI_Test between kernels; "thread": gpulab's progress
-thread) and per size (256 KiB, 1 MiB), the probe's three things: 20 matmuls of 256^3 (``compute``),
-the all-reduce over all ranks (``comm``) and the all-reduce in flight behind the matmuls (``both``),
-each the least over 9 barrier-started repetitions of the slowest rank. ``both - compute - comm`` is what
+Every rank runs the probe itself (``probes.overlap_times``), per progress mode ("poll": MPI_Test
+between kernels; "thread": gpulab's progress thread) and per size (256 KiB, 1 MiB; the fit times
+1 MiB): 20 matmuls of 256^3 (``compute``), the all-reduce over all ranks (``comm``) and the
+all-reduce in flight behind the matmuls (``both``), each the least over 9 barrier-started
+repetitions of the slowest rank. ``both - compute - comm`` is what
 overlapping saved (negative) or cost (positive); eta = -that / the shorter of the two, as the probe
 computes it before clipping. Writes docs/results/overlap_loss_<setting>.json and a plot beside it.
 """
@@ -28,45 +29,15 @@ SIZES = (1 << 18, 1 << 20)
 
 
 def in_ranks() -> None:
-    import numpy as np
     from mpi4py import MPI
 
-    from gpulab.engine.parallel import collectives as coll
-    from gpulab.engine.perf.probes import median_time
+    from gpulab.engine.perf.probes import overlap_times
 
     comm = MPI.COMM_WORLD
-    a = np.random.default_rng(comm.rank).random((256, 256), dtype=np.float32)
     points = []
     for progress in ("poll", "thread"):
         for nbytes in SIZES:
-            x = np.ones(nbytes // 4, dtype=np.float32)
-
-            def compute(progress=progress):
-                for _ in range(20):
-                    a @ a
-                    if progress == "poll":
-                        coll.progress()
-
-            def both(x=x, compute=compute):
-                handle = coll.iall_reduce(x, comm)
-                compute()
-                handle.wait()
-
-            def least(fn):
-                times = []
-                for _ in range(9):
-                    comm.Barrier()
-                    times.append(comm.allreduce(median_time(fn, 1), op=MPI.MAX))
-                return min(times)
-
-            t_comp, t_comm = least(compute), least(lambda x=x: coll.all_reduce(x, comm))
-            thread = coll.ProgressThread(comm) if progress == "thread" else None
-            if thread is None:
-                t_both = least(both)
-            else:
-                with thread.running():
-                    t_both = least(both)
-                thread.free()
+            t_comp, t_comm, t_both = overlap_times(comm, progress, nbytes)
             points.append({"progress": progress, "nbytes": nbytes, "compute_s": t_comp, "comm_s": t_comm,
                            "both_s": t_both, "eta_unclipped": (t_comp + t_comm - t_both) / min(t_comp, t_comm)})
     if comm.rank == 0:

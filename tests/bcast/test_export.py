@@ -110,10 +110,13 @@ OPENMPI = ("mpirun.openmpi", "mpicc.openmpi")
 BCAST_C = """#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
-int main(int c, char **v) { int r, n = atoi(v[1]), bad = 0; unsigned char *b = malloc(n);
+int main(int c, char **v) { int r, n = atoi(v[1]), bad = 0, rc, cls; unsigned char *b = malloc(n);
   MPI_Init(&c, &v); MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);  /* an error is printed, not an abort */
   for (int i = 0; i < n; i++) b[i] = r == 0 ? (unsigned char)(i * 31 + 7) : 0;
-  MPI_Bcast(b, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+  rc = MPI_Bcast(b, n, MPI_BYTE, 0, MPI_COMM_WORLD);
+  if (rc != MPI_SUCCESS) { MPI_Error_class(rc, &cls);
+    printf("rank %d error class %s\\n", r, cls == MPI_ERR_ARG ? "MPI_ERR_ARG" : "other"); MPI_Finalize(); return 2; }
   for (int i = 0; i < n; i++) bad += b[i] != (unsigned char)(i * 31 + 7);
   printf("rank %d wrong bytes %d\\n", r, bad); MPI_Finalize(); return bad != 0; }
 """
@@ -134,32 +137,36 @@ def openmpi_bcast(tmp_path_factory):
     return folder / "bcast"
 
 
-def _openmpi_job(program, rules, nbytes: int) -> subprocess.CompletedProcess:
-    return subprocess.run(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
-                           "--mca", "coll_tuned_use_dynamic_rules", "1",
-                           "--mca", "coll_tuned_dynamic_rules_filename", str(rules), str(program), str(nbytes)],
-                          capture_output=True, text=True, timeout=120)
+def _openmpi_job(program, rules, nbytes: int) -> tuple[int, list[str], str]:
+    """(exit status, what each rank printed, sorted, everything printed) of a 2-rank broadcast of nbytes."""
+    run = subprocess.run(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", "-n", "2",
+                          "--mca", "coll_tuned_use_dynamic_rules", "1",
+                          "--mca", "coll_tuned_dynamic_rules_filename", str(rules), str(program), str(nbytes)],
+                         capture_output=True, text=True, timeout=120)
+    return run.returncode, sorted(line for line in run.stdout.splitlines() if line.startswith("rank ")), \
+        run.stdout + run.stderr
 
 
 def test_openmpi_takes_the_rules_file_and_applies_each_size_range(openmpi_bcast, tmp_path):
     """Open MPI prints nothing about a rules file (it ignores even a missing one), so: jobs given the
     exported file broadcast bit-exactly in each of its ranges, and the same file with the 64 KiB range's
-    algorithm made invalid (99) fails that size with MPI_ERR_ARG and not the others. So Open MPI read
+    algorithm made invalid (99) fails that size with MPI_ERR_ARG on both ranks (returned, not aborted:
+an abort's message can be lost as mpirun tears the job down) and not the others. So Open MPI read
     this file and chose by its message-size ranges."""
     text = export.openmpi_rules({2: {**TABLE, "p": 2}})
     rules, poisoned = tmp_path / "bcast.rules", tmp_path / "poisoned.rules"
     rules.write_text(text)
     assert "\n46341 9 0 0 " in text, text  # 46341 B .. 2 MiB: scatter + ring all-gather (9)
     poisoned.write_text(text.replace("\n46341 9 0 0 ", "\n46341 99 0 0 "))
+    exact = ["rank 0 wrong bytes 0", "rank 1 wrong bytes 0"]
     for nbytes in (1024, 65536, 4 << 20):  # Open MPI's own decision, scatter + ring, the chain
-        run = _openmpi_job(openmpi_bcast, rules, nbytes)
-        assert run.returncode == 0, run.stdout + run.stderr
-        assert sorted(run.stdout.splitlines()[:2]) == ["rank 0 wrong bytes 0", "rank 1 wrong bytes 0"], run.stdout
-    bad = _openmpi_job(openmpi_bcast, poisoned, 65536)
-    assert bad.returncode != 0 and "MPI_ERR_ARG" in bad.stdout + bad.stderr, bad.stdout + bad.stderr
-    for nbytes in (1024, 4 << 20):
-        run = _openmpi_job(openmpi_bcast, poisoned, nbytes)
-        assert run.returncode == 0, f"{nbytes} B is outside the poisoned range: {run.stdout + run.stderr}"
+        status, ranks, printed = _openmpi_job(openmpi_bcast, rules, nbytes)
+        assert (status, ranks) == (0, exact), printed
+    status, ranks, printed = _openmpi_job(openmpi_bcast, poisoned, 65536)
+    assert status != 0 and ranks == ["rank 0 error class MPI_ERR_ARG", "rank 1 error class MPI_ERR_ARG"], printed
+    for nbytes in (1024, 4 << 20):  # outside the poisoned range
+        status, ranks, printed = _openmpi_job(openmpi_bcast, poisoned, nbytes)
+        assert (status, ranks) == (0, exact), f"{nbytes} B: {printed}"
 
 
 def test_mvapich2_ranges_name_the_tuning_values():

@@ -210,11 +210,13 @@ def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SI
     return out, spread
 
 
-def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
-    """eta: how much of a 1 MiB all-reduce over all ranks hides behind 20 matmuls of 256^3."""
+def overlap_times(comm, progress: str, nbytes: int = 1 << 20, reps: int = 9) -> tuple[float, float, float]:
+    """(compute, all-reduce, the all-reduce in flight behind the compute) in seconds: 20 matmuls of 256^3
+    (with MPI_Test between them for "poll", the progress thread running for "thread") and an all-reduce
+    of ``nbytes`` over all ranks, each the least over ``reps`` of the slowest rank."""
     rng = np.random.default_rng(comm.rank)
     a = rng.random((256, 256), dtype=np.float32)
-    x = np.ones(1 << 18, dtype=np.float32)
+    x = np.ones(nbytes // 4, dtype=np.float32)
     thread = coll.ProgressThread(comm) if progress == "thread" else None
 
     def compute():
@@ -242,6 +244,14 @@ def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
         with thread.running():
             t_both = timed(both)
         thread.free()
+    return t_comp, t_comm, t_both
+
+
+def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
+    """eta: how much of a 1 MiB all-reduce over all ranks hides behind 20 matmuls of 256^3 (time saved /
+    the shorter of the two), in [0, 1]: where overlapping is slower than the two one after the other,
+    as on ranks that share cores, it counts as hiding nothing (benchmarks/overlap_loss.py shows the loss)."""
+    t_comp, t_comm, t_both = overlap_times(comm, progress, reps=reps)
     return float(np.clip((t_comp + t_comm - t_both) / min(t_comp, t_comm), 0.0, 1.0))
 
 
