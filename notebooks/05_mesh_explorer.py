@@ -77,14 +77,20 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # What to expect: on a laptop the "share" is above 1 when the ranks outnumber
 # the cores (each rank computes that many times slower with all of them
 # busy), and collectives cost tens to hundreds of microseconds even for tiny
-# messages, because a rank waits for its peers to be scheduled. On a GPU
-# cluster the same fit would find a share near 1 (one GPU per rank) and
-# collective costs set by NVLink and the network.
+# messages, because a rank waits for its peers to be scheduled. On the single
+# machine (`NODES = None`) with more ranks than cores, the overlap efficiency
+# is 0: a collective is copies made by the cores the compute needs and there
+# is no link to wait on, so overlapping hides nothing (the line under the
+# numbers gives what the probe measured). On emulated nodes the link's time
+# can hide, and the fit measures how much.
+# On a GPU cluster the same fit would find a share near 1 (one GPU per rank)
+# and collective costs set by NVLink and the network.
 
 # %%
 machine = runner.fit_machine(reps=FIT_REPS)
 print(f"share {machine.share:.1f}x (ranks and other load on {machine.cores} cores), "
       f"matmul {machine.matmul_rate / 1e9:.0f} GFLOP/s per rank alone, overlap efficiency {machine.overlap}")
+print("overlap:", machine.sources["overlap"])
 Table([{"collective": k, "alpha us": a * 1e6, "GB/s": 1e-9 / b} for k, (a, b) in machine.collectives.items()], digits=1)
 
 # %% [markdown]

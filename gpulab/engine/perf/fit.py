@@ -26,7 +26,9 @@ from gpulab.engine.perf.probes import (
     compute_rates,
     engine_profile,
     fit_line,
+    on_one_node,
     overlap_efficiency,
+    overlap_used,
     share_slowdown,
 )
 from gpulab.engine.perf.timing import alone, peak_matmul
@@ -173,7 +175,8 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     profile_spread = compute.pop("profile_rank_spread")
     compute["share"] = share_slowdown(comm, reps)
     points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
-    overlap = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
+    measured = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
+    overlap, overlap_note = overlap_used(measured, comm.size, os.cpu_count() or 1, on_one_node(comm))
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
         peak = alone(comm, lambda: peak_matmul(512, repeats=15))
@@ -195,5 +198,6 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
                  "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
                                 f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
                                 + "; interpolated between the timed sizes",
-                 "overlap": "1 MiB all-reduce behind 20 matmuls of 256^3, per progress mode",
+                 "overlap": "1 MiB all-reduce behind 20 matmuls of 256^3, per progress mode"
+                            + (f"; {overlap_note}" if overlap_note else ""),
                  "memory_bytes": "physical memory / ranks"})
