@@ -22,7 +22,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_bucket_per_call",
+BEFORE = [(RESULTS / "engine_accuracy_overlap_probed_on_one_node",
+           "Before overlap hid nothing on one machine's shared cores",
+           "the one-machine runs of 2026-12-03 22:40-22:53 UTC, whose fits priced overlap with the probe's "
+           "efficiency (0 to 0.44) where the table above uses 0 (`probes.overlap_used`); re-predicted from "
+           "their own fits with 0, their errors with overlap on become 12.6, 20.4, 17.2% (4 ranks) and "
+           "19.9, 13.6, 10.5% (8 ranks), the picks unchanged."),
+          (RESULTS / "engine_accuracy_bucket_per_call",
            "Before the buckets were priced as in flight together",
            "the one-machine runs of 21:44-22:17 UTC, with each data-parallel bucket priced as a call of its "
            "own (one latency each); the emulated runs above were measured with that pricing too, and "
