@@ -32,7 +32,6 @@ CONTROLLER_ARGS = [f"--HeartMonitor.period={HEARTBEAT_MS}",
                    f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
 
 
-
 # slurmstepd's line in a job's output when Slurm ends it: "*** JOB 5 ON n1 CANCELLED AT <time> DUE TO TIME LIMIT ***"
 _STEPD_END = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
 _STEPD_REASONS = {None: "CANCELLED", "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
