@@ -134,6 +134,7 @@ def job(args) -> None:
                     print(f"round {r + 1}/{args.rounds} {tuple(shape)} overlap {setting:3s} "
                           f"{row['iter_s'] * 1e3:8.1f} ms", flush=True)
     fits.append(fit_once("after"))
+    rank_cpus = comm.gather(sorted(os.sched_getaffinity(0)))  # each node's own cores, or every core
     if comm.rank != 0:
         return
     machine = FittedMachine.mean(fits)
@@ -152,6 +153,7 @@ def job(args) -> None:
     record = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "cluster": args.cluster, "link": args.link, "world": comm.size, "cpus": os.cpu_count(),
               "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "placement": args.placement,
+              "rank_cpus": rank_cpus,
               "load_before": args.load_before, "load_after": os.getloadavg(), "cpu_steal": stolen(ticks),
               "minutes": (time.time() - start) / 60,
               "batch": BATCH, "model": cfg.to_dict(), "rounds": args.rounds, "iters": args.iters,

@@ -33,6 +33,8 @@ def add_parser(subparsers) -> None:
     up.add_argument("--placement", choices=PLACEMENTS, default="block")
     up.add_argument("--mode", choices=("auto", "root", "user"), default="auto",
                     help="root, or an unprivileged user namespace (default: root if root)")
+    up.add_argument("--shared-cores", action="store_true",
+                    help="let every node use every core (default: each node its own share of the cores)")
     show = what.add_parser("show", help="describe one cluster, or list those that are up")
     show.add_argument("name", nargs="?")
     down = what.add_parser("down", help="take a cluster down")
@@ -53,7 +55,8 @@ def run(args) -> int:
     try:
         if args.what == "up":
             cluster = EmulatedCluster(nodes=args.nodes, ranks_per_node=args.ranks_per_node, link=args.link,
-                                      placement=args.placement, mode=args.mode, name=args.name, export=False)
+                                      placement=args.placement, mode=args.mode, name=args.name, export=False,
+                                      own_cores=not args.shared_cores)
             cluster.start(detached=True)
             print(cluster.describe())
             print(f"run gpulab commands on it with: export GPULAB_CLUSTER={args.name}")

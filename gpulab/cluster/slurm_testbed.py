@@ -268,7 +268,9 @@ class SlurmTestbed:
         from gpulab.emulated.netns import node_address
 
         login = len(self.nodes) + 1
-        self.emulated = EmulatedCluster(nodes=login, link=self.link, mode="root", export=False).start()
+        # own_cores=False: each slurmd counts its node's CPUs itself, and the test Slurm declares them all
+        self.emulated = EmulatedCluster(nodes=login, link=self.link, mode="root", export=False,
+                                        own_cores=False).start()
         for k, node in enumerate(self.nodes, start=1):
             node.address, node.wrap = node_address(k), self.emulated.on_node(k, [])
         self.controller_address = node_address(login)

@@ -38,11 +38,14 @@ class EmulatedCluster(Links, Jobs):
     ``mode``: "auto" (root if root, else a user namespace), "root" or "user".
     ``name`` (optional) registers the cluster under $TMPDIR/gpulab-clusters/NAME.json
     for ``gpulab cluster show/down`` and ``GPULAB_CLUSTER=NAME``.
+    ``own_cores`` (default): each node's processes run on their own share of this machine's cores
+    where there are at least as many cores as nodes (``node_cpus``), as on separate machines; False
+    lets every node use every core.
     """
 
     def __init__(self, nodes: int = 2, ranks_per_node: int | None = None, link: str | None = "1gbit",
                  placement: str = "block", mode: str = "auto", name: str | None = None,
-                 export: bool = True, fault_grace: float = 5.0):
+                 export: bool = True, fault_grace: float = 5.0, own_cores: bool = True):
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
         if placement not in PLACEMENTS:
@@ -53,7 +56,7 @@ class EmulatedCluster(Links, Jobs):
         self.link = parse_link(link)
         self.mode = ("root" if os.geteuid() == 0 else "user") if mode == "auto" else mode
         self._fallback = mode == "auto" and self.mode == "root"  # root refused (a container?): try user
-        self.name, self.export, self.fault_grace = name, export, fault_grace
+        self.name, self.export, self.fault_grace, self.own_cores = name, export, fault_grace, own_cores
         self.keeper: subprocess.Popen | None = None
         self.state: dict | None = None
         self.state_file: str | None = None
@@ -118,7 +121,8 @@ class EmulatedCluster(Links, Jobs):
                           "placement": self.placement, "link": self.link,
                           "link_bytes_per_s": link_bytes_per_s(self.link), "transport": TRANSPORT,
                           "mode": self.mode, "tmpdir": tmpdir, "name": self.name, "started": time.time(),
-                          "hosts": self.addresses(), "mpi_env": MPI_ENV}
+                          "hosts": self.addresses(), "mpi_env": MPI_ENV,
+                          "cpus": node_cpus(self.nodes) if self.own_cores and tool("taskset") else None}
             self.state["launcher"] = self._write_launcher(tmpdir)
             self.state["mpiexec"] = self.mpiexec_prefix()
             self.state_file = state_file
@@ -195,7 +199,7 @@ class EmulatedCluster(Links, Jobs):
         path = jobsite.state_path(name_or_path)
         state = jobsite.read_state(name_or_path)
         self = cls(state["nodes"], state["ranks_per_node"], state["link"], state["placement"], mode=state["mode"],
-                   name=state.get("name"), export=False)
+                   name=state.get("name"), export=False, own_cores=bool(state.get("cpus")))
         self.state, self.state_file = state, path
         return self
 
@@ -222,7 +226,9 @@ class EmulatedCluster(Links, Jobs):
 
     def on_node(self, k: int, argv: list[str], from_inside: bool = False) -> list[str]:
         """argv that runs ``argv`` inside node k (``from_inside``: from a process already in the cluster)."""
-        return [*self._enter(self.node_netns(k), from_inside), *argv]
+        cpus = self.state.get("cpus")
+        pin = [tool("taskset"), "-c", ",".join(map(str, cpus[k - 1]))] if cpus else []
+        return [*pin, *self._enter(self.node_netns(k), from_inside), *argv]
 
     def on_switch(self, argv: list[str]) -> list[str]:
         return [*self._enter(self.switch_netns()), *argv]
@@ -267,6 +273,24 @@ esac
 
     def pids_on_node(self, k: int) -> list[int]:
         return pids_inside({self.state["inodes"][k - 1]})
+
+
+def node_cpus(nodes: int, allowed: list[int] | None = None) -> list[list[int]] | None:
+    """The cores each node's processes run on (``taskset``), or None where every node uses every core.
+
+    Separate machines do not lend each other cores: without this a rank of one node spinning in MPI
+    while it waits for the link takes the core a rank of another node computes on. So the CPUs this
+    process may use are split between the nodes, as evenly as they go. With more nodes than CPUs no
+    split keeps the nodes apart, and tying two nodes to each core only stops the kernel from moving
+    work to an idle one (on 2 cores, 4 nodes x 2 ranks of the engine measured further from the model
+    tied than not), so then every node keeps every core.
+    """
+    allowed = sorted(os.sched_getaffinity(0)) if allowed is None else allowed
+    if nodes > len(allowed):
+        return None
+    share, extra = divmod(len(allowed), nodes)
+    bounds = [k * share + min(k, extra) for k in range(nodes + 1)]
+    return [allowed[bounds[k]:bounds[k + 1]] for k in range(nodes)]
 
 
 def _package_root() -> str:

@@ -46,7 +46,7 @@ class Links:
             pids = self.pids_on_node(k)
             lines.append(f"  node {k}: {' '.join(addr[2:3])} eth0 {addr[1] if len(addr) > 1 else '?'}; "
                          f"{qdisc.split(' root ')[0].replace('qdisc ', '') or 'no qdisc'} "
-                         f"{_rate_of(qdisc)}; {len(pids)} processes")
+                         f"{_rate_of(qdisc)}; {_cores(self.state.get('cpus'), k)}; {len(pids)} processes")
         return "\n".join(lines)
 
     def link_down(self, k: int) -> None:
@@ -87,6 +87,12 @@ class Links:
         except FileNotFoundError:
             return []
         return [line.split(" ", 1)[1].replace("gpulab emulated cluster: ", "") for line in text.splitlines()]
+
+
+def _cores(cpus: list[list[int]] | None, k: int) -> str:
+    if not cpus:
+        return "every core"
+    return f"core{'s' if len(cpus[k - 1]) > 1 else ''} {','.join(map(str, cpus[k - 1]))}"
 
 
 def _rate_of(qdisc: str) -> str:

@@ -18,7 +18,8 @@ def where(comm: MPI.Comm) -> dict:
 
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
     out = {"local_size": shared.size, "node_of_rank": node_of_rank(comm, None),
-           "netns": os.stat("/proc/self/ns/net").st_ino, "topology": os.environ.get("GPULAB_TOPOLOGY")}
+           "netns": os.stat("/proc/self/ns/net").st_ino, "topology": os.environ.get("GPULAB_TOPOLOGY"),
+           "cpus": sorted(os.sched_getaffinity(0))}
     shared.Free()
     return out
 

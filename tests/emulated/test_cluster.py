@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.emulated import ClusterUnavailable, EmulatedCluster, link_bytes_per_s, parse_link, rank_nodes
+from gpulab.emulated.cluster import node_cpus
 from tests.emulated.util import leftovers, reap_orphans, require_cluster, root_netns_links
 from tests.mpi_harness import ROOT, run_mpi
 
@@ -40,6 +41,14 @@ def test_link_and_placement_parsing():
     assert rank_nodes(2, 3, None, "block") == [1, 1, 2]
     with pytest.raises(ValueError, match="placement"):
         EmulatedCluster(nodes=2, placement="scatter")
+
+
+def test_nodes_split_the_cores_between_them():
+    assert node_cpus(2, [0, 1]) == [[0], [1]]
+    assert node_cpus(1, [0, 1]) == [[0, 1]]
+    assert node_cpus(2, [0, 1, 2]) == [[0, 1], [2]]
+    assert node_cpus(2, [4, 5, 6, 7]) == [[4, 5], [6, 7]]
+    assert node_cpus(4, [0, 1]) is None  # more nodes than cores: no split keeps them apart
 
 
 def test_set_up_show_and_tear_down():
@@ -122,6 +131,24 @@ def test_split_type_finds_the_emulated_nodes(placement):
     assert len({r["netns"] for r in results}) == 3
     topology = json.loads(results[0]["topology"])
     assert topology["nodes"] == 3 and topology["ranks_per_node"] == 2 and topology["placement"] == placement
+
+
+@pytest.mark.parametrize("own_cores", [True, False])
+def test_each_node_runs_on_its_own_cores(own_cores):
+    every = sorted(os.sched_getaffinity(0))
+    split = node_cpus(2) if own_cores else None  # on 2 cores: node 1 on core 0, node 2 on core 1
+    with EmulatedCluster(nodes=2, ranks_per_node=2, link=None, placement="round-robin",
+                         own_cores=own_cores) as cluster:
+        results = run_mpi(4, "tests.emulated.cases:where", timeout=120)
+        expected, shown = cluster.topology(4)["rank_nodes"], cluster.describe()
+        assert cluster.state["cpus"] == split, "taskset missing: the nodes share every core"
+    for rank, (r, node) in enumerate(zip(results, expected)):
+        own = split[node - 1] if split else every
+        assert r["cpus"] == own, f"rank {rank} on node {node} runs on cores {r['cpus']}, not {own}"
+    for k in (1, 2):
+        cores = split[k - 1] if split else None
+        says = f"core{'s' if len(cores) > 1 else ''} {','.join(map(str, cores))};" if cores else "every core;"
+        assert f"node {k}:" in shown and says in shown.split(f"node {k}:")[1].split("\n")[0], shown
 
 
 def test_every_algorithm_is_bit_exact_across_nodes():
