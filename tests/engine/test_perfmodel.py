@@ -243,22 +243,23 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
-    assert ("0 used" in m.sources["overlap"]) == (2 > (os.cpu_count() or 1))  # overlap_used, on one node
+    assert ("0 used" in m.sources["overlap"]) == (2 > len(os.sched_getaffinity(0)))  # overlap_used, one node
     assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled
     assert m.contended and "on every rank at once" in m.sources["compute"]  # ... on both ranks together
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
     assert p["iter_s"] > 0 and p["fits"]
 
 
-def test_overlap_hides_nothing_where_ranks_outnumber_the_cores_of_one_node():
+def test_overlap_hides_nothing_where_a_nodes_ranks_outnumber_its_cores():
     from gpulab.engine.perf.probes import overlap_used
 
     measured = {"poll": 0.44, "thread": 0.13}
-    used, why = overlap_used(measured, ranks=4, cores=2, one_node=True)
+    used, why = overlap_used(measured, node_ranks=4, node_cores=2)  # 4 ranks on one 2-core machine
     assert used == {"poll": 0.0, "thread": 0.0}
-    assert why == "0 used (measured poll 0.44, thread 0.13): 4 ranks share the 2 cores of one node"
-    for ranks, cores, one_node in ((2, 2, True), (8, 16, True), (4, 2, False)):  # free cores, or links to wait on
-        assert overlap_used(measured, ranks=ranks, cores=cores, one_node=one_node) == (measured, "")
+    assert why == "0 used (measured poll 0.44, thread 0.13): 4 ranks share the 2 cores of a node"
+    assert overlap_used(measured, node_ranks=2, node_cores=1)[0] == used  # an emulated node on its own core
+    for ranks, cores in ((2, 2), (8, 16), (1, 1)):  # a core for every rank of a node
+        assert overlap_used(measured, node_ranks=ranks, node_cores=cores) == (measured, "")
 
 
 def gpulab(*args, env=None, timeout=120):

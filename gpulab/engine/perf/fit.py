@@ -26,7 +26,7 @@ from gpulab.engine.perf.probes import (
     compute_rates,
     engine_profile,
     fit_line,
-    on_one_node,
+    node_ranks_and_cores,
     overlap_efficiency,
     overlap_used,
     share_slowdown,
@@ -176,7 +176,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     compute["share"] = share_slowdown(comm, reps)
     points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     measured = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
-    overlap, overlap_note = overlap_used(measured, comm.size, os.cpu_count() or 1, on_one_node(comm))
+    overlap, overlap_note = overlap_used(measured, *node_ranks_and_cores(comm))
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
         peak = alone(comm, lambda: peak_matmul(512, repeats=15))

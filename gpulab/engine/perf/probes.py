@@ -33,6 +33,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from functools import partial
 
@@ -255,28 +256,29 @@ def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
     return float(np.clip((t_comp + t_comm - t_both) / min(t_comp, t_comm), 0.0, 1.0))
 
 
-def on_one_node(comm) -> bool:
-    """Collective: whether every rank of ``comm`` shares one node's memory (``Split_type``), so that
-    no collective waits on a network link."""
+def node_ranks_and_cores(comm) -> tuple[int, int]:
+    """Collective: the most ranks on one node (``Split_type``) and the fewest cores a rank may run on
+    (its affinity: the whole machine, or its emulated node's own share, ``gpulab.emulated``)."""
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    everyone = comm.allreduce(local.Get_size(), op=MPI.MIN) == comm.size
+    ranks = comm.allreduce(local.Get_size(), op=MPI.MAX)
     local.Free()
-    return everyone
+    return ranks, comm.allreduce(len(os.sched_getaffinity(0)), op=MPI.MIN)
 
 
-def overlap_used(measured: dict, ranks: int, cores: int, one_node: bool) -> tuple[dict, str]:
+def overlap_used(measured: dict, node_ranks: int, node_cores: int) -> tuple[dict, str]:
     """The overlap efficiency the model uses per progress mode, and why, from the probe's ``measured``.
-    Where the ranks outnumber the cores of the one node they share, a collective is copies and
-    reductions run by the cores the compute needs, and there is no link to wait on: overlap hides
-    nothing, 0 for every mode. Measured so on 4 and 8 ranks of 2 cores: the probe moved from fit to
-    fit (0 to 0.44), overlapping cost 0.5-2.5 ms a window (benchmarks/overlap_loss.py), and the
-    engine's iterations with overlap on took the same time as with it off (median of each run's
-    grids -2.6% to +2.5%; docs/engine_model_accuracy.md), so a probe value above 0 predicted gains
-    that did not come."""
-    if one_node and ranks > cores:
+    Where a node's ranks outnumber its cores, the copies, reductions and polling of a collective in
+    flight run on the cores the compute needs: overlap hides nothing, 0 for every mode. Measured so
+    on 4 and 8 ranks of one 2-core machine (the probe moved from fit to fit, 0 to 0.44; overlapping
+    cost 0.5-2.5 ms a window, benchmarks/overlap_loss.py; the engine's iterations with overlap on
+    took as long as with it off) and on 2 emulated nodes of 2 ranks, each node on its own core,
+    where the probe measured 0.11-0.49 and the iterations with overlap on came out longer than with
+    it off (docs/engine_model_accuracy.md), so a probe value above 0 predicted gains that did not come."""
+    if node_ranks > node_cores:
         text = ", ".join(f"{mode} {eta:.2f}" for mode, eta in measured.items())
         return ({mode: 0.0 for mode in measured},
-                f"0 used (measured {text}): {ranks} ranks share the {cores} cores of one node")
+                f"0 used (measured {text}): {node_ranks} ranks share the {node_cores} "
+                f"core{'s' if node_cores > 1 else ''} of a node")
     return dict(measured), ""
 
 
