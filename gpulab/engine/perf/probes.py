@@ -271,9 +271,10 @@ def overlap_used(measured: dict, node_ranks: int, node_cores: int) -> tuple[dict
     flight run on the cores the compute needs: overlap hides nothing, 0 for every mode. Measured so
     on 4 and 8 ranks of one 2-core machine (the probe moved from fit to fit, 0 to 0.44; overlapping
     cost 0.5-2.5 ms a window, benchmarks/overlap_loss.py; the engine's iterations with overlap on
-    took as long as with it off) and on 2 emulated nodes of 2 ranks, each node on its own core,
-    where the probe measured 0.11-0.49 and the iterations with overlap on came out longer than with
-    it off (docs/engine_model_accuracy.md), so a probe value above 0 predicted gains that did not come."""
+    took as long as with it off), and on 2 emulated nodes of 2 ranks at 1 Gbit/s, each node on its
+    own core, where the probe measured 0.06-0.49 and the model priced with it predicted the
+    iterations with overlap on 16% and 24% too short (median over grids, two runs), with 0 13% and
+    18% (docs/engine_model_accuracy.md): a probe value above 0 predicted gains that did not come."""
     if node_ranks > node_cores:
         text = ", ".join(f"{mode} {eta:.2f}" for mode, eta in measured.items())
         return ({mode: 0.0 for mode in measured},
