@@ -162,7 +162,8 @@ def job(args) -> None:
               "link_floor_collectives": floored.collectives,
               "fits": [f.sources["measured"] for f in fits], "rows": rows,
               "fit_each": [{"collective_points": f.collective_points, "share": f.share,
-                            "matmul_rate": f.matmul_rate, "overlap": f.overlap, "trust": f.trust} for f in fits],
+                            "matmul_rate": f.matmul_rate, "overlap": f.overlap, "overlap_probe": f.overlap_probe,
+                            "trust": f.trust} for f in fits],
               "validation": {s: {"stride-aware": validate([r for r in rows if r["setting"] == s]),
                                  "one-node": validate([{**r, "prediction": r["prediction_one_node"]}
                                                        for r in rows if r["setting"] == s]),

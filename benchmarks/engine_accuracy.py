@@ -1,6 +1,7 @@
 """How accurate the engine's performance model is wherever the kit runs: every recorded accuracy run, per setting.
 
     python benchmarks/engine_accuracy.py      # docs/engine_model_accuracy.md + docs/results/engine_accuracy.png
+    python benchmarks/engine_accuracy.py repredict --overlap zero|probe RECORD.json ...   # another overlap rule
 
 Reads the records of repeated runs (docs/results/engine_accuracy_*.json), each written by
     python benchmarks/emulated_engine.py run --nodes N --ranks-per-node R --placement P --link L \\
@@ -237,5 +238,47 @@ negative where the model predicts the iteration shorter than it measured.
 
 """
 
+def repredict(paths: list[Path], overlap: str) -> list[str]:
+    """Each record's grids priced again from the record's own fit (out of sample: the fit never saw the
+    grids' timings), with the overlap efficiencies of every progress mode set to 0 or to what the fit's
+    probe measured before ``probes.overlap_used``; its error and pick per setting, as the table gives them."""
+    from dataclasses import replace
+
+    from gpulab.engine.gpt.config import GPTConfig
+    from gpulab.engine.parallel.overlap import Overlap
+    from gpulab.engine.perf.agreement import validate
+    from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.engine.perf.predict import predict
+
+    lines = []
+    for path in paths:
+        record = json.loads(path.read_text())
+        machine = FittedMachine.from_dict(record["machine"])
+        if overlap == "probe" and not machine.overlap_probe:
+            raise SystemExit(f"{path}: its fit kept no probe values (recorded before overlap_probe)")
+        etas = {mode: 0.0 for mode in machine.overlap} if overlap == "zero" else {**machine.overlap_probe, "none": 0.0}
+        machine = replace(machine, overlap=etas)
+        by_setting: dict = {}
+        for r in record["rows"]:
+            setting = "off" if r.get("setting", r.get("overlap_label")) in ("off", "none") else "on"
+            cfg = GPTConfig.from_dict(r["config"])
+            pred = predict(cfg, r["shape"], r["batch_size"], machine, Overlap.from_dict(r["overlap"]),
+                           seq_len=r.get("seq_len") or cfg.block_size)
+            by_setting.setdefault(setting, []).append({**r, "prediction": pred})
+        v = {s: validate(rows) for s, rows in by_setting.items()}
+        lines.append(f"{path.name}: overlap {overlap} " + ", ".join(
+            f"{s} {v[s]['median_abs_rel_error']:.1%} pick {v[s]['pick_over_best']:.2f}" for s in ("off", "on")))
+    return lines
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:2] == ["repredict"]:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="engine_accuracy.py repredict", description=repredict.__doc__)
+        parser.add_argument("--overlap", choices=("zero", "probe"), required=True)
+        parser.add_argument("records", nargs="+", type=Path)
+        args = parser.parse_args(sys.argv[2:])
+        print("\n".join(repredict(args.records, args.overlap)))
+    else:
+        main()

@@ -244,6 +244,7 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
     assert ("0 used" in m.sources["overlap"]) == (2 > len(os.sched_getaffinity(0)))  # overlap_used, one node
+    assert set(m.overlap_probe) == {"poll", "thread"} and all(0 <= v <= 1 for v in m.overlap_probe.values())
     assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled
     assert m.contended and "on every rank at once" in m.sources["compute"]  # ... on both ranks together
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)

@@ -62,6 +62,8 @@ class FittedMachine:
     # scale and kernel_overhead profiled with every rank computing at once (the sharing included, so
     # ``share`` is not applied again); False in fits whose profile ran on rank 0 alone
     contended: bool = False
+    # the overlap probe's efficiency per progress mode before ``probes.overlap_used``; {} in older fits
+    overlap_probe: dict = field(default_factory=dict)
 
     @property
     def ranks_per_node(self) -> int:
@@ -138,9 +140,10 @@ class FittedMachine:
         points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
                   for k, v in first.collective_points.items()}
         overlap = {k: sum(f.overlap[k] for f in fits) / n for k in first.overlap}
+        probe = {k: sum(f.overlap_probe[k] for f in fits) / n for k in first.overlap_probe}
         trust = combine([f.trust for f in fits], fit_to_fit([f.collective_points for f in fits]))
         return cls(**{**asdict(first), **avg, "collectives": coll, "collective_points": points, "overlap": overlap,
-                      "trust": trust,
+                      "overlap_probe": probe, "trust": trust,
                       "sources": {**first.sources, "measured": " | ".join(f.sources["measured"] for f in fits),
                                   "averaged": f"mean of {n} fits"}})
 
@@ -188,7 +191,8 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     return FittedMachine(
         name=name or f"this machine, {comm.size} ranks", ranks=comm.size, cores=cores,
         collectives={k: list(fit_line(*zip(*v))) for k, v in points.items()}, collective_points=points,
-        machine_peak=peak, overlap=overlap, trust=conditions(spreads, comm.size, cores, stolen(ticks), reps),
+        machine_peak=peak, overlap=overlap, overlap_probe=measured,
+        trust=conditions(spreads, comm.size, cores, stolen(ticks), reps),
         memory_bytes=total_memory / comm.size, **compute,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
                              f"load average {load:.1f} at the end",
