@@ -67,9 +67,13 @@ class ClusterPanel(W.VBox):
             return f"{self.n} engines on this single machine{reason}: every link is shared memory"
         per_node = -(-self.n // cluster.nodes)
         ranks = f"{per_node} rank{'s' * (per_node != 1)}"
+        cpus = (getattr(cluster, "state", None) or {}).get("cpus")
+        cores = ("each node on its own cores (" + ", ".join(f"node {k}: {','.join(map(str, c))}"
+                                                         for k, c in enumerate(cpus, start=1)) + ")"
+                 if cpus else "the nodes sharing every core of this machine")
         return (f"{self.n} engines on an emulated cluster: {cluster.nodes} nodes x {ranks}, "
                 f"{cluster.placement} placement, {cluster.link or 'unlimited'} links between nodes "
-                f"(TCP; shared memory inside a node)")
+                f"(TCP; shared memory inside a node), {cores}")
 
     def _say(self) -> None:
         self.banner.value = f"<b>Running on:</b> {html.escape(self.describe())}"

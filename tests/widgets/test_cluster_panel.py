@@ -7,6 +7,7 @@ from gpulab.widgets import notebook_engines
 class FakeCluster:
     def __init__(self, nodes, link, placement):
         self.nodes, self.link, self.placement, self.links = nodes, link, placement, []
+        self.state = {"cpus": [[0], [1]] if placement == "block" else None}  # gpulab.emulated.cluster.node_cpus
 
     def set_link(self, link):
         self.links.append(link)
@@ -37,6 +38,7 @@ def test_emulated_banner_link_change_and_placement_restart():
     engines, panel = notebook_engines(4, nodes=2, link="1gbit", placement="block", start=start)
     assert engines is started[0]
     assert "4 engines on an emulated cluster: 2 nodes x 2 ranks, block placement, 1gbit links" in panel.banner.value
+    assert "each node on its own cores (node 1: 0, node 2: 1)" in panel.banner.value
     panel.link.value = "100mbit"
     assert engines.emulated.links == ["100mbit"] and "100mbit links" in panel.banner.value
 
@@ -50,6 +52,7 @@ def test_emulated_banner_link_change_and_placement_restart():
     assert engines.stopped and runner.engines is started[1] is panel.engines
     assert (started[1].emulated.placement, started[1].emulated.link) == ("round-robin", "100mbit")
     assert "round-robin placement, 100mbit links" in panel.banner.value
+    assert "the nodes sharing every core of this machine" in panel.banner.value
 
 
 def test_where_no_cluster_can_be_made_the_banner_says_single_machine_and_why():
