@@ -12,7 +12,10 @@ limits the rate of both ends (``link="1gbit"``, ``"10gbit"``, ``"100mbit"`` or
 between nodes MPICH is forced onto TCP (``UCX_TLS=tcp,self``), because UCX
 would otherwise move data between namespaces through shared memory and the
 links would carry nothing. ``Split_type(COMM_TYPE_SHARED)`` gives one
-communicator per emulated node.
+communicator per emulated node. Where the machine has at least as many cores as
+there are nodes, each node's processes run on their own share of them
+(``taskset``; ``own_cores=False`` lets every node use every core), as separate
+machines would.
 
 Set up as root, or unprivileged inside a user namespace (``unshare -r``) where
 the kernel allows it (``mode="auto"`` tries root, then user). Where neither
