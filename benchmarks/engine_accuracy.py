@@ -23,7 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_overlap_probed_on_one_node",
+BEFORE = [(RESULTS / "engine_accuracy_nodes_sharing_cores",
+           "Before each emulated node had its own core",
+           "the 2 x 2 runs of 2026-12-03 (17:47-22:13 UTC), each node's ranks free to run on both cores "
+           "(`EmulatedCluster(own_cores=False)` now) and overlap priced with the probe's efficiency; in the "
+           "table above each node of the 2 x 2 cluster runs on a core of its own and a node's 2 ranks share "
+           "it, so overlap hides nothing there (`probes.overlap_used`)."),
+          (RESULTS / "engine_accuracy_overlap_probed_on_one_node",
            "Before overlap hid nothing on one machine's shared cores",
            "the one-machine runs of 2026-12-03 22:40-22:53 UTC, whose fits priced overlap with the probe's "
            "efficiency (0 to 0.44) where the table above uses 0 (`probes.overlap_used`); re-predicted from "
