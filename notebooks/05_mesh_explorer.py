@@ -77,12 +77,15 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # What to expect: on a laptop the "share" is above 1 when the ranks outnumber
 # the cores (each rank computes that many times slower with all of them
 # busy), and collectives cost tens to hundreds of microseconds even for tiny
-# messages, because a rank waits for its peers to be scheduled. On the single
-# machine (`NODES = None`) with more ranks than cores, the overlap efficiency
-# is 0: a collective is copies made by the cores the compute needs and there
-# is no link to wait on, so overlapping hides nothing (the line under the
-# numbers gives what the probe measured). On emulated nodes the link's time
-# can hide, and the fit measures how much.
+# messages, because a rank waits for its peers to be scheduled. Where a
+# node's ranks outnumber its cores the overlap efficiency is 0: a collective
+# in flight is copies, reductions and polling run by the cores the compute
+# needs, so overlapping hides nothing (the line under the numbers gives what
+# the probe measured). That is the single machine (`NODES = None`) with more
+# ranks than cores, and 2 emulated nodes of 2 ranks on a 2-core machine: each
+# emulated node runs on a core of its own, as separate machines would (the
+# banner above says which). Where every rank of a node has a core, the link's
+# time can hide, and the fit measures how much.
 # On a GPU cluster the same fit would find a share near 1 (one GPU per rank)
 # and collective costs set by NVLink and the network.
 
