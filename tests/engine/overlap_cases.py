@@ -130,3 +130,13 @@ def timeline_gather(comm, shape):
             "phases": [e["name"] for e in everyone[0] if e["kind"] == "phase"],
             "kernels": sum(e["kind"] == "compute" for e in everyone[0]),
             "latest_start": max(e["start"] for events in everyone for e in events)}
+
+
+def node_cores_under_affinity(world, cores: list[list[int]]) -> tuple[int, int]:
+    """``probes.node_ranks_and_cores`` with each rank first bound to ``cores[rank]`` (its own affinity)."""
+    import os
+
+    from gpulab.engine.perf.probes import node_ranks_and_cores
+
+    os.sched_setaffinity(0, cores[world.rank])
+    return node_ranks_and_cores(world)

@@ -263,6 +263,17 @@ def test_overlap_hides_nothing_where_a_nodes_ranks_outnumber_its_cores():
         assert overlap_used(measured, node_ranks=ranks, node_cores=cores) == (measured, "")
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs 2 cores to bind the ranks apart")
+def test_a_nodes_cores_are_those_its_ranks_may_run_on_together():
+    from tests.mpi_harness import run_mpi
+
+    a, b = sorted(os.sched_getaffinity(0))[:2]
+    apart = run_mpi(2, "tests.engine.overlap_cases:node_cores_under_affinity", cores=[[a], [b]], timeout=60)
+    together = run_mpi(2, "tests.engine.overlap_cases:node_cores_under_affinity", cores=[[a], [a]], timeout=60)
+    assert [tuple(x) for x in apart] == [(2, 2)] * 2  # a core each (as Slurm binds tasks): nothing outnumbered
+    assert [tuple(x) for x in together] == [(2, 1)] * 2  # an emulated node of 2 ranks on its own core
+
+
 def gpulab(*args, env=None, timeout=120):
     return subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
                           timeout=timeout, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})

@@ -257,12 +257,13 @@ def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
 
 
 def node_ranks_and_cores(comm) -> tuple[int, int]:
-    """Collective: the most ranks on one node (``Split_type``) and the fewest cores a rank may run on
-    (its affinity: the whole machine, or its emulated node's own share, ``gpulab.emulated``)."""
+    """Collective: (ranks, cores) of the node whose ranks most outnumber its cores. A node is what
+    ``Split_type`` finds; its cores are those its ranks may run on together (the union of their
+    affinities: the whole machine, a Slurm job's cores, or an emulated node's own share)."""
     local = comm.Split_type(MPI.COMM_TYPE_SHARED)
-    ranks = comm.allreduce(local.Get_size(), op=MPI.MAX)
+    mine = (local.Get_size(), len(set().union(*local.allgather(os.sched_getaffinity(0)))))
     local.Free()
-    return ranks, comm.allreduce(len(os.sched_getaffinity(0)), op=MPI.MIN)
+    return max(comm.allgather(mine), key=lambda node: node[0] / node[1])
 
 
 def overlap_used(measured: dict, node_ranks: int, node_cores: int) -> tuple[dict, str]:
