@@ -128,8 +128,9 @@ def main(args) -> int:
               f"({machine.usable_memory:.0%} of {machine.memory_bytes / 1e9:g} GB)")
     warned = [p for p in shown if p.get("caveat")]
     if warned:
-        print(f"trust LOW for {len(warned)} of {len(shown)} shown: " + warned[0]["caveat"].split(":")[1].strip()
-              + f" (e.g. #{shown.index(warned[0]) + 1}: {warned[0]['caveat'].split(':')[0]})")
+        reason, _, why = warned[0]["caveat"].partition(": ")
+        print(f"trust LOW for {len(warned)} of {len(shown)} shown: {why} "
+              f"(e.g. #{shown.index(warned[0]) + 1}: {reason})")
     print("assumptions:\n  " + "\n  ".join(assumptions(args, overlap)))
     print(f"machine {machine.name}:\n  " + "\n  ".join(machine.assumptions()))
     return 0

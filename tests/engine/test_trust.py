@@ -64,6 +64,21 @@ def test_stolen_reads_proc_stat_or_says_unknown():
     assert share is None or 0 <= share <= 1
 
 
+def test_overlap_where_a_nodes_ranks_share_its_cores_carries_a_warning():
+    from gpulab.engine.parallel.overlap import Overlap
+    from gpulab.engine.perf.probes import overlap_used
+    from gpulab.engine.perf.trust import caveat
+
+    _, why = overlap_used({"poll": 0.3, "thread": 0.1}, node_ranks=2, node_cores=1)
+    zeroed = replace(machine({}, {}), sources={"overlap": f"the probe; {why}"})  # 2 ranks, 2 cores: compute not shared
+    assert caveat(zeroed, 0.5, 1.0) is None and caveat(zeroed, 0.5, 1.0, Overlap()) is None  # nothing overlaps
+    assert caveat(zeroed, 0.5, 1.0, Overlap(oar=True, progress="none")) is None  # nothing moves anyway
+    warned = caveat(zeroed, 0.5, 1.0, Overlap(oar=True))
+    assert warned.startswith("overlap where 2 ranks share the 1 core of a node: priced as hiding nothing"), warned
+    kept = replace(zeroed, sources={"overlap": overlap_used({"poll": 0.3}, node_ranks=2, node_cores=2)[1]})
+    assert caveat(kept, 0.5, 1.0, Overlap(oar=True)) is None  # a core per rank: the probe's value is used
+
+
 def test_a_prediction_warns_when_compute_dominates_on_shared_cores():
     from gpulab.engine.perf.machines import machine as profile
     from gpulab.engine.perf.predict import predict

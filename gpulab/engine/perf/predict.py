@@ -133,7 +133,7 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
     flops = model_flops(config, batch_size, T)
     world = math.prod(shape)
     return {"shape": list(shape), "machine": machine.name, "iter_s": iter_s, "compute_s": compute,
-            "caveat": caveat(machine, compute, iter_s),
+            "caveat": caveat(machine, compute, iter_s, overlap),
             "comm_s": comm, "exposed_comm_s": exposed, "hidden_comm_s": hidden, "groups": groups,
             "memory": mem, "fits": mem["total"] <= machine.usable_memory * machine.memory_bytes,
             "tokens_per_s": batch_size * T / iter_s, "model_flops": flops,

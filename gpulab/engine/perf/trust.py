@@ -25,6 +25,7 @@ LIMITS = {"spread": 0.5, "fit_to_fit": 0.25, "other_load_per_core": 0.5, "steal"
 # of 14% on the emulated clusters and 20% on one machine in the recorded runs, those below it by 4.5%
 # (docs/engine_model_accuracy.md): compute and short collectives move with the scheduler
 COMPUTE_SHARE = 0.2
+OVERLAP_HIDES_NOTHING = "0 used (measured"  # ``probes.overlap_used``'s note where a node's ranks share its cores
 
 
 def cpu_ticks() -> list[int]:
@@ -101,14 +102,22 @@ def verdict(trust: dict) -> tuple[bool | None, list[str]]:
     return ok, lines
 
 
-def caveat(machine, compute_s: float, iter_s: float) -> str | None:
-    """A warning for one prediction on a fitted machine whose ranks share cores, when its compute is
-    ``COMPUTE_SHARE`` of the iteration or more (None otherwise, and on machine profiles)."""
+def caveat(machine, compute_s: float, iter_s: float, overlap=None) -> str | None:
+    """A warning for one prediction on a fitted machine whose ranks share cores (None otherwise, and on
+    machine profiles): when its compute is ``COMPUTE_SHARE`` of the iteration or more, and when it
+    overlaps communication where the fit priced overlap as hiding nothing because a node's ranks
+    share its cores (``probes.overlap_used``), since the engine measured overlapping there anywhere
+    from 22% faster to 24% slower than not (docs/engine_model_accuracy.md)."""
     ranks, cores = getattr(machine, "ranks", 0), getattr(machine, "cores", 0)
-    if not compute_bound_on_shared_cores(ranks, cores, compute_s, iter_s):
-        return None
-    return (f"compute is {compute_s / iter_s:.0%} of the iteration on {ranks} ranks sharing {cores} cores: "
-            "such predictions were off by a median of 14-20% (4.5% where the links dominate)")
+    notes = []
+    if compute_bound_on_shared_cores(ranks, cores, compute_s, iter_s):
+        notes.append(f"compute is {compute_s / iter_s:.0%} of the iteration on {ranks} ranks sharing {cores} "
+                     "cores: such predictions were off by a median of 14-20% (4.5% where the links dominate)")
+    why = getattr(machine, "sources", {}).get("overlap", "")
+    if overlap is not None and overlap.any and overlap.progress != "none" and OVERLAP_HIDES_NOTHING in why:
+        notes.append(f"overlap where {why.split('): ')[-1]}: priced as hiding nothing, where overlapping "
+                     "measured from 22% faster to 24% slower than not")
+    return "; ".join(notes) or None
 
 
 def compute_bound_on_shared_cores(ranks: int, cores: int, compute_s: float, iter_s: float) -> bool:
