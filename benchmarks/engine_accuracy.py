@@ -82,7 +82,7 @@ def runs(folder: Path = RESULTS) -> list[dict]:
         ranks, cores = record["machine"]["ranks"], record["machine"]["cores"]
         grids = [{"error": abs(r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
                   "signed": (r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
-                  "overlap": "off" if r.get("setting", r.get("overlap_label")) in ("off", "none") else "on",
+                  "overlap": overlap_setting(r),
                   "low": compute_bound_on_shared_cores(ranks, cores, r["prediction"]["compute_s"],
                                                        r["prediction"]["iter_s"])}
                  for r in record["rows"]]
@@ -90,6 +90,11 @@ def runs(folder: Path = RESULTS) -> list[dict]:
                     "kind": "machine" if m["setting"].endswith("machine") else "emulated",
                     "minutes": record["minutes"], "accuracy": accuracy, "trust": trust_of(record), "grids": grids})
     return sorted(out, key=lambda r: (r["kind"], r["setting"], r["run"]))
+
+
+def overlap_setting(row: dict) -> str:
+    """"off" or "on": emulated_engine.py's rows say so ("setting"), engine_grids.py's by overlap label."""
+    return "off" if row.get("setting", row.get("overlap_label")) in ("off", "none") else "on"
 
 
 def trust_of(record: dict) -> dict:
@@ -250,11 +255,10 @@ def repredict(paths: list[Path], overlap: str) -> list[str]:
     probe measured before ``probes.overlap_used``; its error and pick per setting, as the table gives them."""
     from dataclasses import replace
 
-    from gpulab.engine.gpt.config import GPTConfig
-    from gpulab.engine.parallel.overlap import Overlap
+    from engine_grids import predict_row
+
     from gpulab.engine.perf.agreement import validate
     from gpulab.engine.perf.fit import FittedMachine
-    from gpulab.engine.perf.predict import predict
 
     lines = []
     for path in paths:
@@ -266,11 +270,7 @@ def repredict(paths: list[Path], overlap: str) -> list[str]:
         machine = replace(machine, overlap=etas)
         by_setting: dict = {}
         for r in record["rows"]:
-            setting = "off" if r.get("setting", r.get("overlap_label")) in ("off", "none") else "on"
-            cfg = GPTConfig.from_dict(r["config"])
-            pred = predict(cfg, r["shape"], r["batch_size"], machine, Overlap.from_dict(r["overlap"]),
-                           seq_len=r.get("seq_len") or cfg.block_size)
-            by_setting.setdefault(setting, []).append({**r, "prediction": pred})
+            by_setting.setdefault(overlap_setting(r), []).append({**r, "prediction": predict_row(r, machine)})
         v = {s: validate(rows) for s, rows in by_setting.items()}
         lines.append(f"{path.name}: overlap {overlap} " + ", ".join(
             f"{s} {v[s]['median_abs_rel_error']:.1%} pick {v[s]['pick_over_best']:.2f}" for s in ("off", "on")))

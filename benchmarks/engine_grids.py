@@ -35,11 +35,20 @@ from gpulab.launch import mpiexec_command  # noqa: E402
 SETTINGS = {"none": "overlap off", "all": "overlap on (all four, MPI_Test progress)"}
 
 
-def run(args) -> None:
+def predict_row(row: dict, machine) -> dict:
+    """The model's prediction for one measured row of ``gpulab bench engine`` (its config, shape, batch
+    size, overlap and sequence length) on a fitted ``machine``."""
     from gpulab.engine import GPTConfig
     from gpulab.engine.parallel.overlap import Overlap
-    from gpulab.engine.perf.fit import FittedMachine
     from gpulab.engine.perf.predict import predict
+
+    cfg = GPTConfig.from_dict(row["config"])
+    return predict(cfg, row["shape"], row["batch_size"], machine, Overlap.from_dict(row["overlap"]),
+                   seq_len=row.get("seq_len") or cfg.block_size)
+
+
+def run(args) -> None:
+    from gpulab.engine.perf.fit import FittedMachine
     from gpulab.machines.resolver import resolve
 
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -67,8 +76,7 @@ def run(args) -> None:
     rows = json.loads(raw.read_text())
     raw.unlink()
     for r in rows:
-        pred = predict(GPTConfig.from_dict(r["config"]), r["shape"], r["batch_size"], machine,
-                       Overlap.from_dict(r["overlap"]), seq_len=r["seq_len"])
+        pred = predict_row(r, machine)
         r["prediction"] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
         r.pop("per_rank", None)
     out = {"world": p, "command": f"python benchmarks/engine_grids.py run --world {p} --iters {args.iters} "
