@@ -14,10 +14,11 @@ in one part is contained, recorded with its error, and the next part runs):
 3. the dense matmul peak (float32, TF32, float16; bfloat16 through PyTorch)
 4. the engine on CuPy: equivalence with the serial numpy model (float32 on
    every 2-rank grid, staged and CUDA-aware; float16 mixed precision against
-   float64), then tokens/s and MFU of training steps against the measured
-   peak of the same dtype
+   float64), then tokens/s and MFU of training steps, a small and a wide model,
+   against the measured peak of the same dtype (float32 with and without TF32)
 5. broadcast timings on CuPy buffers (staged, and NCCL at p = 1), plus the
-   pipelining experiment: one unsegmented staged chain against a pipelined one
+   pipelining experiment: one unsegmented staged chain against pipelined ones,
+   at p = 2 (one hop) and 4
 6. ``gpulab train --device cupy --dtype float16`` on 2 ranks
 
 Parts run in this order, most needed first: when the budget runs out, the
@@ -107,11 +108,13 @@ def part_timings(until, state):
         records += run_mpi(1, "tests.gpu.cases:measure_sweep", algorithms=["nccl"], sizes=state["sizes"],
                            timeout=left(until))[0]
     big = state["sizes"][-1]
-    for label, chunk, staging in (("unpipelined", big, big), ("pipelined 1M", 1 << 20, 1 << 20),
-                                  ("pipelined 4M", 4 << 20, 4 << 20)):
-        for r in run_mpi(2, "tests.gpu.cases:measure_sweep", algorithms=["chain"], sizes=[big], chunk_bytes=chunk,
-                         staging_chunk_bytes=staging, device=state["device"], env=STAGED, timeout=left(until))[0]:
-            records.append({**r, "series": f"chain {label}"})
+    for n in (2, 4):  # at p = 2 a chain has one hop, so only staging can overlap; at p = 4 the hops do too
+        for label, chunk, staging in (("unpipelined", big, big), ("pipelined 1M", 1 << 20, 1 << 20),
+                                      ("pipelined 4M", 4 << 20, 4 << 20)):
+            for r in run_mpi(n, "tests.gpu.cases:measure_sweep", algorithms=["chain"], sizes=[big], chunk_bytes=chunk,
+                             staging_chunk_bytes=staging, device=state["device"], env=STAGED,
+                             timeout=left(until))[0]:
+                records.append({**r, "series": f"chain {label}"})
     keep = ("series", "algorithm", "p", "nbytes", "path", "options", "avg_us", "min_us", "max_us",
             "busbw_GBps", "iters", "valid")
     return [{k: r[k] for k in keep if k in r} for r in records]
@@ -144,16 +147,24 @@ def part_engine_equivalence(until, state):
     return out
 
 
+# (name, model) for the MFU part: the small model is launch-bound on a large GPU, the wide one is not
+MFU_MODELS = [("small", {"n_embd": 768, "n_head": 12, "batch": 16}),
+              ("wide", {"n_embd": 2048, "n_head": 16, "batch": 32})]
+
+
 def part_engine_mfu(until, state):
-    """Training steps of a GPT-2-small-wide model on one GPU: MFU against the same dtype's measured peak."""
+    """Training steps on one GPU, a small and a wide model: MFU against the same dtype's measured peak
+    (float32 with and without TF32, float16)."""
     peak = state.get("peak", {})
     out = {}
-    for dtype, peaks in (("float32", ("cupy_float32", "cupy_float32_tf32")), ("float16", ("cupy_float16",))):
-        mine = {k: peak[k] for k in peaks if k in peak}
-        if not mine:
-            raise RuntimeError(f"no measured {dtype} matmul peak to compute MFU against")
-        out[dtype] = run_mpi(1, "tests.gpu.check_cases:engine_mfu", peak_tflops=mine, dtype=dtype,
-                             timeout=left(until))[0]
+    for series, dtype, peak_name, env in (("float32", "float32", "cupy_float32", {}),
+                                          ("float32_tf32", "float32", "cupy_float32_tf32", {"CUPY_TF32": "1"}),
+                                          ("float16", "float16", "cupy_float16", {})):
+        if peak_name not in peak:
+            raise RuntimeError(f"no measured {peak_name} matmul peak to compute MFU against")
+        out[series] = {model: run_mpi(1, "tests.gpu.check_cases:engine_mfu", peak_tflops={peak_name: peak[peak_name]},
+                                      dtype=dtype, env=env, timeout=left(until), **sizes)[0]
+                       for model, sizes in MFU_MODELS}
     return out
 
 
@@ -181,7 +192,7 @@ def part_train_cli(until, state):
 PARTS = [("environment", part_environment, 60), ("bcast_staged_p2", part_bcast_staged(2), 90),
          ("bcast_staged_p4", part_bcast_staged(4), 120), ("bcast_cuda_aware_p2", part_bcast_cuda_aware, 90),
          ("nccl_p1", part_nccl, 60), ("matmul_peak", part_matmul, 60),
-         ("engine_equivalence", part_engine_equivalence, 150), ("engine_mfu", part_engine_mfu, 90),
+         ("engine_equivalence", part_engine_equivalence, 150), ("engine_mfu", part_engine_mfu, 120),
          ("bcast_timings", part_timings, 150), ("train_cli", part_train_cli, 90)]
 
 
@@ -195,8 +206,9 @@ def summary_lines(report: dict) -> list[str]:
         lines.append(f"{name:22s} {state:6s} {part['seconds']:6.1f} s{detail}")
     peak = report["parts"].get("matmul_peak", {}).get("result") or {}
     lines += [f"  matmul {k}: {v['tflops']:.1f} TFLOP/s" for k, v in peak.items()]
-    for dtype, mfu in (report["parts"].get("engine_mfu", {}).get("result") or {}).items():
-        lines.append(f"  engine {dtype}: {mfu['tokens_per_s']:.0f} tokens/s, MFU {mfu['mfu']}")
+    for series, models in (report["parts"].get("engine_mfu", {}).get("result") or {}).items():
+        lines += [f"  engine {series} {model}: {r['tokens_per_s']:.0f} tokens/s, {r['tflops_per_rank']:.1f} TFLOP/s, "
+                  f"MFU {next(iter(r['mfu'].values())):.3f}" for model, r in models.items()]
     return lines
 
 
