@@ -243,6 +243,7 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
+    assert (m.node_ranks, m.node_cores) == (2, len(os.sched_getaffinity(0)))  # one node: every rank, its cores
     assert ("0 used" in m.sources["overlap"]) == (2 > len(os.sched_getaffinity(0)))  # overlap_used, one node
     assert set(m.overlap_probe) == {"poll", "thread"} and all(0 <= v <= 1 for v in m.overlap_probe.values())
     assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled

@@ -69,14 +69,17 @@ def test_overlap_where_a_nodes_ranks_share_its_cores_carries_a_warning():
     from gpulab.engine.perf.probes import overlap_used
     from gpulab.engine.perf.trust import caveat
 
-    _, why = overlap_used({"poll": 0.3, "thread": 0.1}, node_ranks=2, node_cores=1)
-    zeroed = replace(machine({}, {}), sources={"overlap": f"the probe; {why}"})  # 2 ranks, 2 cores: compute not shared
-    assert caveat(zeroed, 0.5, 1.0) is None and caveat(zeroed, 0.5, 1.0, Overlap()) is None  # nothing overlaps
-    assert caveat(zeroed, 0.5, 1.0, Overlap(oar=True, progress="none")) is None  # nothing moves anyway
-    warned = caveat(zeroed, 0.5, 1.0, Overlap(oar=True))
+    zeroed, why = overlap_used({"poll": 0.3, "thread": 0.1}, node_ranks=2, node_cores=1)
+    assert zeroed == {"poll": 0.0, "thread": 0.0} and "2 ranks share the 1 core of a node" in why
+    crowded = replace(machine({}, {}), node_ranks=2, node_cores=1)  # 2 ranks, 2 cores: compute not shared
+    assert caveat(crowded, 0.5, 1.0) is None and caveat(crowded, 0.5, 1.0, Overlap()) is None  # nothing overlaps
+    assert caveat(crowded, 0.5, 1.0, Overlap(oar=True, progress="none")) is None  # nothing moves anyway
+    warned = caveat(crowded, 0.5, 1.0, Overlap(oar=True))
     assert warned.startswith("overlap where 2 ranks share the 1 core of a node: priced as hiding nothing"), warned
-    kept = replace(zeroed, sources={"overlap": overlap_used({"poll": 0.3}, node_ranks=2, node_cores=2)[1]})
+    assert overlap_used({"poll": 0.3}, node_ranks=2, node_cores=2) == ({"poll": 0.3}, "")
+    kept = replace(crowded, node_cores=2)
     assert caveat(kept, 0.5, 1.0, Overlap(oar=True)) is None  # a core per rank: the probe's value is used
+    assert caveat(replace(crowded, node_ranks=0, node_cores=0), 0.5, 1.0, Overlap(oar=True)) is None  # older fits
 
 
 def test_a_prediction_warns_when_compute_dominates_on_shared_cores():

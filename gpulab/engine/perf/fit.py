@@ -64,6 +64,10 @@ class FittedMachine:
     contended: bool = False
     # the overlap probe's efficiency per progress mode before ``probes.overlap_used``; {} in older fits
     overlap_probe: dict = field(default_factory=dict)
+    # the node whose ranks most outnumber its cores (``probes.node_ranks_and_cores``): overlap hides
+    # nothing where node_ranks > node_cores (``probes.overlap_used``); 0 in older fits
+    node_ranks: int = 0
+    node_cores: int = 0
 
     @property
     def ranks_per_node(self) -> int:
@@ -179,7 +183,8 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     compute["share"] = share_slowdown(comm, reps)
     points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
     measured = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
-    overlap, overlap_note = overlap_used(measured, *node_ranks_and_cores(comm))
+    node_ranks, node_cores = node_ranks_and_cores(comm)
+    overlap, overlap_note = overlap_used(measured, node_ranks, node_cores)
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
         peak = alone(comm, lambda: peak_matmul(512, repeats=15))
@@ -191,7 +196,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     return FittedMachine(
         name=name or f"this machine, {comm.size} ranks", ranks=comm.size, cores=cores,
         collectives={k: list(fit_line(*zip(*v))) for k, v in points.items()}, collective_points=points,
-        machine_peak=peak, overlap=overlap, overlap_probe=measured,
+        machine_peak=peak, overlap=overlap, overlap_probe=measured, node_ranks=node_ranks, node_cores=node_cores,
         trust=conditions(spreads, comm.size, cores, stolen(ticks), reps),
         memory_bytes=total_memory / comm.size, **compute,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "

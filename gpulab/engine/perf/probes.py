@@ -41,7 +41,6 @@ import numpy as np
 
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.perf.timing import alone
-from gpulab.engine.perf.trust import OVERLAP_HIDES_NOTHING
 from gpulab.lazy_mpi import lazy_mpi
 from gpulab.machines.linefit import relative_line
 
@@ -280,7 +279,7 @@ def overlap_used(measured: dict, node_ranks: int, node_cores: int) -> tuple[dict
     if node_ranks > node_cores:
         text = ", ".join(f"{mode} {eta:.2f}" for mode, eta in measured.items())
         return ({mode: 0.0 for mode in measured},
-                f"{OVERLAP_HIDES_NOTHING} {text}): {node_ranks} ranks share the {node_cores} "
+                f"0 used (measured {text}): {node_ranks} ranks share the {node_cores} "
                 f"core{'s' if node_cores > 1 else ''} of a node")
     return dict(measured), ""
 

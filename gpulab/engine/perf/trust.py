@@ -25,7 +25,6 @@ LIMITS = {"spread": 0.5, "fit_to_fit": 0.25, "other_load_per_core": 0.5, "steal"
 # of 14% on the emulated clusters and 20% on one machine in the recorded runs, those below it by 4.5%
 # (docs/engine_model_accuracy.md): compute and short collectives move with the scheduler
 COMPUTE_SHARE = 0.2
-OVERLAP_HIDES_NOTHING = "0 used (measured"  # ``probes.overlap_used``'s note where a node's ranks share its cores
 
 
 def cpu_ticks() -> list[int]:
@@ -113,10 +112,11 @@ def caveat(machine, compute_s: float, iter_s: float, overlap=None) -> str | None
     if compute_bound_on_shared_cores(ranks, cores, compute_s, iter_s):
         notes.append(f"compute is {compute_s / iter_s:.0%} of the iteration on {ranks} ranks sharing {cores} "
                      "cores: such predictions were off by a median of 14-20% (4.5% where the links dominate)")
-    why = getattr(machine, "sources", {}).get("overlap", "")
-    if overlap is not None and overlap.any and overlap.progress != "none" and OVERLAP_HIDES_NOTHING in why:
-        notes.append(f"overlap where {why.split('): ')[-1]}: priced as hiding nothing, where overlapping "
-                     "measured from 22% faster to 24% slower than not")
+    node_ranks, node_cores = getattr(machine, "node_ranks", 0), getattr(machine, "node_cores", 0)
+    if overlap is not None and overlap.any and overlap.progress != "none" and 0 < node_cores < node_ranks:
+        notes.append(f"overlap where {node_ranks} ranks share the {node_cores} core{'s' if node_cores > 1 else ''} "
+                     "of a node: priced as hiding nothing, where overlapping measured from 22% faster to 24% "
+                     "slower than not")
     return "; ".join(notes) or None
 
 
