@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gpulab.launch import mpiexec_command
-from gpulab.procfs import MPI_SCRATCH
+from gpulab.procfs import MPI_SCRATCH, mpi_scratch_held
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,7 +95,7 @@ def batched_jobs(calls: dict, *, timeout: float = 200, env: dict | None = None):
 
 def _kill_job(pid: int) -> None:
     """SIGKILL mpiexec, its proxy and ranks (the job's whole session), and remove the scratch files they held."""
-    from gpulab.cluster.processes import kill_trees  # psutil: not on a bare GPU machine (scripts/gpu_check.py)
+    from gpulab.cluster.processes import kill_trees  # psutil, which a bare GPU machine may lack: only on a timeout
 
     kill_trees([pid])  # removes hydra's topology file and the ranks' shared memory, which SIGKILL leaves
     try:
@@ -115,13 +115,7 @@ def leaked_scratch(before: set[str], grace: float = 2) -> set[str]:
     while True:
         new = scratch_on_disk() - before
         if new:  # other MPI jobs on the machine may be running: theirs are held
-            try:
-                import psutil  # a bare GPU machine (scripts/gpu_check.py) may lack it: then remove nothing
-            except ImportError:
-                return set()
-            from gpulab.cluster.processes import mpi_scratch_files
-
-            new -= mpi_scratch_files(psutil.process_iter())
+            new -= mpi_scratch_held(int(pid) for pid in os.listdir("/proc") if pid.isdigit())
         if not new or time.monotonic() > deadline:
             return new
         time.sleep(0.2)

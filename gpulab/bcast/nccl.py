@@ -9,14 +9,16 @@ the harness the NCCL side with the same signature as the MPI algorithms:
 One NCCL communicator per MPI communicator, created on first use (rank 0
 makes the unique id, MPI broadcasts it) and cached on the MPI communicator.
 NCCL needs one GPU per rank: several ranks on one device make
-``ncclCommInitRank`` fail ("duplicate GPU"), so on a one-GPU machine the
-baseline runs with p = 1 only. On a machine without CuPy or NCCL,
+``ncclCommInitRank`` fail with a bare "invalid usage", so gpulab checks first
+and says which ranks share which GPU (``gpus_shared``); on a one-GPU machine
+the baseline runs with p = 1 only. On a machine without CuPy or NCCL,
 ``nccl_bcast`` raises ``NcclUnavailable`` with the reason.
 """
 
 from __future__ import annotations
 
 import functools
+import socket
 
 from gpulab.backend import cupy_or_none, is_device_array
 from gpulab.bcast.algorithms import byte_view
@@ -57,11 +59,32 @@ def available() -> bool:
         return False
 
 
+def sharing(devices: list) -> str | None:
+    """Why NCCL cannot run on ranks whose GPUs are ``devices`` (each rank's (host, PCI bus id), in rank
+    order), or None: ``ncclCommInitRank`` refuses two ranks on one GPU, with an error that says only
+    "invalid usage"."""
+    first: dict = {}
+    for rank, device in enumerate(devices):
+        if device in first:
+            return (f"ranks {first[device]} and {rank} share the GPU {device[1]} on {device[0]}: NCCL needs "
+                    "a GPU per rank (on a machine with one GPU, run the NCCL baseline on 1 rank)")
+        first[device] = rank
+    return None
+
+
+def gpus_shared(comm: MPI.Comm) -> str | None:
+    """``sharing`` for the ranks of ``comm``, each on its current CUDA device (collective)."""
+    return sharing(comm.allgather((socket.gethostname(), cupy_or_none().cuda.Device().pci_bus_id)))
+
+
 def communicator(comm: MPI.Comm):
     """The NCCL communicator over the same ranks as ``comm`` (collective on first use)."""
     nc = comm.Get_attr(_comm_key())
     if nc is None:
         nccl = nccl_module()
+        why = gpus_shared(comm)
+        if why:  # every rank has the same answer: all raise, none waits in NCCL
+            raise NcclUnavailable(why)
         uid = nccl.get_unique_id() if comm.rank == 0 else None
         nc = nccl.NcclCommunicator(comm.size, comm.bcast(uid, root=0), comm.rank)
         comm.Set_attr(_comm_key(), nc)

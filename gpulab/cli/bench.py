@@ -154,9 +154,13 @@ def _measure(args) -> int:
     if args.device == "cupy" or "nccl" in algorithms:
         pin_gpu(comm)  # one GPU per rank by node-local rank, before CuPy starts
     if "nccl" in algorithms:
-        if not nccl.available():
+        if all(comm.allgather(nccl.available())):  # every rank or none asks the GPUs (collective)
+            why = nccl.gpus_shared(comm)
+        else:
+            why = "the nccl baseline needs CuPy with NCCL and a GPU per rank"
+        if why:
             if comm.rank == 0:
-                print("gpulab bench: the nccl baseline needs CuPy with NCCL and a GPU per rank", file=sys.stderr)
+                print(f"gpulab bench: {why}", file=sys.stderr)
             return 2
     if args.root >= comm.size:  # inside a job started elsewhere (srun): the job's size is known only here
         if comm.rank == 0:

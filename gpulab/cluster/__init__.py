@@ -34,11 +34,12 @@ one machine, for tests and trying things: ``python -m gpulab.cluster.slurm_testb
 ``gpulab.cluster`` does not import the broadcast and the engine).
 """
 
-from gpulab.cluster.engines import EngineDied, EngineFailed, EngineProblem, Engines, EngineTimeout
-from gpulab.cluster.processes import stop_stale_clusters
-from gpulab.cluster.slurm import SLURM_TEMPLATE, slurm_script
-from gpulab.cluster.start import start_engines
-from gpulab.launch import pin_gpu
+from gpulab.lazy_exports import lazy_exports
 
-__all__ = ["SLURM_TEMPLATE", "EngineDied", "EngineFailed", "EngineProblem", "EngineTimeout", "Engines",
-           "pin_gpu", "slurm_script", "start_engines", "stop_stale_clusters"]
+# public name -> its module; importing the package imports none of them, so that ``gpulab.cluster.processes``
+# and ``slurm`` work where ipyparallel is not installed (a bare GPU machine running the tests)
+_PUBLIC = {**dict.fromkeys(("EngineDied", "EngineFailed", "EngineProblem", "EngineTimeout", "Engines"), "engines"),
+           "stop_stale_clusters": "processes", "SLURM_TEMPLATE": "slurm", "slurm_script": "slurm",
+           "start_engines": "start"}
+lazy_exports(globals(), {**{name: f"{__name__}.{module}" for name, module in _PUBLIC.items()},
+                         "pin_gpu": "gpulab.launch"})

@@ -50,6 +50,18 @@ def test_nccl_baseline():
     assert min(run_mpi(n, "tests.gpu.cases:check_nccl", timeout=180)) > 0
 
 
+def test_nccl_on_ranks_sharing_a_gpu_is_refused_with_the_reason():
+    import subprocess
+    import sys
+
+    from tests.mpi_harness import ROOT
+
+    n = GPUS + 1  # one GPU more than there are: two ranks share one
+    done = subprocess.run([sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(n), "--algorithms",
+                           "nccl", "--sizes", "4K", "--quiet"], cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 2 and f"ranks 0 and {GPUS} share the GPU" in done.stderr, done.stderr[-2000:]
+
+
 def test_measurements_on_cupy_report_the_path():
     records = run_mpi(2, "tests.gpu.cases:measure_sweep", algorithms=["chain", "mpi"], sizes=[1 << 20],
                       env={"GPULAB_CUDA_AWARE": "0"}, timeout=180)[0]

@@ -110,3 +110,11 @@ def test_cli_refuses_nccl_without_a_gpu_and_runs_fake_device_buffers(tmp_path):
     assert done.returncode == 0, done.stderr
     records = json.loads(out.read_text())["records"]
     assert [(r["path"], r["device"], r["valid"]) for r in records] == [("staged", "fake", True)] * 2
+
+
+def test_nccl_names_the_ranks_that_share_a_gpu():
+    from gpulab.bcast.nccl import sharing
+
+    assert sharing([("a", "0000:01:00.0"), ("a", "0000:02:00.0"), ("b", "0000:01:00.0")]) is None  # a GPU each
+    why = sharing([("a", "0000:01:00.0"), ("a", "0000:02:00.0"), ("a", "0000:01:00.0")])
+    assert why.startswith("ranks 0 and 2 share the GPU 0000:01:00.0 on a: NCCL needs a GPU per rank"), why
