@@ -170,14 +170,8 @@ def embedding_backward(dout, cache):
 
 
 def scatter_add(target, rows, values):
-    """target[rows] += values, accumulating repeated rows (np.add.at / cupyx.scatter_add)."""
-    xp = array_module(target)
-    if xp.__name__ == "cupy":
-        import cupyx  # only reached with CuPy arrays
-
-        cupyx.scatter_add(target, rows, values)
-    else:  # numpy, and the fake device's numpy
-        xp.add.at(target, rows, values)
+    """target[rows] += values, accumulating repeated rows (``add.at``: numpy, CuPy >= 13)."""
+    array_module(target).add.at(target, rows, values)
 
 
 # --- Softmax cross-entropy, mean over all B*T tokens --------------------------------------------
