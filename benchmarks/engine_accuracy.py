@@ -2,6 +2,7 @@
 
     python benchmarks/engine_accuracy.py      # docs/engine_model_accuracy.md + docs/results/engine_accuracy.png
     python benchmarks/engine_accuracy.py repredict --overlap zero|probe RECORD.json ...   # another overlap rule
+    python benchmarks/engine_accuracy.py price --machine FIT.json BENCH.json   # a fit against `gpulab bench engine`
 
 Reads the records of repeated runs (docs/results/engine_accuracy_*.json), each written by
     python benchmarks/emulated_engine.py run --nodes N --ranks-per-node R --placement P --link L \\
@@ -255,9 +256,6 @@ def repredict(paths: list[Path], overlap: str) -> list[str]:
     probe measured before ``probes.overlap_used``; its error and pick per setting, as the table gives them."""
     from dataclasses import replace
 
-    from engine_grids import predict_row
-
-    from gpulab.engine.perf.agreement import validate
     from gpulab.engine.perf.fit import FittedMachine
 
     lines = []
@@ -267,14 +265,43 @@ def repredict(paths: list[Path], overlap: str) -> list[str]:
         if overlap == "probe" and not machine.overlap_probe:
             raise SystemExit(f"{path}: its fit kept no probe values (recorded before overlap_probe)")
         etas = {mode: 0.0 for mode in machine.overlap} if overlap == "zero" else {**machine.overlap_probe, "none": 0.0}
-        machine = replace(machine, overlap=etas)
-        by_setting: dict = {}
-        for r in record["rows"]:
-            by_setting.setdefault(overlap_setting(r), []).append({**r, "prediction": predict_row(r, machine)})
-        v = {s: validate(rows) for s, rows in by_setting.items()}
+        v = scored(record["rows"], replace(machine, overlap=etas))
         lines.append(f"{path.name}: overlap {overlap} " + ", ".join(
             f"{s} {v[s]['median_abs_rel_error']:.1%} pick {v[s]['pick_over_best']:.2f}" for s in ("off", "on")))
     return lines
+
+
+def scored(rows: list[dict], machine) -> dict:
+    """Measured rows priced on ``machine``: per overlap setting ("off", "on") the model's median error,
+    pick and rank correlation (``agreement.validate``)."""
+    from benchmarks.engine_grids import predict_row
+    from gpulab.engine.perf.agreement import validate
+
+    by_setting: dict = {}
+    for r in rows:
+        by_setting.setdefault(overlap_setting(r), []).append({**r, "prediction": predict_row(r, machine)})
+    return {s: validate(priced) for s, priced in by_setting.items()}
+
+
+def price(machine_path: Path, bench_path: Path) -> list[str]:
+    """The rows of a ``gpulab bench engine`` record priced on a fitted machine (``gpulab model fit``), for
+    runs that no accuracy record covers, such as arrays on a GPU: each grid's measured and predicted
+    iteration, then the error and pick per overlap setting."""
+    from benchmarks.engine_grids import predict_row
+    from gpulab.engine.perf.fit import load
+
+    machine, rows = load(machine_path), json.loads(bench_path.read_text())
+    if {r.get("device", "host") for r in rows} != {machine.device}:
+        raise SystemExit(f"{bench_path} ran on {sorted({r.get('device', 'host') for r in rows})}, "
+                         f"the fit on {machine.device}: it prices runs on its own device")
+    lines = []
+    for r in rows:
+        p = predict_row(r, machine)
+        lines.append(f"{tuple(r['shape'])} overlap {overlap_setting(r)}: measured {r['iter_s'] * 1e3:.1f} ms, "
+                     f"predicted {p['iter_s'] * 1e3:.1f} ms ({p['iter_s'] / r['iter_s'] - 1:+.1%})")
+    v = scored(rows, machine)
+    return lines + [f"overlap {s}: median error {v[s]['median_abs_rel_error']:.1%}, pick / best "
+                    f"{v[s]['pick_over_best']:.2f}, Spearman {v[s]['spearman']:.2f}" for s in sorted(v)]
 
 
 if __name__ == "__main__":
@@ -286,5 +313,13 @@ if __name__ == "__main__":
         parser.add_argument("records", nargs="+", type=Path)
         args = parser.parse_args(sys.argv[2:])
         print("\n".join(repredict(args.records, args.overlap)))
+    elif sys.argv[1:2] == ["price"]:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="engine_accuracy.py price", description=price.__doc__)
+        parser.add_argument("--machine", type=Path, required=True, help="a fit (gpulab model fit --out)")
+        parser.add_argument("bench", type=Path, help="a record of gpulab bench engine --out")
+        args = parser.parse_args(sys.argv[2:])
+        print("\n".join(price(args.machine, args.bench)))
     else:
         main()

@@ -86,11 +86,14 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # emulated node runs on a core of its own, as separate machines would (the
 # banner above says which). Where every rank of a node has a core, the link's
 # time can hide, and the fit measures how much.
-# On a GPU cluster the same fit would find a share near 1 (one GPU per rank)
-# and collective costs set by NVLink and the network.
+# On a GPU node the fit runs with the arrays on the GPUs (`DEVICE` below),
+# since a model fitted with host arrays prices host runs: its compute rates
+# would be the CPU's, its collectives would skip the copies to and from the
+# GPU. The explorer predicts only runs on the device the model was fitted on.
 
 # %%
-machine = runner.fit_machine(reps=FIT_REPS)
+DEVICE = "cupy" if "cupy" in runner.devices else "host"  # GPUs where every engine has one
+machine = runner.fit_machine(reps=FIT_REPS, device=DEVICE)
 print(f"share {machine.share:.1f}x (ranks and other load on {machine.cores} cores), "
       f"matmul {machine.matmul_rate / 1e9:.0f} GFLOP/s per rank alone, overlap efficiency {machine.overlap}")
 print("overlap:", machine.sources["overlap"])

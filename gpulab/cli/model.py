@@ -23,6 +23,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from gpulab.backend import DEVICES
 from gpulab.cli import model_compare, model_memory
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.comm_only import comm_only_rank
@@ -30,7 +31,7 @@ from gpulab.engine.perf.fit import FittedMachine
 from gpulab.engine.perf.fit import fit as fit_machine
 from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import model_config, predict, rank
-from gpulab.launch import inside_mpi_job, relaunch
+from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
 from gpulab.lazy_mpi import lazy_mpi
 from gpulab.machines.resolver import ENV, resolve
 
@@ -81,6 +82,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--repeat", type=int, default=1,
                    help="fit this many times and keep the mean; how far the fits differ says how far to "
                         "trust the model (default 1)")
+    p.add_argument("--device", default="host", choices=tuple(DEVICES),
+                   help="where the arrays live, as in the runs to predict (cupy: a GPU per rank)")
     p.set_defaults(func=fit)
 
 
@@ -201,14 +204,16 @@ def fit(args) -> int:
         if args.repeat < 1 or args.reps < 1:
             raise SystemExit("gpulab model fit: --reps and --repeat must be at least 1")
         return relaunch(args.nprocs, ["model", "fit", "--out", out, "--reps", str(args.reps),
-                                      "--repeat", str(args.repeat)])
+                                      "--repeat", str(args.repeat), "--device", args.device])
     # deferred: every gpulab command imports this module to build its parser; only the ranks use it
     from threadpoolctl import threadpool_limits
 
     comm = MPI.COMM_WORLD
+    if args.device == "cupy":
+        pin_gpu(comm)  # one GPU per node-local rank, before CuPy starts CUDA
     local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
     threadpool_limits(max(1, (os.cpu_count() or 1) // local))  # as gpulab train and the bench do
-    fits = [fit_machine(comm, args.reps) for _ in range(args.repeat)]
+    fits = [fit_machine(comm, args.reps, device=args.device) for _ in range(args.repeat)]
     if comm.rank == 0:
         machine = FittedMachine.mean(fits) if len(fits) > 1 else fits[0]
         machine.save(out)

@@ -36,8 +36,8 @@ def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup,
         comm.Free()
 
 
-def _fit_on_engine(reps):
-    machine = fit(MPI.COMM_WORLD, reps=reps)
+def _fit_on_engine(reps, device):
+    machine = fit(MPI.COMM_WORLD, reps=reps, device=device)
     return None if machine is None else machine.__dict__
 
 
@@ -66,7 +66,9 @@ class MeshRunner:
                                 what=what)
         return rows[0]
 
-    def fit_machine(self, reps: int = 3):
-        """This computer fitted on all the engines (``gpulab.engine.perf.fit``)."""
-        raw = self.engines.run(_fit_on_engine, reps, timeout=self.timeout, what="perf.fit.fit()")[0]
+    def fit_machine(self, reps: int = 3, device: str = "host"):
+        """This computer fitted on all the engines (``gpulab.engine.perf.fit``), with arrays on ``device``:
+        it prices the runs on that device."""
+        raw = self.engines.run(_fit_on_engine, reps, device, timeout=self.timeout,
+                               what=f"perf.fit.fit(device={device!r})")[0]
         return FittedMachine.from_dict(raw)

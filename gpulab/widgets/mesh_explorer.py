@@ -59,8 +59,10 @@ class MeshExplorer(W.VBox):
         self.progress = W.Dropdown(options=[m for m in PROGRESS if m != "mpich"], value="poll",
                                    description="progress")
         self.bucket_kb = W.IntSlider(value=256, min=16, max=4096, step=16, description="bucket KiB")
-        self.device = W.Dropdown(options=[(DEVICES[d], d) for d in getattr(runner, "devices", ["host"])],
-                                 value="host", description="arrays on")
+        devices = getattr(runner, "devices", ["host"])
+        fitted = getattr(machine, "device", "host")  # start where the model was fitted: it prices those runs
+        self.device = W.Dropdown(options=[(DEVICES[d], d) for d in devices],
+                                 value=fitted if fitted in devices else "host", description="arrays on")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
         self.status, self.table = W.HTML(f"ready: {runner.p} engines"), W.Output()
         self.status.add_class("gpulab-status")  # what a run reports (tests find it by this class)
@@ -132,15 +134,19 @@ class MeshExplorer(W.VBox):
         row["label"] = f"#{len(self.results) + 1} {tuple(shape)} {overlap.label()}" + (
             f" on {device}" if device != "host" else "")
         self.results.append(row)
-        self.predictions.append(self._predict(shape, overlap))
+        self.predictions.append(self._predict(shape, overlap, device))
         caveat = (self.predictions[-1] or {}).get("caveat")
+        fitted = getattr(self.machine, "device", "host")
         self.status.value = f"{row['label']}: {row['iter_s'] * 1e3:.1f} ms per iteration" + (
-            f"; the model's trust is LOW here: {html.escape(caveat)}" if caveat else "")
+            f"; the model's trust is LOW here: {html.escape(caveat)}" if caveat else "") + (
+            f"; no prediction: the model was fitted with arrays on {fitted} "
+            f"(runner.fit_machine(device={device!r}) fits one for {device})"
+            if self.machine is not None and fitted != device else "")
         self.redraw()
         return row
 
-    def _predict(self, shape, overlap):
-        if self.machine is None:
+    def _predict(self, shape, overlap, device: str = "host"):
+        if self.machine is None or getattr(self.machine, "device", "host") != device:  # GPU rates price GPU runs
             return None
         return predict(self.config, shape, self.batch_size, self.machine, overlap)
 

@@ -140,3 +140,19 @@ def test_accuracy_records_have_both_settings_and_render():
             assert all(g["error"] >= 0 for g in r["grids"])
         assert len(table(rows)) == 2 + len(rows)
     assert len(by_caveat(runs())) >= 3  # the head and at least one kind of prediction
+
+
+def test_a_gpu_fit_prices_the_gpu_runs_recorded_with_it(tmp_path):
+    """``engine_accuracy.py price``: the H200 record (docs/gpu.md) priced again, and a run on another device refused."""
+    import json
+
+    from benchmarks.engine_accuracy import price
+
+    folder = ROOT / "docs" / "results" / "engine_model_h200"
+    fit, bench = folder / "fit_cupy_p2.json", folder / "bench_engine_cupy_p2.json"
+    lines = price(fit, bench)
+    assert len(lines) == 8 + 2 and lines[-2].startswith("overlap off: median error 12.6%, pick / best 1.00")
+    host = tmp_path / "host.json"
+    host.write_text(json.dumps([{**r, "device": "host"} for r in json.loads(bench.read_text())]))
+    with pytest.raises(SystemExit, match="the fit on cupy: it prices runs on its own device"):
+        price(fit, host)

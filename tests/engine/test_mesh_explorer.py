@@ -128,3 +128,20 @@ def test_the_device_menu_follows_the_runner_and_reaches_the_measurement():
     explorer.device.value = "cupy"
     row = explorer.run()
     assert runner.calls[-1][-1] == "cupy" and row["label"].endswith(" on cupy")
+
+
+def test_the_model_prices_only_runs_on_the_device_it_was_fitted_on():
+    class GpuRunner(FakeRunner):
+        devices = ["host", "cupy", "fake"]
+
+    class GpuMachine(FakeMachine):
+        device = "cupy"
+
+    explorer = MeshExplorer(GpuRunner(), machine=GpuMachine())
+    assert explorer.device.value == "cupy"  # the menu starts where the model was fitted
+    explorer.run()
+    explorer.device.value = "host"
+    explorer.run()
+    assert [r["predicted ms"] > 0 for r in explorer.rows()] == [True, False]  # nan: not priced
+    assert "fitted with arrays on cupy" in explorer.status.value and "device='host'" in explorer.status.value
+    assert MeshExplorer(GpuRunner(), machine=FakeMachine()).device.value == "host"  # a host fit: host runs

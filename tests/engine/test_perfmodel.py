@@ -9,7 +9,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -250,6 +250,21 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert m.contended and "on every rank at once" in m.sources["compute"]  # ... on both ranks together
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
     assert p["iter_s"] > 0 and p["fits"]
+
+
+def test_fit_times_the_arrays_where_the_runs_keep_them(tmp_path):
+    out = tmp_path / "fake.json"
+    env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    run = gpulab("model", "fit", "-n", "2", "--device", "fake", "--out", str(out), "--reps", "1", env=env,
+                 timeout=240)
+    assert run.returncode == 0, run.stdout + run.stderr
+    m = load(out)
+    assert m.device == "fake" and m.name.endswith("arrays on fake") and m.memory_bytes > 0
+    assert m.matmul_rate > 0 and m.scale > 0 and set(m.collective_points) == {"all_reduce/2", "all_gather/2",
+                                                                                "reduce_scatter/2"}
+    saved = asdict(m)
+    del saved["device"]
+    assert FittedMachine.from_dict(saved).device == "host"  # fits saved before the field price host runs
 
 
 def test_overlap_hides_nothing_where_a_nodes_ranks_outnumber_its_cores():

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from gpulab.backend import module_for
 from gpulab.engine.perf.machines import Level
 from gpulab.engine.perf.probes import (
     collective_costs,
@@ -68,6 +70,8 @@ class FittedMachine:
     # nothing where node_ranks > node_cores (``probes.overlap_used``); 0 in older fits
     node_ranks: int = 0
     node_cores: int = 0
+    # where the arrays lived while it was measured ("host", "cupy", "fake"): it prices runs on that device
+    device: str = "host"
 
     @property
     def ranks_per_node(self) -> int:
@@ -167,38 +171,53 @@ def load(path) -> FittedMachine:
         return FittedMachine.from_dict(json.load(f))
 
 
+def memory_per_rank(comm, device: str) -> tuple[float, str]:
+    """Collective: the memory one rank may use, and how it was found. On a GPU its device's memory over
+    the ranks that share that device; elsewhere the machine's physical memory over the ranks."""
+    if device == "cupy":
+        cp = module_for("cupy")
+        mine = (socket.gethostname(), cp.cuda.Device().pci_bus_id)
+        sharing = comm.allgather(mine).count(mine)
+        return cp.cuda.runtime.memGetInfo()[1] / sharing, "GPU memory / ranks sharing the GPU"
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / comm.size, "physical memory / ranks"
+
+
 def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
-        max_bytes: int = 4 << 20) -> FittedMachine | None:
+        max_bytes: int = 4 << 20, device: str = "host") -> FittedMachine | None:
     """Measure and fit on every rank of ``comm``; the machine on rank 0 (None elsewhere). ``strided``:
     fit every group stride too (``probes.collective_costs``), for ranks on several nodes; ``max_bytes``:
-    the largest collective timed (smaller on slow links, where 4 MiB takes seconds per call)."""
+    the largest collective timed (smaller on slow links, where 4 MiB takes seconds per call); ``device``:
+    where the arrays live ("cupy": each rank's GPU, pinned before, as ``gpulab.launch.pin_gpu`` does),
+    as in the runs the machine will price: the compute rates, the engine's step and the collectives
+    (staged through host memory unless the MPI is CUDA-aware) are all timed on it."""
 
     # deferred: every gpulab command imports this module (gpulab model) to build its parser
     from threadpoolctl import threadpool_limits
 
     ticks = cpu_ticks()
-    compute = comm.bcast(alone(comm, compute_rates), root=0)
-    compute.update(comm.bcast(engine_profile(comm, compute), root=0))
+    compute = comm.bcast(alone(comm, lambda: compute_rates(device)), root=0)
+    compute.update(comm.bcast(engine_profile(comm, compute, device=device), root=0))
     profile_spread = compute.pop("profile_rank_spread")
     compute["share"] = share_slowdown(comm, reps)
-    points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes)
-    measured = {mode: overlap_efficiency(comm, mode) for mode in ("poll", "thread")}
+    points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes, device=device)
+    measured = {mode: overlap_efficiency(comm, mode, device=device) for mode in ("poll", "thread")}
     node_ranks, node_cores = node_ranks_and_cores(comm)
     overlap, overlap_note = overlap_used(measured, node_ranks, node_cores)
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
-        peak = alone(comm, lambda: peak_matmul(512, repeats=15))
+        peak = alone(comm, lambda: peak_matmul(None if device == "cupy" else 512, repeats=15, device=device))
+    memory, memory_source = memory_per_rank(comm, device)
     if comm.rank != 0:
         return None
     cores = os.cpu_count() or 1
-    total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     load = os.getloadavg()[0]
     return FittedMachine(
-        name=name or f"this machine, {comm.size} ranks", ranks=comm.size, cores=cores,
+        name=name or f"this machine, {comm.size} ranks" + ("" if device == "host" else f", arrays on {device}"),
+        ranks=comm.size, cores=cores, device=device,
         collectives={k: list(fit_line(*zip(*v))) for k, v in points.items()}, collective_points=points,
         machine_peak=peak, overlap=overlap, overlap_probe=measured, node_ranks=node_ranks, node_cores=node_cores,
         trust=conditions(spreads, comm.size, cores, stolen(ticks), reps),
-        memory_bytes=total_memory / comm.size, **compute,
+        memory_bytes=memory, **compute,
         sources={"measured": f"{time.strftime('%Y-%m-%d %H:%M')} on {comm.size} ranks, {cores} cores, "
                              f"load average {load:.1f} at the end",
                  "compute": "matmul/elementwise timings on rank 0 alone, scaled to the engine's serial step "
@@ -207,6 +226,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
                  "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
                                 f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
                                 + "; interpolated between the timed sizes",
-                 "overlap": "1 MiB all-reduce behind 20 matmuls of 256^3, per progress mode"
+                 "overlap": f"1 MiB all-reduce behind 20 matmuls of {2048 if device == 'cupy' else 256}^3, "
+                            "per progress mode"
                             + (f"; {overlap_note}" if overlap_note else ""),
-                 "memory_bytes": "physical memory / ranks"})
+                 "memory_bytes": memory_source})

@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import os
 import time
-from functools import partial
 
 import numpy as np
 
+from gpulab.backend import module_for, synchronize
 from gpulab.engine.parallel import collectives as coll
 from gpulab.engine.perf.timing import alone
 from gpulab.lazy_mpi import lazy_mpi
@@ -65,25 +65,27 @@ def median_time(fn, reps: int) -> float:
     return float(np.median(times))
 
 
-def compute_rates() -> dict:
-    rng = np.random.default_rng(0)
+def compute_rates(device: str = "host") -> dict:
+    """Matmul and elementwise rates and the fixed cost of one array operation, with arrays on ``device``
+    (on a GPU each timing ends when the kernels have, ``backend.synchronize``)."""
+    xp, rng = module_for(device), np.random.default_rng(0)
     mm = []
     for m, k, n in ((64, 64, 64), (256, 64, 192), (512, 128, 384), (1024, 128, 512), (1024, 256, 256)):
-        a, b = rng.random((m, k), dtype=np.float32), rng.random((k, n), dtype=np.float32)
-        mm.append((2.0 * m * k * n, median_time(partial(np.matmul, a, b), 15)))
+        a, b = (xp.asarray(rng.random(shape, dtype=np.float32)) for shape in ((m, k), (k, n)))
+        mm.append((2.0 * m * k * n, median_time(lambda: synchronize(a @ b), 15)))  # noqa: B023
     el = []
     for n in (1 << 10, 1 << 14, 1 << 18, 1 << 20):
-        x = rng.random(n, dtype=np.float32)
+        x = xp.asarray(rng.random(n, dtype=np.float32))
         # 3 passes: *, +, tanh; the closure is timed at once, within this iteration
-        el.append((n, median_time(lambda: np.tanh(x * 0.5 + x), 15) / 3))  # noqa: B023
-    tiny = np.ones(4, dtype=np.float32)
-    overhead = median_time(lambda: [tiny + tiny for _ in range(100)], 15) / 100
+        el.append((n, median_time(lambda: synchronize(xp.tanh(x * 0.5 + x)), 15) / 3))  # noqa: B023
+    tiny = xp.ones(4, dtype=np.float32)
+    overhead = median_time(lambda: synchronize([tiny + tiny for _ in range(100)][-1]), 15) / 100
     _, mm_slope = fit_line([f for f, _ in mm], [t for _, t in mm])
     _, el_slope = fit_line([n for n, _ in el], [t for _, t in el])
     return {"matmul_rate": 1 / mm_slope, "elementwise_rate": 1 / el_slope, "kernel_overhead": overhead}
 
 
-def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5) -> dict | None:
+def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5, device: str = "host") -> dict | None:
     """The engine's own serial training step, timed on every rank of ``comm`` at once, against what
     ``rates`` predict for it; the profile on rank 0, None elsewhere.
 
@@ -104,7 +106,7 @@ def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5) -> d
     cfg, times = bench_config(), []
     for b in batches:
         sleeping_barrier(comm)  # start together; the ranks that finish first do not spin on the cores
-        own = measure(MPI.COMM_SELF, cfg, (1, 1, 1, 1), b, iters=iters, warmup=3)["iter_s"]  # warm: faster
+        own = measure(MPI.COMM_SELF, cfg, (1, 1, 1, 1), b, iters=iters, warmup=3, device=device)["iter_s"]
         times.append(comm.gather(own, root=0))
         sleeping_barrier(comm)
     if comm.rank != 0:
@@ -119,15 +121,16 @@ def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5) -> d
             "profile_rank_spread": float(max(times[-1]) / mean[-1])}
 
 
-def work_kernel(rank: int):
-    """About a millisecond of the engine's kind of work: small matmuls and an elementwise step."""
-    rng = np.random.default_rng(rank)
-    a, x = rng.random((128, 128), dtype=np.float32), rng.random(1 << 14, dtype=np.float32)
+def work_kernel(rank: int, device: str = "host"):
+    """About a millisecond of the engine's kind of work on the host: small matmuls and an elementwise
+    step (on a GPU, timed to the end of its kernels)."""
+    xp, rng = module_for(device), np.random.default_rng(rank)
+    a, x = xp.asarray(rng.random((128, 128), dtype=np.float32)), xp.asarray(rng.random(1 << 14, dtype=np.float32))
 
     def work():
         for _ in range(6):
             a @ a
-        np.tanh(x)
+        synchronize(xp.tanh(x))
 
     return work
 
@@ -189,12 +192,13 @@ def added_by(comm, call, work, reps: int) -> tuple[float, float]:
     return best, max(float(np.median(with_call) - np.median(without)) / best - 1, 0.0)
 
 
-def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1]) -> tuple[dict, dict]:
+def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SIZES[-1],
+                     device: str = "host") -> tuple[dict, dict]:
     """"op/g[@s]" -> [[bytes, seconds], ...] for every size up to ``max_bytes``, on every rank, and
     "op/g[@s]" -> each size's spread: how much the median repetition's cost exceeds the best one's
     (relative; 0 with one repetition), which ``trust`` reads."""
-    p, out, spread = comm.size, {}, {}
-    work = work_kernel(comm.rank)
+    p, out, spread, xp = comm.size, {}, {}, module_for(device)
+    work = work_kernel(comm.rank, device)
     for g, s in group_layouts(p, strided):
         group = comm.Split(strided_group(comm.rank, g, s), comm.rank)
         for op in OPS:
@@ -202,7 +206,7 @@ def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SI
             for nbytes in (n for n in SIZES if n <= max_bytes):
                 n = nbytes // 4
                 n -= n % g
-                x = np.ones(n, dtype=np.float32)
+                x = xp.ones(n, dtype=np.float32)
                 best, over = added_by(comm, _collective_call(op, x, g, group), work, reps)
                 points.append([n * 4, best])
                 spreads.append(over)
@@ -211,20 +215,23 @@ def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SI
     return out, spread
 
 
-def overlap_times(comm, progress: str, nbytes: int = 1 << 20, reps: int = 9) -> tuple[float, float, float]:
+def overlap_times(comm, progress: str, nbytes: int = 1 << 20, reps: int = 9,
+                  device: str = "host") -> tuple[float, float, float]:
     """(compute, all-reduce, the all-reduce in flight behind the compute) in seconds: 20 matmuls of 256^3
-    (with MPI_Test between them for "poll", the progress thread running for "thread") and an all-reduce
+    (2048^3 on a GPU; with MPI_Test between them for "poll", the progress thread running for "thread") and an all-reduce
     of ``nbytes`` over all ranks, each the least over ``reps`` of the slowest rank."""
-    rng = np.random.default_rng(comm.rank)
-    a = rng.random((256, 256), dtype=np.float32)
-    x = np.ones(nbytes // 4, dtype=np.float32)
+    xp, rng = module_for(device), np.random.default_rng(comm.rank)
+    n = 2048 if device == "cupy" else 256  # milliseconds of matmuls either way
+    a = xp.asarray(rng.random((n, n), dtype=np.float32))
+    x = xp.ones(nbytes // 4, dtype=np.float32)
     thread = coll.ProgressThread(comm) if progress == "thread" else None
 
     def compute():
         for _ in range(20):
-            a @ a
+            b = a @ a
             if progress == "poll":
                 coll.progress()
+        synchronize(b)
 
     def both():
         handle = coll.iall_reduce(x, comm)
@@ -248,11 +255,11 @@ def overlap_times(comm, progress: str, nbytes: int = 1 << 20, reps: int = 9) -> 
     return t_comp, t_comm, t_both
 
 
-def overlap_efficiency(comm, progress: str, reps: int = 9) -> float:
+def overlap_efficiency(comm, progress: str, reps: int = 9, device: str = "host") -> float:
     """eta: how much of a 1 MiB all-reduce over all ranks hides behind 20 matmuls of 256^3 (time saved /
     the shorter of the two), in [0, 1]: where overlapping is slower than the two one after the other,
     as on ranks that share cores, it counts as hiding nothing (benchmarks/overlap_loss.py shows the loss)."""
-    t_comp, t_comm, t_both = overlap_times(comm, progress, reps=reps)
+    t_comp, t_comm, t_both = overlap_times(comm, progress, reps=reps, device=device)
     return float(np.clip((t_comp + t_comm - t_both) / min(t_comp, t_comm), 0.0, 1.0))
 
 
