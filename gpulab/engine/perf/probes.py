@@ -1,4 +1,5 @@
-"""The microbenchmarks ``fit.fit`` makes this computer's model from.
+"""The microbenchmarks ``fit.fit`` makes this computer's model from, each with its arrays where the
+runs it will price keep them (``device``: host numpy, CuPy on each rank's GPU, or the fake device).
 
 - compute: rank 0 alone (the others sleep) times matmuls of several sizes
   (t = a + FLOPs / rate), elementwise numpy steps (t = a + values / rate)
