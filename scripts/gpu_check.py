@@ -20,6 +20,8 @@ in one part is contained, recorded with its error, and the next part runs):
    pipelining experiment: one unsegmented staged chain against pipelined ones,
    at p = 2 (one hop) and 4
 6. ``gpulab train --device cupy --dtype float16`` on 2 ranks
+7. the engine's performance model fitted on the device (``gpulab model fit --device cupy``) against
+   ``gpulab bench engine`` on the four grids of 2 ranks: its error and pick
 
 Parts run in this order, most needed first: when the budget runs out, the
 rest are recorded as skipped.
@@ -168,14 +170,21 @@ def part_engine_mfu(until, state):
     return out
 
 
-def part_train_cli(until, state):
-    """``gpulab train --device cupy --dtype float16`` on 2 ranks sharing the GPU: the command a learner runs."""
+def cli_missing(command: str) -> dict | None:
+    """A part's result when the gpulab commands' own dependencies (pip install -e .) are missing here: the
+    parts that call the library directly do without them."""
     import importlib.util
-    import tempfile
 
     missing = [m for m in ("tqdm", "threadpoolctl") if importlib.util.find_spec(m) is None]
-    if missing:  # the command's own dependencies (pip install -e .); the engine parts above do without
-        return {"skipped": f"gpulab train needs {', '.join(missing)}, not installed here"}
+    return {"skipped": f"{command} needs {', '.join(missing)}, not installed here"} if missing else None
+
+
+def part_train_cli(until, state):
+    """``gpulab train --device cupy --dtype float16`` on 2 ranks sharing the GPU: the command a learner runs."""
+    import tempfile
+
+    if skip := cli_missing("gpulab train"):
+        return skip
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "gpulab.cli", "train", "--mesh", "1,2,1,1", "--device", "cupy", "--dtype",
                "float16", "--steps", "60", "--no-progress", "--sample", "0", "--out", f"{tmp}/gpt.npz"]
@@ -187,13 +196,42 @@ def part_train_cli(until, state):
     return json.loads(line[len("summary "):])
 
 
+def part_engine_model(until, state):
+    """The engine's performance model fitted with the arrays on the device (``gpulab model fit --device``) against
+    ``gpulab bench engine`` on every grid of 2 ranks, overlap off and on: its error and pick per setting."""
+    import tempfile
+
+    from benchmarks.engine_accuracy import scored
+    from gpulab.engine.perf.fit import load
+
+    if skip := cli_missing("gpulab model fit"):
+        return skip
+    device = state["device"]
+    with tempfile.TemporaryDirectory() as tmp:
+        fit, bench = f"{tmp}/fit.json", f"{tmp}/bench.json"
+        for args in (["model", "fit", "-n", "2", "--device", device, "--reps", "2", "--out", fit],
+                     ["bench", "engine", "-n", "2", "--device", device, "--shapes", "1,2,1,1;2,1,1,1;1,1,2,1;1,1,1,2",
+                      "--overlap", "none;all", "--iters", "5", "--rounds", "2", "--warmup", "2", "--out", bench]):
+            run = subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
+                                 timeout=left(until), cwd=ROOT, env={**os.environ, **STAGED})
+            if run.returncode:
+                tail = (run.stdout + run.stderr)[-3000:]
+                raise RuntimeError(f"gpulab {' '.join(args[:2])}: exit {run.returncode}: {tail}")
+        rows = json.loads(Path(bench).read_text())
+        v = scored(rows, load(fit))
+    keep = ("median_abs_rel_error", "pick_over_best", "spearman", "model_pick", "measured_best")
+    return {"grids": [{"shape": r["shape"], "overlap": r["overlap_label"], "iter_s": r["iter_s"]} for r in rows],
+            **{setting: {k: v[setting][k] for k in keep} for setting in v}}
+
+
 # (name, function, seconds it may take at most), in order of priority: what the issue asks for
 # first, the timing experiments last, so that a tight budget cuts only those
 PARTS = [("environment", part_environment, 60), ("bcast_staged_p2", part_bcast_staged(2), 90),
          ("bcast_staged_p4", part_bcast_staged(4), 120), ("bcast_cuda_aware_p2", part_bcast_cuda_aware, 90),
          ("nccl_p1", part_nccl, 60), ("matmul_peak", part_matmul, 60),
          ("engine_equivalence", part_engine_equivalence, 150), ("engine_mfu", part_engine_mfu, 120),
-         ("bcast_timings", part_timings, 150), ("train_cli", part_train_cli, 90)]
+         ("bcast_timings", part_timings, 150), ("train_cli", part_train_cli, 90),
+         ("engine_model", part_engine_model, 90)]
 
 
 def summary_lines(report: dict) -> list[str]:

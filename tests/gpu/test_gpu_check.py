@@ -9,13 +9,14 @@ from tests.mpi_harness import ROOT
 
 def test_dry_run_records_results_and_errors(tmp_path):
     out = tmp_path / "check.json"
-    parts = "environment,bcast_staged_p2,bcast_timings,engine_equivalence"
+    parts = "environment,bcast_staged_p2,bcast_timings,engine_equivalence,engine_model"
     done = subprocess.run([sys.executable, "scripts/gpu_check.py", "--device", "fake", "--only", parts,
-                           "--sizes", "4K,64K", "--budget", "120", "--out", str(out)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=180)
+                           "--sizes", "4K,64K", "--budget", "200", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=230)
     report = json.loads(out.read_text())
     # in the script's order of priority, whatever the order asked
-    assert list(report["parts"]) == ["environment", "bcast_staged_p2", "engine_equivalence", "bcast_timings"]
+    assert list(report["parts"]) == ["environment", "bcast_staged_p2", "engine_equivalence", "bcast_timings",
+                                     "engine_model"]
     assert report["device"] == "fake"
     staged = report["parts"]["bcast_staged_p2"]
     assert staged["ok"] and min(staged["result"]["cases_checked_per_algorithm"].values()) > 0
@@ -27,6 +28,8 @@ def test_dry_run_records_results_and_errors(tmp_path):
     engine = report["parts"]["engine_equivalence"]
     assert engine["ok"]
     assert len(engine["result"]["float32_staged"]) == 4 and len(engine["result"]["float16_staged"]) == 2
+    model = report["parts"]["engine_model"]["result"]  # fitted and measured on the fake device, 8 grids priced
+    assert len(model["grids"]) == 8 and all(0 <= model[s]["median_abs_rel_error"] for s in ("off", "on"))
     try:
         import cupy  # noqa: F401
     except ImportError:  # no GPU stack here: the probe fails, the run says so, the other parts still ran
