@@ -259,10 +259,11 @@ else:
 # 5. How far off are the model's absolute numbers, and is the *ranking* still
 #    useful? What does the model leave out? (`gpulab.engine.perf.predict`)
 # 6. **On a GPU node** the *arrays on* menu offers GPU (CuPy) when every
-#    engine has a GPU. Run the same grid on host and on GPU: compute shrinks,
-#    so communication becomes the larger share. In the timeline, are the
-#    collectives `staged` through host memory or `cuda-aware` (each comm
-#    event in `explorer.results[-1]["events"]` has a `path`)? Does overlap hide more?
+#    engine has a GPU. Run the same grid on host and on GPU. Does compute
+#    shrink, and why or why not for a model this small? Which share of the
+#    iteration is communication then? In the timeline, are the collectives
+#    `staged` through host memory or `cuda-aware` (each comm event in
+#    `explorer.results[-1]["events"]` has a `path`)? Does overlap hide more?
 
 # %% [markdown]
 # ## Answers
