@@ -173,13 +173,15 @@ def load(path) -> FittedMachine:
 
 def memory_per_rank(comm, device: str) -> tuple[float, str]:
     """Collective: the memory one rank may use, and how it was found. On a GPU its device's memory over
-    the ranks that share that device; elsewhere the machine's physical memory over the ranks."""
+    the ranks that share that device; elsewhere its node's physical memory over the node's ranks."""
     if device == "cupy":
         cp = module_for("cupy")
         mine = (socket.gethostname(), cp.cuda.Device().pci_bus_id)
         sharing = comm.allgather(mine).count(mine)
         return cp.cuda.runtime.memGetInfo()[1] / sharing, "GPU memory / ranks sharing the GPU"
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / comm.size, "physical memory / ranks"
+    mine = socket.gethostname()
+    sharing = comm.allgather(mine).count(mine)
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / sharing, "the node's memory / its ranks"
 
 
 def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
