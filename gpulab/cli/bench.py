@@ -250,8 +250,10 @@ def format_table(records: list[dict]) -> str:
     bare = any(r.get("entry") == "comm.Bcast" for r in records)
     title = (f"broadcast time per call (us, average over {p} ranks), {mode}"
              + ("; mpi = bare comm.Bcast" if bare else ""))
+    alone = ("\non 1 rank nothing moves between ranks: these are the calls' fixed costs, not their speeds"
+             if p == 1 else "")
     return (title + "\n" + "\n".join(lines)
-            + ("\nauto chose: " + "; ".join(chose) if chose else ""))
+            + ("\nauto chose: " + "; ".join(chose) if chose else "") + alone)
 
 
 # the records' format (docs/bench_schema.md); the version changes whenever a field changes meaning or goes

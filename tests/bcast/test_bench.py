@@ -86,4 +86,6 @@ def test_table_marks_failed_validation_and_compares_with_mpi():
     records = [{"algorithm": a, "nbytes": 1024, "avg_us": t, "valid": v, "p": 2}
                for a, t, v in (("chain", 10.0, False), ("mpi", 20.0, True))]
     table = format_table(records)
-    assert "10.0!" in table and "chain (2.00x)" in table
+    assert "10.0!" in table and "chain (2.00x)" in table and "nothing moves" not in table
+    alone = format_table([{**r, "p": 1} for r in records])  # NCCL on a one-GPU machine, say
+    assert alone.endswith("on 1 rank nothing moves between ranks: these are the calls' fixed costs, not their speeds")
