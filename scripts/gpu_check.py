@@ -22,6 +22,7 @@ in one part is contained, recorded with its error, and the next part runs):
 6. ``gpulab train --device cupy --dtype float16`` on 2 ranks
 7. the engine's performance model fitted on the device (``gpulab model fit --device cupy``) against
    ``gpulab bench engine`` on the four grids of 2 ranks: its error and pick
+8. the GPU tests with pytest (skipped where pytest or pytest-xdist is missing)
 
 Parts run in this order, most needed first: when the budget runs out, the
 rest are recorded as skipped.
@@ -224,6 +225,24 @@ def part_engine_model(until, state):
             **{setting: {k: v[setting][k] for k in keep} for setting in v}}
 
 
+def part_pytest(until, state):
+    """The GPU tests as a developer runs them, where pytest and pytest-xdist are installed: the summary line.
+    Their first run on a GPU found what the parts above did not (docs/gpu.md)."""
+    import importlib.util
+
+    missing = [m for m in ("pytest", "xdist") if importlib.util.find_spec(m) is None]
+    if missing:
+        return {"skipped": f"the tests need {', '.join(missing)}, not installed here"}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "4", *GPU_TESTS],
+                         capture_output=True, text=True, timeout=left(until), cwd=ROOT)
+    summary = next((ln.strip("= ") for ln in reversed(run.stdout.splitlines()) if " passed" in ln or " failed" in ln),
+                   "no summary")
+    if run.returncode:
+        raise RuntimeError(f"pytest exit {run.returncode}: {summary}\n{run.stdout[-3000:]}")
+    return {"tests": GPU_TESTS, "summary": summary}
+
+
+GPU_TESTS = ["tests/gpu", "tests/engine/test_config_api.py", "tests/engine/test_peak.py"]
 # (name, function, seconds it may take at most), in order of priority: what the issue asks for
 # first, the timing experiments last, so that a tight budget cuts only those
 PARTS = [("environment", part_environment, 60), ("bcast_staged_p2", part_bcast_staged(2), 90),
@@ -231,7 +250,7 @@ PARTS = [("environment", part_environment, 60), ("bcast_staged_p2", part_bcast_s
          ("nccl_p1", part_nccl, 60), ("matmul_peak", part_matmul, 60),
          ("engine_equivalence", part_engine_equivalence, 150), ("engine_mfu", part_engine_mfu, 120),
          ("bcast_timings", part_timings, 150), ("train_cli", part_train_cli, 90),
-         ("engine_model", part_engine_model, 90)]
+         ("engine_model", part_engine_model, 90), ("pytest", part_pytest, 120)]
 
 
 def summary_lines(report: dict) -> list[str]:
