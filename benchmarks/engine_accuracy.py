@@ -291,9 +291,10 @@ def price(machine_path: Path, bench_path: Path) -> list[str]:
     from gpulab.engine.perf.fit import load
 
     machine, rows = load(machine_path), json.loads(bench_path.read_text())
-    if {r.get("device", "host") for r in rows} != {machine.device}:
-        raise SystemExit(f"{bench_path} ran on {sorted({r.get('device', 'host') for r in rows})}, "
-                         f"the fit on {machine.device}: it prices runs on its own device")
+    devices = sorted({r.get("device", "host") for r in rows})
+    if devices != [machine.device]:
+        raise SystemExit(f"{bench_path} ran on {devices}, the fit on {machine.device}: "
+                         "it prices runs on its own device")
     lines = []
     for r in rows:
         p = predict_row(r, machine)

@@ -15,6 +15,7 @@ buffers, and asynchronous device<->host copies.
 from __future__ import annotations
 
 import importlib
+import socket
 import sys
 
 import numpy as np
@@ -31,6 +32,11 @@ def cupy_or_none():
         return importlib.import_module("cupy")
     except Exception:  # not installed, or no CUDA driver
         return None
+
+
+def gpu_of_this_rank() -> tuple[str, str]:
+    """(host name, PCI bus id) of the GPU this process uses: ranks with the same pair share one device."""
+    return socket.gethostname(), cupy_or_none().cuda.Device().pci_bus_id
 
 
 def is_device_array(x) -> bool:

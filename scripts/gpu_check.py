@@ -171,29 +171,34 @@ def part_engine_mfu(until, state):
     return out
 
 
-def cli_missing(command: str) -> dict | None:
-    """A part's result when the gpulab commands' own dependencies (pip install -e .) are missing here: the
-    parts that call the library directly do without them."""
+def missing(what: str, modules=("tqdm", "threadpoolctl")) -> dict | None:
+    """A part's result when ``modules`` are not installed here (by default the gpulab commands' own
+    dependencies, pip install -e .; the parts that call the library directly do without them)."""
     import importlib.util
 
-    missing = [m for m in ("tqdm", "threadpoolctl") if importlib.util.find_spec(m) is None]
-    return {"skipped": f"{command} needs {', '.join(missing)}, not installed here"} if missing else None
+    absent = [m for m in modules if importlib.util.find_spec(m) is None]
+    return {"skipped": f"{what} needs {', '.join(absent)}, not installed here"} if absent else None
+
+
+def gpulab_cli(args: list[str], until: float) -> str:
+    """``gpulab *args`` from the source tree, staged; its output, or RuntimeError with the output's tail."""
+    run = subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
+                         timeout=left(until), cwd=ROOT, env={**os.environ, **STAGED})
+    if run.returncode:
+        raise RuntimeError(f"gpulab {' '.join(args[:2])}: exit {run.returncode}: {(run.stdout + run.stderr)[-3000:]}")
+    return run.stdout
 
 
 def part_train_cli(until, state):
     """``gpulab train --device cupy --dtype float16`` on 2 ranks sharing the GPU: the command a learner runs."""
     import tempfile
 
-    if skip := cli_missing("gpulab train"):
+    if skip := missing("gpulab train"):
         return skip
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "gpulab.cli", "train", "--mesh", "1,2,1,1", "--device", "cupy", "--dtype",
-               "float16", "--steps", "60", "--no-progress", "--sample", "0", "--out", f"{tmp}/gpt.npz"]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=left(until), cwd=ROOT,
-                             env={**os.environ, **STAGED})
-    if run.returncode:
-        raise RuntimeError(f"exit {run.returncode}: {(run.stdout + run.stderr)[-3000:]}")
-    line = next(ln for ln in run.stdout.splitlines() if ln.startswith("summary "))
+        out = gpulab_cli(["train", "--mesh", "1,2,1,1", "--device", "cupy", "--dtype", "float16", "--steps", "60",
+                          "--no-progress", "--sample", "0", "--out", f"{tmp}/gpt.npz"], until)
+    line = next(ln for ln in out.splitlines() if ln.startswith("summary "))
     return json.loads(line[len("summary "):])
 
 
@@ -205,19 +210,14 @@ def part_engine_model(until, state):
     from benchmarks.engine_accuracy import scored
     from gpulab.engine.perf.fit import load
 
-    if skip := cli_missing("gpulab model fit"):
+    if skip := missing("gpulab model fit"):
         return skip
     device = state["device"]
     with tempfile.TemporaryDirectory() as tmp:
         fit, bench = f"{tmp}/fit.json", f"{tmp}/bench.json"
-        for args in (["model", "fit", "-n", "2", "--device", device, "--reps", "2", "--out", fit],
-                     ["bench", "engine", "-n", "2", "--device", device, "--shapes", "1,2,1,1;2,1,1,1;1,1,2,1;1,1,1,2",
-                      "--overlap", "none;all", "--iters", "5", "--rounds", "2", "--warmup", "2", "--out", bench]):
-            run = subprocess.run([sys.executable, "-m", "gpulab.cli", *args], capture_output=True, text=True,
-                                 timeout=left(until), cwd=ROOT, env={**os.environ, **STAGED})
-            if run.returncode:
-                tail = (run.stdout + run.stderr)[-3000:]
-                raise RuntimeError(f"gpulab {' '.join(args[:2])}: exit {run.returncode}: {tail}")
+        gpulab_cli(["model", "fit", "-n", "2", "--device", device, "--reps", "2", "--out", fit], until)
+        gpulab_cli(["bench", "engine", "-n", "2", "--device", device, "--shapes", "1,2,1,1;2,1,1,1;1,1,2,1;1,1,1,2",
+                    "--overlap", "none;all", "--iters", "5", "--rounds", "2", "--warmup", "2", "--out", bench], until)
         rows = json.loads(Path(bench).read_text())
         v = scored(rows, load(fit))
     keep = ("median_abs_rel_error", "pick_over_best", "spearman", "model_pick", "measured_best")
@@ -228,11 +228,8 @@ def part_engine_model(until, state):
 def part_pytest(until, state):
     """The GPU tests as a developer runs them, where pytest and pytest-xdist are installed: the summary line.
     Their first run on a GPU found what the parts above did not (docs/gpu.md)."""
-    import importlib.util
-
-    missing = [m for m in ("pytest", "xdist") if importlib.util.find_spec(m) is None]
-    if missing:
-        return {"skipped": f"the tests need {', '.join(missing)}, not installed here"}
+    if skip := missing("the tests", ("pytest", "xdist")):
+        return skip
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "4", *GPU_TESTS],
                          capture_output=True, text=True, timeout=left(until), cwd=ROOT)
     summary = next((ln.strip("= ") for ln in reversed(run.stdout.splitlines()) if " passed" in ln or " failed" in ln),

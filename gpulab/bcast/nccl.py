@@ -18,9 +18,8 @@ the baseline runs with p = 1 only. On a machine without CuPy or NCCL,
 from __future__ import annotations
 
 import functools
-import socket
 
-from gpulab.backend import cupy_or_none, is_device_array
+from gpulab.backend import cupy_or_none, gpu_of_this_rank, is_device_array
 from gpulab.bcast.algorithms import byte_view
 from gpulab.lazy_mpi import lazy_mpi
 
@@ -74,7 +73,7 @@ def sharing(devices: list) -> str | None:
 
 def gpus_shared(comm: MPI.Comm) -> str | None:
     """``sharing`` for the ranks of ``comm``, each on its current CUDA device (collective)."""
-    return sharing(comm.allgather((socket.gethostname(), cupy_or_none().cuda.Device().pci_bus_id)))
+    return sharing(comm.allgather(gpu_of_this_rank()))
 
 
 def communicator(comm: MPI.Comm):

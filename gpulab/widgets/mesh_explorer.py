@@ -60,7 +60,7 @@ class MeshExplorer(W.VBox):
                                    description="progress")
         self.bucket_kb = W.IntSlider(value=256, min=16, max=4096, step=16, description="bucket KiB")
         devices = getattr(runner, "devices", ["host"])
-        fitted = getattr(machine, "device", "host")  # start where the model was fitted: it prices those runs
+        fitted = self.fitted_device  # start where the model was fitted: it prices those runs
         self.device = W.Dropdown(options=[(DEVICES[d], d) for d in devices],
                                  value=fitted if fitted in devices else "host", description="arrays on")
         self.run_button = W.Button(description="Run", button_style="primary", icon="play")
@@ -136,7 +136,7 @@ class MeshExplorer(W.VBox):
         self.results.append(row)
         self.predictions.append(self._predict(shape, overlap, device))
         caveat = (self.predictions[-1] or {}).get("caveat")
-        fitted = getattr(self.machine, "device", "host")
+        fitted = self.fitted_device
         self.status.value = f"{row['label']}: {row['iter_s'] * 1e3:.1f} ms per iteration" + (
             f"; the model's trust is LOW here: {html.escape(caveat)}" if caveat else "") + (
             f"; no prediction: the model was fitted with arrays on {fitted} "
@@ -145,8 +145,13 @@ class MeshExplorer(W.VBox):
         self.redraw()
         return row
 
+    @property
+    def fitted_device(self) -> str:
+        """Where the model's machine had its arrays when fitted (profiles and older fits: the host)."""
+        return getattr(self.machine, "device", "host")
+
     def _predict(self, shape, overlap, device: str = "host"):
-        if self.machine is None or getattr(self.machine, "device", "host") != device:  # GPU rates price GPU runs
+        if self.machine is None or self.fitted_device != device:  # GPU rates price GPU runs
             return None
         return predict(self.config, shape, self.batch_size, self.machine, overlap)
 

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from gpulab.backend import module_for
+from gpulab.backend import gpu_of_this_rank, module_for
 from gpulab.engine.perf.machines import Level
 from gpulab.engine.perf.probes import (
     collective_costs,
@@ -175,10 +175,9 @@ def memory_per_rank(comm, device: str) -> tuple[float, str]:
     """Collective: the memory one rank may use, and how it was found. On a GPU its device's memory over
     the ranks that share that device; elsewhere its node's physical memory over the node's ranks."""
     if device == "cupy":
-        cp = module_for("cupy")
-        mine = (socket.gethostname(), cp.cuda.Device().pci_bus_id)
+        mine = gpu_of_this_rank()
         sharing = comm.allgather(mine).count(mine)
-        return cp.cuda.runtime.memGetInfo()[1] / sharing, "GPU memory / ranks sharing the GPU"
+        return module_for("cupy").cuda.runtime.memGetInfo()[1] / sharing, "GPU memory / ranks sharing the GPU"
     mine = socket.gethostname()
     sharing = comm.allgather(mine).count(mine)
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / sharing, "the node's memory / its ranks"
