@@ -179,9 +179,8 @@ def _check_root(root, comm) -> None:
 # paths still meet. What mpi4py refuses before calling MPI (a strided buffer, a dtype it cannot
 # map) and what MPI refuses before sending (a root outside the communicator, a null one) falls
 # through to the full checks, which raise or send the bytes. "auto" goes the same way at the sizes
-# where it chose MPI_Bcast on that communicator: ``_auto_native`` (id of the communicator as the
-# caller passed it, None too -> those sizes), ``_auto_comms`` holding the communicators so that
-# their ids are not reused.
+# where it chose MPI_Bcast on that communicator: ``_auto_native`` (size -> the communicators as the
+# caller passed them, None too; a tuple, so that one look-up by size and a test by identity decide).
 #
 # The other algorithms run a plan: ``_plans`` (id of the communicator as passed, algorithm as asked
 # ("auto" too), root, nbytes) -> (the executor's runner for the schedule, called with the array;
@@ -192,8 +191,6 @@ def _check_root(root, comm) -> None:
 # full checks run and raise).
 _plans: dict = {}
 _auto_native: dict = {}
-_auto_comms: dict = {}
-_NO_SIZES: frozenset = frozenset()
 _ndarray = np.ndarray
 _checking = agreement.checking()
 
@@ -201,7 +198,7 @@ _checking = agreement.checking()
 def _forget() -> None:
     global _checking
     _checking = agreement.checking()
-    for memory in (_plans, _auto_native, _auto_comms):
+    for memory in (_plans, _auto_native):
         memory.clear()
 
 
@@ -224,9 +221,8 @@ def _remember_auto_native(nbytes: int, comms) -> None:
     """"auto" chose MPI_Bcast for ``nbytes`` on these communicators (as passed, and as resolved)."""
     if agreement.checking():
         return
-    for comm in comms:
-        _auto_native.setdefault(id(comm), set()).add(nbytes)
-        _auto_comms[id(comm)] = comm
+    known = _auto_native.get(nbytes, ())
+    _auto_native[nbytes] = known + tuple(comm for comm in comms if not any(comm is k for k in known))
 
 
 def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
@@ -237,7 +233,7 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
     communicator, root, size, no options) runs its remembered plan at once.
     """
     if not options and type(buf) is _ndarray:  # the fast path, inlined: see _plans
-        if algorithm == "mpi" or algorithm == "auto" and buf.nbytes in _auto_native.get(id(comm), _NO_SIZES):
+        if algorithm == "mpi" or algorithm == "auto" and comm in _auto_native.get(buf.nbytes, ()):
             if type(root) is int and not _checking and buf.flags.carray:  # C-contiguous, writable, aligned
                 try:
                     (MPI.COMM_WORLD if comm is None else comm).Bcast(buf, root)
