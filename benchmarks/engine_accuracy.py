@@ -56,6 +56,8 @@ BEFORE = [(RESULTS / "engine_accuracy_nodes_sharing_cores",
 PNG = RESULTS / "engine_accuracy.png"
 sys.path.insert(0, str(ROOT))
 
+from gpulab.engine.perf.fit import FittedMachine  # noqa: E402
+from gpulab.engine.perf.terms import stride  # noqa: E402
 from gpulab.engine.perf.trust import (  # noqa: E402
     COMPUTE_SHARE,
     compute_bound_on_shared_cores,
@@ -81,16 +83,31 @@ def runs(folder: Path = RESULTS) -> list[dict]:
         else:  # emulated_engine.py: the stride-aware fit
             accuracy = {s: validation[s]["stride-aware"] for s in ("off", "on")}
         ranks, cores = record["machine"]["ranks"], record["machine"]["cores"]
+        machine = FittedMachine.from_dict(record["machine"])
         grids = [{"error": abs(r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
                   "signed": (r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
                   "overlap": overlap_setting(r),
                   "low": compute_bound_on_shared_cores(ranks, cores, r["prediction"]["compute_s"],
-                                                       r["prediction"]["iter_s"])}
+                                                       r["prediction"]["iter_s"]),
+                  "sync": sync_call(r, machine)}
                  for r in record["rows"]]
         out.append({"setting": m["setting"], "run": int(m["run"]), "date": record["date"],
                     "kind": "machine" if m["setting"].endswith("machine") else "emulated",
                     "minutes": record["minutes"], "accuracy": accuracy, "trust": trust_of(record), "grids": grids})
     return sorted(out, key=lambda r: (r["kind"], r["setting"], r["run"]))
+
+
+def sync_call(row: dict, machine) -> tuple[float, float] | None:
+    """The gradient norm's all-reduce of 8 bytes over the tensor group (one per iteration, right after
+    backward): (what it took in the engine's timeline on rank 0, the fit's price for it). Its bytes cost
+    next to nothing, so what it took beyond the price is how long rank 0 waited for the group's slowest
+    rank there. None where the group is one rank."""
+    R, C, D, _ = row["shape"]
+    call = row["summary"]["groups"].get("tensor")
+    if R * C * D == 1 or not call:
+        return None
+    return (call["flight_s"] / call["calls"],
+            machine.collective_s("all_reduce", R * C * D, stride("tensor", row["shape"]), 8))
 
 
 def overlap_setting(row: dict) -> str:
@@ -166,6 +183,26 @@ def by_sign(rows: list[dict]) -> list[str]:
     return lines
 
 
+def by_sync(rows: list[dict]) -> list[str]:
+    """Per setting, overlap off: the gradient norm's 8-byte all-reduce in the engine against the fit's price
+    for it, and how its cost goes with the model's signed error over the grids (Pearson)."""
+    import numpy as np
+
+    lines = ["| setting | grids | in the engine, median (range) | fit's price, median | engine / price, median "
+             "| correlation with the signed error |", "|---|---|---|---|---|---|"]
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        pairs = [(g["sync"], g["signed"]) for r in rows if r["setting"] == setting for g in r["grids"]
+                 if g["overlap"] == "off" and g["sync"]]
+        if len(pairs) < 3:
+            continue
+        took, price = (np.array([p[0][i] for p in pairs]) * 1e3 for i in (0, 1))
+        signed = np.array([p[1] for p in pairs])
+        lines.append(f"| {setting} | {len(pairs)} | {np.median(took):.2f} ms ({took.min():.2f}-{took.max():.2f}) | "
+                     f"{np.median(price):.2f} ms | {np.median(took / price):.1f}x | "
+                     f"{np.corrcoef(took, signed)[0, 1]:+.2f} |")
+    return lines
+
+
 def plot(rows: list[dict]) -> None:
     import matplotlib
 
@@ -202,7 +239,7 @@ def main() -> None:
         raise SystemExit("no accuracy run recorded: see this script's docstring for the commands")
     plot(rows)
     head = (HEAD + "\n".join(table(rows)) + "\n" + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
-            + SIGN_HEAD + "\n".join(by_sign(rows)) + "\n")
+            + SIGN_HEAD + "\n".join(by_sign(rows)) + "\n" + SYNC_HEAD + "\n".join(by_sync(rows)) + "\n")
     for folder, title, what in BEFORE:
         if before := runs(folder):
             head += (f"\n### {title}\n\nThe same settings with the model as it was then "
@@ -239,6 +276,17 @@ CAVEAT_HEAD = f"""
 Every grid of the runs above (each overlap setting), by whether its prediction carries the caveat the
 model now prints (`trust.caveat`): on ranks that share cores, a prediction whose compute is
 {COMPUTE_SHARE:.0%} of the iteration or more.
+
+"""
+
+SYNC_HEAD = """
+### How long the ranks wait for each other
+
+One call per iteration moves almost nothing: the gradient norm's all-reduce of 8 bytes over the tensor
+group, right after backward. What it took in the engine's timeline (rank 0, overlap off) beyond the fit's
+price for it is how long rank 0 waited there for the slowest rank of its group: the ranks reach a call
+out of step. Negative correlation: the longer that wait, the further the model predicts the iteration
+short. The fit times each collective with the ranks starting together, so it does not see this wait.
 
 """
 

@@ -142,6 +142,27 @@ def test_accuracy_records_have_both_settings_and_render():
     assert len(by_caveat(runs())) >= 3  # the head and at least one kind of prediction
 
 
+def test_the_wait_at_the_gradient_norm_is_read_from_the_timeline_and_priced_by_the_fit():
+    """``engine_accuracy.sync_call``: the 8-byte all-reduce's time per call in the engine's timeline beside
+    the fit's price for that group; none where the tensor group is one rank; one table row per setting."""
+    import json
+
+    from benchmarks.engine_accuracy import by_sync, runs, sync_call
+    from gpulab.engine.perf.fit import FittedMachine
+
+    record = json.loads((ROOT / "docs" / "results" / "engine_accuracy_1x4_machine_run1.json").read_text())
+    machine = FittedMachine.from_dict(record["machine"])
+    rows = {tuple(r["shape"]): r for r in record["rows"] if r["overlap_label"] == "none"}
+    assert sync_call(rows[(1, 1, 1, 4)], machine) is None  # pure data parallelism: no tensor group
+    took, price = sync_call(rows[(1, 2, 1, 2)], machine)
+    call = rows[(1, 2, 1, 2)]["summary"]["groups"]["tensor"]
+    assert took == call["flight_s"] / call["calls"] > 0
+    assert price == machine.collective_s("all_reduce", 2, 1, 8) > 0
+    all_runs = runs()
+    lines = by_sync(all_runs)
+    assert len(lines) == 2 + len({r["setting"] for r in all_runs})
+
+
 def test_a_gpu_fit_prices_the_gpu_runs_recorded_with_it(tmp_path):
     """``engine_accuracy.py price``: the H200 record (docs/gpu.md) priced again, and a run on another device refused."""
     import json
