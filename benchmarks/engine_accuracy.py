@@ -24,7 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_nodes_sharing_cores",
+BEFORE = [(RESULTS / "engine_accuracy_call_wait_measured_once",
+           "The wait calibrated on one measurement of the grid",
+           "the one-machine runs of 2026-12-04 19:59-20:07 UTC, whose fits charged the ranks' wait "
+           "(`perf.calibration`) from one measurement of the calibration grid each, at the fit's end; in two "
+           "of the six jobs one fit measured it 1.8x and 2.6x the other fits and the benchmark (165 against "
+           "91-96 ms at 4 ranks, 500 against 191-216 ms at 8), and those runs missed by 30% and 48%: the fits "
+           "now measure it at their start and at their end and keep the faster."),
+          (RESULTS / "engine_accuracy_before_call_wait",
+           "Before the fit calibrated the ranks' wait",
+           "the one-machine runs of 2026-12-04 13:48-13:56 UTC, whose fits charged no wait at the row and col "
+           "all-reduces (`perf.calibration`): every grid priced from the microbenchmarks alone."),
+          (RESULTS / "engine_accuracy_nodes_sharing_cores",
            "Before each emulated node had its own core",
            "the 2 x 2 runs of 2026-12-03 (17:47-22:13 UTC), each node's ranks free to run on both cores "
            "(`EmulatedCluster(own_cores=False)` now) and overlap priced with the probe's efficiency; in the "
@@ -286,7 +297,8 @@ One call per iteration moves almost nothing: the gradient norm's all-reduce of 8
 group, right after backward. What it took in the engine's timeline (rank 0, overlap off) beyond the fit's
 price for it is how long rank 0 waited there for the slowest rank of its group: the ranks reach a call
 out of step. Negative correlation: the longer that wait, the further the model predicts the iteration
-short. The fit times each collective with the ranks starting together, so it does not see this wait.
+short. The fit times each collective with the ranks starting together, so no timed call contains this
+wait; on one node the fit calibrates a share of it on one grid (`gpulab.engine.perf.calibration`).
 
 """
 
@@ -324,11 +336,13 @@ def scored(rows: list[dict], machine) -> dict:
     pick and rank correlation (``agreement.validate``)."""
     from benchmarks.engine_grids import predict_row
     from gpulab.engine.perf.agreement import validate
+    from gpulab.engine.perf.calibration import calibration_shape
 
     by_setting: dict = {}
     for r in rows:
         by_setting.setdefault(overlap_setting(r), []).append({**r, "prediction": predict_row(r, machine)})
-    return {s: validate(priced) for s, priced in by_setting.items()}
+    calibrated_on = calibration_shape(machine.ranks) if machine.call_wait else None
+    return {s: validate(priced, calibrated_on) for s, priced in by_setting.items()}
 
 
 def price(machine_path: Path, bench_path: Path) -> list[str]:

@@ -71,8 +71,11 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # About 20 seconds: matmul and elementwise rates, how much slower a rank
 # computes when all ranks (and anything else) share the cores, and what each
 # collective costs right after a kernel, per group size
-# (`gpulab.engine.perf.fit`). No engine iteration is used: the model's
-# predictions below are out of sample.
+# (`gpulab.engine.perf.fit`). On one node it also runs one grid of the
+# engine, (1, N, 1, 1) of the model below, to calibrate how long the ranks wait
+# for each other at a tensor all-reduce, which no timing of a call alone shows
+# (`call_wait`, printed below; `gpulab.engine.perf.calibration`). Every other
+# prediction below is out of sample; the sweep marks that grid.
 #
 # What to expect: on a laptop the "share" is above 1 when the ranks outnumber
 # the cores (each rank computes that many times slower with all of them
@@ -97,6 +100,7 @@ machine = runner.fit_machine(reps=FIT_REPS, device=DEVICE)
 print(f"share {machine.share:.1f}x (ranks and other load on {machine.cores} cores), "
       f"matmul {machine.matmul_rate / 1e9:.0f} GFLOP/s per rank alone, overlap efficiency {machine.overlap}")
 print("overlap:", machine.sources["overlap"])
+print("wait at a row or col all-reduce:", machine.sources.get("call_wait", "not calibrated"))
 Table([{"collective": k, "alpha us": a * 1e6, "GB/s": 1e-9 / b} for k, (a, b) in machine.collectives.items()], digits=1)
 
 # %% [markdown]
@@ -162,6 +166,7 @@ print(f"exposed communication {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "
 # behind.
 
 # %%
+from gpulab.engine.perf.calibration import calibration_shape
 from gpulab.engine.perf.predict import candidate_shapes
 
 shapes = candidate_shapes(explorer.config, N_ENGINES, explorer.batch_size)
@@ -171,7 +176,8 @@ for shape in shapes:
     p = predict(explorer.config, shape, explorer.batch_size, machine, Overlap())
     sweep.append({"shape": str(shape), "measured ms": row["iter_s"] * 1e3, "predicted ms": p["iter_s"] * 1e3,
                   "exposed ms": row["summary"]["exposed_comm_s"] * 1e3,
-                  "predicted exposed ms": p["exposed_comm_s"] * 1e3})
+                  "predicted exposed ms": p["exposed_comm_s"] * 1e3,
+                  "fit ran it": bool(machine.call_wait) and tuple(shape) == calibration_shape(N_ENGINES)})
 sweep.sort(key=lambda r: r["measured ms"])
 Table(sweep, digits=1)
 

@@ -14,13 +14,16 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def validate(rows: list[dict]) -> dict:
-    """Rank correlation and top-1 check over rows of one overlap setting (each: shape, iter_s, prediction)."""
+def validate(rows: list[dict], calibrated_on=None) -> dict:
+    """Rank correlation and top-1 check over rows of one overlap setting (each: shape, iter_s, prediction).
+    ``calibrated_on``: a grid shape the fit measured itself (``perf.calibration``), left out of the error."""
     meas = [r["iter_s"] for r in rows]
     pred = [r["prediction"]["iter_s"] for r in rows]
+    scored = [(p, m) for p, m, r in zip(pred, meas, rows)
+              if calibrated_on is None or tuple(r["shape"]) != tuple(calibrated_on)]
     pick, best = int(np.argmin(pred)), int(np.argmin(meas))
     return {"shapes": len(rows), "spearman": spearman(meas, pred),
             "model_pick": rows[pick]["shape"], "model_pick_measured_s": meas[pick],
             "measured_best": rows[best]["shape"], "measured_best_s": meas[best],
             "pick_over_best": meas[pick] / meas[best], "top1_within_10pct": meas[pick] <= PICK_WITHIN * meas[best],
-            "median_abs_rel_error": float(np.median([abs(p - m) / m for p, m in zip(pred, meas)]))}
+            "median_abs_rel_error": float(np.median([abs(p - m) / m for p, m in scored]))}

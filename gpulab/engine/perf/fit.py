@@ -6,8 +6,10 @@
 Compute rates (rank 0 alone), the slowdown when all ranks compute at once,
 the cost of each collective per group size, and the overlap efficiency per
 progress mode: how each is measured is in ``gpulab.engine.perf.probes``.
-No term is tuned on engine iterations: the model's check against measured
-iterations (docs/engine_perfmodel.md) is out of sample.
+One term only is measured on the engine's parallel iterations, and only on one node: the
+ranks' wait at a tensor all-reduce, calibrated on one grid (``perf.calibration``) that the
+model's check against measured iterations (docs/engine_model_accuracy.md) then leaves out;
+every other grid stays out of sample.
 """
 
 from __future__ import annotations
@@ -16,11 +18,12 @@ import json
 import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from gpulab.backend import gpu_of_this_rank, module_for
+from gpulab.engine.perf.calibration import call_wait, measure_grid
 from gpulab.engine.perf.machines import Level
 from gpulab.engine.perf.probes import (
     collective_costs,
@@ -72,6 +75,9 @@ class FittedMachine:
     node_cores: int = 0
     # where the arrays lived while it was measured ("host", "cupy", "fake"): it prices runs on that device
     device: str = "host"
+    # s each col all-reduce over all ranks waits in training beyond its timed cost, calibrated on one
+    # measured grid where every rank runs on one node (``perf.calibration``); 0 elsewhere and in older fits
+    call_wait: float = 0.0
 
     @property
     def ranks_per_node(self) -> int:
@@ -143,7 +149,8 @@ class FittedMachine:
         """The average of fits of one machine (e.g. before and after a benchmark, as the load moves)."""
         first, n = fits[0], len(fits)
         avg = {k: sum(getattr(f, k) for f in fits) / n
-               for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak", "scale")}
+               for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak", "scale",
+                         "call_wait")}
         coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
         points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
                   for k, v in first.collective_points.items()}
@@ -199,20 +206,22 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     compute = comm.bcast(alone(comm, lambda: compute_rates(device)), root=0)
     compute.update(comm.bcast(engine_profile(comm, compute, device=device), root=0))
     profile_spread = compute.pop("profile_rank_spread")
+    node_ranks, node_cores = node_ranks_and_cores(comm)
+    calibration = [measure_grid(comm, node_ranks, device)]
     compute["share"] = share_slowdown(comm, reps)
     points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes, device=device)
     measured = {mode: overlap_efficiency(comm, mode, device=device) for mode in ("poll", "thread")}
-    node_ranks, node_cores = node_ranks_and_cores(comm)
     overlap, overlap_note = overlap_used(measured, node_ranks, node_cores)
     overlap["none"] = 0.0  # by definition: nothing moves while the host computes
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
         peak = alone(comm, lambda: peak_matmul(None if device == "cupy" else 512, repeats=15, device=device))
     memory, memory_source = memory_per_rank(comm, device)
+    calibration.append(measure_grid(comm, node_ranks, device))
     if comm.rank != 0:
         return None
     cores = os.cpu_count() or 1
     load = os.getloadavg()[0]
-    return FittedMachine(
+    machine = FittedMachine(
         name=name or f"this machine, {comm.size} ranks" + ("" if device == "host" else f", arrays on {device}"),
         ranks=comm.size, cores=cores, device=device,
         collectives={k: list(fit_line(*zip(*v))) for k, v in points.items()}, collective_points=points,
@@ -231,3 +240,5 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
                             "per progress mode"
                             + (f"; {overlap_note}" if overlap_note else ""),
                  "memory_bytes": memory_source})
+    wait, wait_source = call_wait(machine, node_ranks, calibration)
+    return replace(machine, call_wait=wait, sources={**machine.sources, "call_wait": wait_source})

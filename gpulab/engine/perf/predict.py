@@ -32,6 +32,8 @@ How (each term printed by ``gpulab model``):
    (``terms.memory_terms``); ``fits`` compares with the device.
    ``flash_attention`` drops the T x T attention probabilities from memory
    (the engine keeps them; AxoNN's runs use flash attention).
+5. Waiting: a machine fitted on one node charges each row or col all-reduce
+   the wait its ranks showed in one measured grid (``perf.calibration``).
 
 iteration = compute + exposed communication. Not modelled: load imbalance,
 contention between concurrent groups on shared links, pipeline parallelism.
@@ -46,6 +48,7 @@ from pathlib import Path
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
+from gpulab.engine.perf.calibration import wait_s
 from gpulab.engine.perf.flops import model_flops, rank_work
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
@@ -114,12 +117,13 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
             h = min(t, eff * windows["DP"] / max(row["count"], 1))
         elif row["kind"] is not None:
             h = min(t, eff * windows[row["kind"]])
+        wait = count * wait_s(machine, row)  # the ranks reaching it out of step: exposed, never hidden
         g = groups.setdefault(row["group"], {"calls": 0, "bytes": 0.0, "time_s": 0.0, "exposed_s": 0.0})
         g["calls"] += count
         g["bytes"] += count * row["nbytes"] * scale
-        g["time_s"] += count * t
-        g["exposed_s"] += count * (t - h)
-        comm += count * t
+        g["time_s"] += count * t + wait
+        g["exposed_s"] += count * (t - h) + wait
+        comm += count * t + wait
         hidden += count * h
     if last_dp:  # the last bucket starts when backward ends: nothing left to hide behind
         hidden -= min(last_dp, eff * windows["DP"] / max(1, groups.get("data", {}).get("calls", 1)))
