@@ -24,7 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_call_wait_measured_once",
+BEFORE = [(RESULTS / "engine_accuracy_call_wait_points_as_timed",
+           "The wait calibrated, each collective priced as timed",
+           "the one-machine runs of 2026-12-04 20:11-20:21 UTC, with the ranks' wait calibrated as now but "
+           "each timed collective priced as timed, where now a point is held to the least time at its size "
+           "or above (`FittedMachine.collective_s`); re-predicted that way, 8 ranks' run 1 goes from 20.2/17.0% "
+           "to 17.4/14.3% and meets."),
+          (RESULTS / "engine_accuracy_call_wait_measured_once",
            "The wait calibrated on one measurement of the grid",
            "the one-machine runs of 2026-12-04 19:59-20:07 UTC, whose fits charged the ranks' wait "
            "(`perf.calibration`) from one measurement of the calibration grid each, at the fit's end; in two "

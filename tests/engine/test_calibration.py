@@ -7,10 +7,10 @@ import pytest
 
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.agreement import validate
-from gpulab.engine.perf.calibration import calibration_shape, col_all_reduces, skipped, wait_s
+from gpulab.engine.perf.calibration import calibration_shape, col_all_reduces, skipped
 from gpulab.engine.perf.fit import FittedMachine
 from gpulab.engine.perf.machines import machine as named_machine
-from gpulab.engine.perf.predict import predict
+from gpulab.engine.perf.predict import predict, wait_s
 from gpulab.engine.perf.terms import comm_rows
 from gpulab.engine.perf.timing import bench_config
 from tests.engine.util import tiny_config

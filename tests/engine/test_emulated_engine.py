@@ -172,7 +172,7 @@ def test_a_gpu_fit_prices_the_gpu_runs_recorded_with_it(tmp_path):
     folder = ROOT / "docs" / "results" / "engine_model_h200"
     fit, bench = folder / "fit_cupy_p2.json", folder / "bench_engine_cupy_p2.json"
     lines = price(fit, bench)
-    assert len(lines) == 8 + 2 and lines[-2].startswith("overlap off: median error 12.6%, pick / best 1.00")
+    assert len(lines) == 8 + 2 and lines[-2].startswith("overlap off: median error 12.5%, pick / best 1.00")
     host = tmp_path / "host.json"
     host.write_text(json.dumps([{**r, "device": "host"} for r in json.loads(bench.read_text())]))
     with pytest.raises(SystemExit, match="the fit on cupy: it prices runs on its own device"):

@@ -231,6 +231,23 @@ def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
     assert FittedMachine.mean([m, slower]).collective_s("all_gather", 2, 1, 8192) == pytest.approx(2e-3)
 
 
+def test_a_timed_point_above_a_larger_sizes_is_held_to_it():
+    """A collective of more bytes never costs less: a spike timed at one size (a rank descheduled) is
+    priced as the least time at that size or above; every point that rises with the size stays."""
+    points = {"all_gather/4": [[1024, 3e-4], [16384, 2.6e-3], [65536, 5.5e-3], [262144, 7.5e-4],
+                               [1 << 20, 5.2e-3], [4 << 20, 2.7e-3]]}
+    m = FittedMachine(name="t", ranks=8, cores=2, collectives={"all_gather/4": [1e-4, 1e-9]}, matmul_rate=1e10,
+                      elementwise_rate=1e9, kernel_overhead=1e-6, share=1.0, machine_peak=1e10,
+                      overlap={"poll": 0.0}, memory_bytes=1e9, collective_points=points)
+    at = lambda n: m.collective_s("all_gather", 4, 1, n)  # noqa: E731
+    assert at(1024) == pytest.approx(3e-4)  # below every later point: as timed
+    assert at(16384) == pytest.approx(7.5e-4) and at(65536) == pytest.approx(7.5e-4)  # held to 256 KiB's
+    assert at(262144) == pytest.approx(7.5e-4)
+    assert at(1 << 20) == pytest.approx(2.7e-3) and at(4 << 20) == pytest.approx(2.7e-3)  # held to 4 MiB's
+    assert at(8 << 20) == pytest.approx(2.7e-3)  # past the largest: the last segment's slope, here flat
+    assert at(40960) == pytest.approx(7.5e-4)  # between two held points
+
+
 def test_fit_runs_on_two_ranks(tmp_path):
     out = tmp_path / "m2.json"
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}

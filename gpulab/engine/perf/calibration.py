@@ -87,12 +87,3 @@ def call_wait(machine, node_ranks: int, measured: list[float | None]) -> tuple[f
                   f"(the faster of {', '.join(f'{t * 1e3:.1f}' for t in measured)}; each the median of {ITERS}) "
                   f"against {predicted * 1e3:.1f} ms priced, over its {calls} col all-reduces: {wait * 1e3:.2f} ms "
                   f"each, (g - 1) / ({world} - 1) of it for a group of g")
-
-
-def wait_s(machine, row: dict) -> float:
-    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a row or col
-    all-reduce's share of the machine's calibrated ``call_wait``; 0 for any other call or machine."""
-    wait = getattr(machine, "call_wait", 0.0)
-    if not wait or row["op"] != "all_reduce" or row["group"] not in ("row", "col") or machine.ranks < 2:
-        return 0.0
-    return wait * (row["group_size"] - 1) / (machine.ranks - 1)

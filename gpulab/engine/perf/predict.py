@@ -48,7 +48,6 @@ from pathlib import Path
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
-from gpulab.engine.perf.calibration import wait_s
 from gpulab.engine.perf.flops import model_flops, rank_work
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
@@ -88,6 +87,16 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
     if recompute:
         total += machine.compute_s({k: v / 3 if k == "matmul_flops" else v / 2 for k, v in work.items()})
     return total, windows
+
+
+def wait_s(machine, row: dict) -> float:
+    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a row or col
+    all-reduce's share of the machine's calibrated ``call_wait`` (``perf.calibration``); 0 for any other
+    call or machine."""
+    wait = getattr(machine, "call_wait", 0.0)
+    if not wait or row["op"] != "all_reduce" or row["group"] not in ("row", "col") or machine.ranks < 2:
+        return 0.0
+    return wait * (row["group_size"] - 1) / (machine.ranks - 1)
 
 
 def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: int | None = None,
