@@ -60,11 +60,11 @@ counted 11-19 ms hidden, because no overlap saves more than the communication ex
 sweep, `|predicted - measured| / measured`, in percent. On a shared laptop it is often tens of percent:
 the fit times each collective with every rank starting it together, while in training a rank on
 oversubscribed cores also waits for peers that the OS has descheduled. On one node the fit charges the
-row and col all-reduces a wait measured on one grid (the sweep's "fit ran it" row), which brought 8
-ranks on a 2-core machine from rank correlations of 0.4-0.6 to 0.75-0.9; the wait at every other call
-stays unpriced, and the depth groups' calls are priced long. For choosing a grid the **order**
-matters, and the Spearman rank correlation printed under the sweep says how well the model orders the
-shapes (1 = the same order); the
+row and col all-reduces a wait measured on one grid (the sweep's "fit ran it" row): on 8 ranks of a
+2-core machine it took the rank correlation from 0.58-0.85 to 0.88-0.96 and the median error within 20%
+in three runs of three (docs/engine_model_accuracy.md); the wait at every other call stays unpriced.
+For choosing a grid the **order** matters, and the Spearman rank correlation printed under the sweep
+says how well the model orders the shapes (1 = the same order); the
 model's pick measured against the measured best says what a wrong order costs. What the model leaves out
 (`gpulab.engine.perf.predict`, docs/engine_model.md): load imbalance, contention between groups that share
 cores or links, the OS scheduler, and a matmul rate that changes with the matrix size. AxoNN uses its own
