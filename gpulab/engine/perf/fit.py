@@ -241,7 +241,8 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
                             f" us per array operation; slowest rank {profile_spread:.2f}x the mean)",
                  "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
                                 f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
-                                + "; interpolated between the timed sizes",
+                                + "; interpolated between the timed sizes, each held to the least time at its"
+                                  " size or above",
                  "overlap": f"1 MiB all-reduce behind 20 matmuls of {2048 if device == 'cupy' else 256}^3, "
                             "per progress mode"
                             + (f"; {overlap_note}" if overlap_note else ""),
