@@ -7,10 +7,11 @@ tensor all-reduces took 3.3-3.7x the fit's price in grids without a depth dimens
 (docs/engine_model_accuracy.md), a wait no microbenchmark of the call alone shows. So, where every
 rank runs on one node, the fit measures one grid of the engine's reference model, (1, W, 1, 1) (every
 rank in one col group, 24 col all-reduces an iteration; twice, the faster kept), and charges what that
-iteration took beyond
-the model to its col all-reduces: ``call_wait`` seconds each. The model then charges a row or col
-all-reduce over g ranks (g - 1) / (W - 1) of it, as a ring's steps grow. The calibration grid is left
-out when the model is scored (``agreement.validate``), so the other grids stay out of sample.
+iteration took beyond the model to its col all-reduces: ``call_wait`` seconds each. The model then
+charges a row or col all-reduce over g ranks (g - 1) / (W - 1) of it, as a ring's steps grow. The
+calibration grid is left out when the model is scored (``agreement.validate``), so the other grids stay
+out of sample. On 8 ranks of a 2-core machine it took the model's median error within 20% in three runs
+of three (four of six runs without it) and its rank correlation from 0.55-0.85 to 0.88-0.96.
 
 Not on several nodes: there the calibration grid's col groups cross the links and the excess of a
 call across a link did not carry over to calls inside a node (scored offline on the recorded runs:
