@@ -222,7 +222,10 @@ def _remember_auto_native(nbytes: int, comms) -> None:
     if agreement.checking():
         return
     known = _auto_native.get(nbytes, ())
-    _auto_native[nbytes] = known + tuple(comm for comm in comms if not any(comm is k for k in known))
+    for comm in comms:  # the caller's and the resolved one may be the same object: keep it once
+        if not any(comm is k for k in known):
+            known += (comm,)
+    _auto_native[nbytes] = known
 
 
 def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):

@@ -165,7 +165,8 @@ class FittedMachine:
         trust = combine([f.trust for f in fits], fit_to_fit([f.collective_points for f in fits]))
         return cls(**{**asdict(first), **avg, "collectives": coll, "collective_points": points, "overlap": overlap,
                       "overlap_probe": probe, "trust": trust,
-                      "sources": {**first.sources, "measured": " | ".join(f.sources["measured"] for f in fits),
+                      "sources": {**first.sources, **{k: " | ".join(f.sources.get(k, "-") for f in fits)
+                                                      for k in ("measured", "call_wait") if k in first.sources},
                                   "averaged": f"mean of {n} fits"}})
 
     def save(self, path) -> None:
