@@ -24,7 +24,14 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_call_wait_points_as_timed",
+BEFORE = [(RESULTS / "engine_accuracy_4x2_slower_machine",
+           "The 4 x 2 runs before, on a slower machine",
+           "4 x 2 measured on 2026-12-03 (18:53-23:07 UTC) and one run on 2026-12-04 (04:19 UTC), all but that one "
+           "on a machine whose fits measured a matmul rate of 84-97 GFLOP/s a rank (the table's measure 112-126). "
+           "Re-predicted from their own fits with today's model, no error moves by more than 0.6 points and no "
+           "pick changes: what differs from the table above is the measurements. The table above has the four "
+           "settings measured again on 2026-12-04 from 22:24 UTC."),
+          (RESULTS / "engine_accuracy_call_wait_points_as_timed",
            "The wait calibrated, each collective priced as timed",
            "the one-machine runs of 2026-12-04 20:11-20:21 UTC, with the ranks' wait calibrated as now but "
            "each timed collective priced as timed, where now a point is held to the least time at its size "
