@@ -349,13 +349,12 @@ def scored(rows: list[dict], machine) -> dict:
     pick and rank correlation (``agreement.validate``)."""
     from benchmarks.engine_grids import predict_row
     from gpulab.engine.perf.agreement import validate
-    from gpulab.engine.perf.calibration import calibration_shape
+    from gpulab.engine.perf.calibration import calibrated_on
 
     by_setting: dict = {}
     for r in rows:
         by_setting.setdefault(overlap_setting(r), []).append({**r, "prediction": predict_row(r, machine)})
-    calibrated_on = calibration_shape(machine.ranks) if machine.call_wait else None
-    return {s: validate(priced, calibrated_on) for s, priced in by_setting.items()}
+    return {s: validate(priced, calibrated_on(machine)) for s, priced in by_setting.items()}
 
 
 def price(machine_path: Path, bench_path: Path) -> list[str]:

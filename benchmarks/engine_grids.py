@@ -30,7 +30,7 @@ RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
 from gpulab.engine.perf.agreement import validate  # noqa: E402
-from gpulab.engine.perf.calibration import calibration_shape  # noqa: E402
+from gpulab.engine.perf.calibration import calibrated_on  # noqa: E402
 from gpulab.launch import mpiexec_command  # noqa: E402
 
 SETTINGS = {"none": "overlap off", "all": "overlap on (all four, MPI_Test progress)"}
@@ -76,7 +76,7 @@ def run(args) -> None:
     machine.save(machine_path)
     rows = json.loads(raw.read_text())
     raw.unlink()
-    calibrated_on = calibration_shape(p) if machine.call_wait else None  # left out of the error
+    left_out = calibrated_on(machine)  # the grid the fit measured itself: left out of the error
     for r in rows:
         pred = predict_row(r, machine)
         r["prediction"] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
@@ -87,7 +87,7 @@ def run(args) -> None:
            "load_before": load_before, "load_after": os.getloadavg(), "minutes": (time.time() - start) / 60,
            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": json.loads(machine_path.read_text()),
            "fits": [{"share": f.share, "sources": f.sources["measured"]} for f in fits],
-           "rows": rows, "validation": {s: validate([r for r in rows if r["overlap_label"] == label], calibrated_on)
+           "rows": rows, "validation": {s: validate([r for r in rows if r["overlap_label"] == label], left_out)
                                         for s, label in (("none", "none"),
                                                          ("all", "oar+ors+oag+cache+buckets"))}}
     (Path(args.out) if args.out else RESULTS / f"engine_grid_p{p}.json").write_text(json.dumps(out, indent=1))

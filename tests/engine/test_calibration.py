@@ -7,7 +7,7 @@ import pytest
 
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.agreement import validate
-from gpulab.engine.perf.calibration import calibration_shape, col_all_reduces, skipped
+from gpulab.engine.perf.calibration import calibrated_on, calibration_shape, col_all_reduces, skipped
 from gpulab.engine.perf.fit import FittedMachine
 from gpulab.engine.perf.machines import machine as named_machine
 from gpulab.engine.perf.predict import predict, wait_s
@@ -66,6 +66,13 @@ def test_the_fit_calibrates_only_on_one_node_with_a_grid_the_reference_model_spl
     assert "does not split over 3 ranks" in skipped(3, 3, cfg)  # n_embd 128 over 3 columns
     assert calibration_shape(8) == (1, 8, 1, 1)
     assert col_all_reduces(cfg, (1, 4, 1, 1), 16) == 24  # the reference model's col all-reduces an iteration
+
+
+def test_scoring_leaves_out_the_grid_the_fit_measured_only_where_it_calibrated():
+    from types import SimpleNamespace
+
+    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.004)) == (1, 8, 1, 1)
+    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0)) is None  # several nodes: nothing measured
 
 
 def test_the_grid_the_fit_measured_is_left_out_of_the_error_but_not_of_the_pick():

@@ -26,6 +26,7 @@ from benchmarks.engine_grids import predict_row  # noqa: E402
 from gpulab.engine import GPTConfig  # noqa: E402
 from gpulab.engine.perf import predict as model  # noqa: E402
 from gpulab.engine.perf.agreement import validate  # noqa: E402
+from gpulab.engine.perf.calibration import calibrated_on  # noqa: E402
 from gpulab.engine.perf.fit import FittedMachine  # noqa: E402
 from gpulab.engine.perf.terms import comm_rows, stride  # noqa: E402
 
@@ -107,8 +108,7 @@ def score(path: Path, rule: str) -> tuple[dict, bool]:
     nodes, world = nodes_of(record), record["world"]
     kind = "machine" if path.name.endswith(tuple(f"machine_run{i}.json" for i in (1, 2, 3))) else "emulated"
     if rule == "as it is" or kind == "machine":  # on one node every rule is the fit's own calibration
-        calibrated_on = (1, world, 1, 1) if machine.call_wait else None
-        return _scored(record, machine, calibrated_on, kind)
+        return _scored(record, machine, calibrated_on(machine), kind)
     shared_core = world > record["cpus"]  # every emulated setting here: 4 or 8 ranks on 2 cores
     intra = rule.startswith("one node")
 
@@ -130,22 +130,22 @@ def score(path: Path, rule: str) -> tuple[dict, bool]:
     plain = replace(machine, call_wait=0.0)
     if not candidates:
         return _scored(record, plain, None, kind)
-    _, negative_weight, calibrated_on, r = min(candidates, key=lambda c: c[:2])
+    _, negative_weight, grid, r = min(candidates, key=lambda c: c[:2])
     unit = max(0.0, (r["iter_s"] - predict_row(r, plain)["iter_s"]) / -negative_weight)
     original = model.wait_s
     model.wait_s = lambda m, row: (unit * (row["group_size"] - 1) if row["op"] == "all_reduce" and row["group"] in (
         "row", "col") and waits(row["group_size"], row["stride"]) else 0.0)
     try:
-        return _scored(record, plain, calibrated_on, kind)
+        return _scored(record, plain, grid, kind)
     finally:
         model.wait_s = original
 
 
-def _scored(record, machine, calibrated_on, kind) -> tuple[dict, bool]:
+def _scored(record, machine, left_out, kind) -> tuple[dict, bool]:
     out = {}
     for setting in ("off", "on"):
         rows = [{**r, "prediction": predict_row(r, machine)} for r in record["rows"] if overlap_setting(r) == setting]
-        out[setting] = validate(rows, calibrated_on)
+        out[setting] = validate(rows, left_out)
     meets = all(v["median_abs_rel_error"] <= TARGET[kind] and v["pick_over_best"] <= PICK for v in out.values())
     return out, meets
 

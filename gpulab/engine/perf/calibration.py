@@ -11,7 +11,7 @@ iteration took beyond the model to its col all-reduces: ``call_wait`` seconds ea
 charges a row or col all-reduce over g ranks (g - 1) / (W - 1) of it, as a ring's steps grow. The
 calibration grid is left out when the model is scored (``agreement.validate``), so the other grids stay
 out of sample. On 8 ranks of a 2-core machine it took the model's median error within 20% in three runs
-of three (four of six runs without it) and its rank correlation from 0.55-0.85 to 0.88-0.96.
+of three (four of six runs without it) and its rank correlation from 0.58-0.85 to 0.88-0.96.
 
 Not on several nodes: there the calibration grid's col groups cross the links and the excess of a
 call across a link did not carry over to calls inside a node (scored offline on the recorded runs:
@@ -31,6 +31,11 @@ ITERS = 5
 def calibration_shape(world: int) -> tuple[int, int, int, int]:
     """The grid the fit measures: every rank in one col group."""
     return (1, world, 1, 1)
+
+
+def calibrated_on(machine) -> tuple[int, int, int, int] | None:
+    """The grid a fitted ``machine`` measured itself, which scoring it leaves out; None where it calibrated nothing."""
+    return calibration_shape(machine.ranks) if getattr(machine, "call_wait", 0.0) else None
 
 
 def col_all_reduces(config: GPTConfig, shape, batch_size: int) -> int:
