@@ -110,6 +110,7 @@ def job(args) -> None:
 
     from gpulab.emulated import link_bytes_per_s, rank_nodes
     from gpulab.engine import grid_shapes
+    from gpulab.engine.perf.calibration import calibrated_on
     from gpulab.engine.perf.fit import FittedMachine, fit
     from gpulab.engine.perf.predict import predict
     from gpulab.engine.perf.timing import bench_config, measure
@@ -140,7 +141,7 @@ def job(args) -> None:
     machine = FittedMachine.mean(fits)
     nodes_of = rank_nodes(args.nodes, comm.size, args.ranks_per_node, args.placement)
     one_node, floored = contiguous_only(machine), link_floor(machine, link_bytes_per_s(args.link), nodes_of)
-    rows = []
+    left_out, rows = calibrated_on(machine), []  # the grids the fit measured itself: left out of the error
     for (shape, setting), runs in rounds.items():
         row = dict(sorted(runs, key=lambda x: x["iter_s"])[len(runs) // 2])  # the median round's details
         row.update(setting=setting, iter_s=statistics.median(x["iter_s"] for x in runs),
@@ -159,16 +160,17 @@ def job(args) -> None:
               "batch": BATCH, "model": cfg.to_dict(), "rounds": args.rounds, "iters": args.iters,
               "overlap_on": overlap_for("on").to_dict(),
               "machine": {k: v for k, v in machine.__dict__.items() if k != "sources"},
+              "call_wait_source": machine.sources.get("call_wait", ""),
               "link_floor_collectives": floored.collectives,
               "fits": [f.sources["measured"] for f in fits], "rows": rows,
               "fit_each": [{"collective_points": f.collective_points, "share": f.share,
                             "matmul_rate": f.matmul_rate, "overlap": f.overlap, "overlap_probe": f.overlap_probe,
                             "trust": f.trust} for f in fits],
-              "validation": {s: {"stride-aware": validate([r for r in rows if r["setting"] == s]),
+              "validation": {s: {"stride-aware": validate([r for r in rows if r["setting"] == s], left_out),
                                  "one-node": validate([{**r, "prediction": r["prediction_one_node"]}
-                                                       for r in rows if r["setting"] == s]),
+                                                       for r in rows if r["setting"] == s], left_out),
                              "stride-aware, link floor": validate([{**r, "prediction": r["prediction_link_floor"]}
-                                                                   for r in rows if r["setting"] == s])}
+                                                                   for r in rows if r["setting"] == s], left_out)}
                              for s in SETTINGS}}
     RESULTS.mkdir(parents=True, exist_ok=True)
     out_path(args).write_text(json.dumps(record, indent=1) + "\n")

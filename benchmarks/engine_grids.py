@@ -76,7 +76,7 @@ def run(args) -> None:
     machine.save(machine_path)
     rows = json.loads(raw.read_text())
     raw.unlink()
-    left_out = calibrated_on(machine)  # the grid the fit measured itself: left out of the error
+    left_out = calibrated_on(machine)  # the grids the fit measured itself: left out of the error
     for r in rows:
         pred = predict_row(r, machine)
         r["prediction"] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}

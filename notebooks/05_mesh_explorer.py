@@ -71,11 +71,11 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # About 20 seconds: matmul and elementwise rates, how much slower a rank
 # computes when all ranks (and anything else) share the cores, and what each
 # collective costs right after a kernel, per group size
-# (`gpulab.engine.perf.fit`). On one node it also runs one grid of the
-# engine, (1, N, 1, 1) of the model below, to calibrate how long the ranks wait
-# for each other at a tensor all-reduce, which no timing of a call alone shows
-# (`call_wait`, printed below; `gpulab.engine.perf.calibration`). Every other
-# prediction below is out of sample; the sweep marks that grid.
+# (`gpulab.engine.perf.fit`). It also runs two grids of the engine,
+# (1, N, 1, 1) and (N, 1, 1, 1) of the model below, to calibrate how long the
+# ranks wait for each other at a col and at a row all-reduce, which no timing
+# of a call alone shows (printed below; `gpulab.engine.perf.calibration`).
+# Every other prediction below is out of sample; the sweep marks those grids.
 #
 # What to expect: on a laptop the "share" is above 1 when the ranks outnumber
 # the cores (each rank computes that many times slower with all of them
@@ -166,7 +166,7 @@ print(f"exposed communication {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "
 # behind.
 
 # %%
-from gpulab.engine.perf.calibration import calibration_shape
+from gpulab.engine.perf.calibration import calibrated_on
 from gpulab.engine.perf.predict import candidate_shapes
 
 shapes = candidate_shapes(explorer.config, N_ENGINES, explorer.batch_size)
@@ -177,7 +177,7 @@ for shape in shapes:
     sweep.append({"shape": str(shape), "measured ms": row["iter_s"] * 1e3, "predicted ms": p["iter_s"] * 1e3,
                   "exposed ms": row["summary"]["exposed_comm_s"] * 1e3,
                   "predicted exposed ms": p["exposed_comm_s"] * 1e3,
-                  "fit ran it": bool(machine.call_wait) and tuple(shape) == calibration_shape(N_ENGINES)})
+                  "fit ran it": tuple(shape) in calibrated_on(machine)})
 sweep.sort(key=lambda r: r["measured ms"])
 Table(sweep, digits=1)
 

@@ -1,5 +1,5 @@
-"""The ranks' wait calibrated on one measured grid (``perf.calibration``): where the model charges it,
-where the fit measures it, and that the grid it was measured on is left out of the model's error."""
+"""The ranks' wait calibrated on two measured grids (``perf.calibration``): where the model charges it,
+where the fit measures it, and that the grids it was measured on are left out of the model's error."""
 
 from dataclasses import replace
 
@@ -7,7 +7,7 @@ import pytest
 
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.agreement import validate
-from gpulab.engine.perf.calibration import calibrated_on, calibration_shape, col_all_reduces, skipped
+from gpulab.engine.perf.calibration import all_reduces, calibrated_on, calibration_shape, skipped, waits
 from gpulab.engine.perf.fit import FittedMachine
 from gpulab.engine.perf.machines import machine as named_machine
 from gpulab.engine.perf.predict import predict, wait_s
@@ -18,25 +18,33 @@ from tests.engine.util import tiny_config
 WAIT = 3e-3
 
 
-def fitted(call_wait: float, ranks: int = 4) -> FittedMachine:
+def fitted(call_wait: float, ranks: int = 4, row_wait: float | None = None) -> FittedMachine:
     collectives = {f"{op}/{g}": [1e-4 * g, 1e-9] for op in ("all_reduce", "all_gather", "reduce_scatter")
                    for g in (2, 4)}
     return FittedMachine(name="t", ranks=ranks, cores=2, collectives=collectives, matmul_rate=1e10,
                          elementwise_rate=1e9, kernel_overhead=1e-6, share=1.0, machine_peak=1e10,
                          overlap={"poll": 0.5, "thread": 0.5, "none": 0.0}, memory_bytes=1e9, call_wait=call_wait,
-                         sources={"measured": "here"})
+                         row_wait=row_wait, sources={"measured": "here"})
+
+
+ROW_WAIT = 1e-3
 
 
 @pytest.mark.parametrize("shape", [(2, 2, 1, 1), (1, 4, 1, 1), (1, 2, 2, 1), (1, 1, 2, 2), (4, 1, 1, 1)])
 @pytest.mark.parametrize("overlap", [Overlap(), Overlap(oar=True, ors=True, oag=True, buckets=True)])
-def test_each_row_and_col_all_reduce_pays_its_share_of_the_wait_and_nothing_else_does(shape, overlap):
+@pytest.mark.parametrize("row_wait", [None, ROW_WAIT])  # None: a fit that calibrated no row grid
+def test_each_row_and_col_all_reduce_pays_its_share_of_its_groups_wait_and_nothing_else_does(
+        shape, overlap, row_wait):
     cfg = tiny_config(shape)
-    without, with_wait = (predict(cfg, shape, 8, fitted(w), overlap) for w in (0.0, WAIT))
+    without = predict(cfg, shape, 8, fitted(0.0, row_wait=0.0), overlap)
+    with_wait = predict(cfg, shape, 8, fitted(WAIT, row_wait=row_wait), overlap)
+    per_call = {"col": WAIT, "row": WAIT if row_wait is None else row_wait}
     rows = comm_rows(cfg, shape, 8, cfg.block_size, overlap)
     expected = {}
     for r in rows:  # a ring's steps: (g - 1) / (W - 1) of the wait of a call over all W = 4 ranks
         if r["op"] == "all_reduce" and r["group"] in ("row", "col"):
-            expected[r["group"]] = expected.get(r["group"], 0.0) + r["count"] * WAIT * (r["group_size"] - 1) / 3
+            expected[r["group"]] = (expected.get(r["group"], 0.0)
+                                    + r["count"] * per_call[r["group"]] * (r["group_size"] - 1) / 3)
     assert with_wait["iter_s"] - without["iter_s"] == pytest.approx(sum(expected.values()), abs=1e-12)
     assert with_wait["compute_s"] == without["compute_s"]  # waiting is not hidden behind compute either
     assert with_wait["hidden_comm_s"] == pytest.approx(without["hidden_comm_s"])
@@ -56,23 +64,44 @@ def test_no_wait_is_charged_without_a_calibration_or_on_a_named_machine():
     assert wait_s(fitted(0.0), row) == 0.0
     assert wait_s(named_machine("perlmutter"), row) == 0.0  # the published machines carry no calibration
     assert FittedMachine.mean([fitted(WAIT), fitted(0.0)]).call_wait == pytest.approx(WAIT / 2)
+    row = {**row, "group": "row"}
+    assert wait_s(fitted(WAIT, row_wait=ROW_WAIT), row) == pytest.approx(ROW_WAIT)  # each group its own wait
+    assert wait_s(fitted(WAIT, row_wait=0.0), row) == 0.0
+    assert wait_s(fitted(WAIT), row) == pytest.approx(WAIT)  # older fits: row calls paid the col wait
+    assert FittedMachine.mean([fitted(WAIT, row_wait=ROW_WAIT), fitted(0.0, row_wait=0.0)]).row_wait == \
+        pytest.approx(ROW_WAIT / 2)
+    assert FittedMachine.mean([fitted(WAIT, row_wait=ROW_WAIT), fitted(WAIT)]).row_wait is None
 
 
-def test_the_fit_calibrates_only_on_one_node_with_a_grid_the_reference_model_splits():
+def test_the_fit_calibrates_wherever_the_reference_model_splits_over_the_ranks():
     cfg = bench_config()
-    assert skipped(4, 4, cfg) == "" and skipped(8, 8, cfg) == ""
-    assert skipped(1, 1, cfg).startswith("one rank")
-    assert "several nodes (2 of 4" in skipped(4, 2, cfg)  # emulated nodes: calls across a link differ
-    assert "does not split over 3 ranks" in skipped(3, 3, cfg)  # n_embd 128 over 3 columns
-    assert calibration_shape(8) == (1, 8, 1, 1)
-    assert col_all_reduces(cfg, (1, 4, 1, 1), 16) == 24  # the reference model's col all-reduces an iteration
+    assert skipped(4, cfg) == "" and skipped(8, cfg) == ""
+    assert skipped(1, cfg).startswith("one rank")
+    assert "does not split over 3 ranks" in skipped(3, cfg)  # n_embd 128 over 3 columns
+    assert calibration_shape(8) == (1, 8, 1, 1) and calibration_shape(8, "row") == (8, 1, 1, 1)
+    assert all_reduces(cfg, (1, 4, 1, 1), 16) == 24  # the reference model's col all-reduces an iteration
+    assert all_reduces(cfg, (4, 1, 1, 1), 16, "row") == 12  # and row
 
 
-def test_scoring_leaves_out_the_grid_the_fit_measured_only_where_it_calibrated():
+def test_each_wait_is_what_its_grid_took_beyond_the_model_per_call_never_below_zero():
+    cfg, machine = bench_config(), fitted(0.0, ranks=4, row_wait=0.0)
+    priced = {g: predict(cfg, calibration_shape(4, g), 16, machine)["iter_s"] for g in ("col", "row")}
+    slower = [{"col": priced["col"] + 0.048, "row": priced["row"] + 0.024},
+              {"col": priced["col"] + 0.096, "row": priced["row"] - 0.010}]  # the faster of two is kept
+    found, how = waits(machine, slower)
+    assert found["call_wait"] == pytest.approx(0.048 / 24) and found["row_wait"] == 0.0
+    assert "col: grid (1, 4, 1, 1)" in how and "row: grid (4, 1, 1, 1)" in how
+    found, how = waits(machine, [slower[0], None])
+    assert found == {"call_wait": 0.0, "row_wait": 0.0} and "not measured" in how
+
+
+def test_scoring_leaves_out_the_grids_the_fit_measured_only_where_it_calibrated():
     from types import SimpleNamespace
 
-    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.004)) == (1, 8, 1, 1)
-    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0)) is None  # several nodes: nothing measured
+    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.004, row_wait=0.0)) == [(1, 8, 1, 1), (8, 1, 1, 1)]
+    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0, row_wait=0.001)) == [(1, 8, 1, 1), (8, 1, 1, 1)]
+    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.004, row_wait=None)) == [(1, 8, 1, 1)]  # older fits
+    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0, row_wait=None)) == []  # nothing measured
 
 
 def test_the_grid_the_fit_measured_is_left_out_of_the_error_but_not_of_the_pick():
@@ -80,17 +109,19 @@ def test_the_grid_the_fit_measured_is_left_out_of_the_error_but_not_of_the_pick(
             {"shape": [1, 1, 1, 4], "iter_s": 1.0, "prediction": {"iter_s": 1.1}},
             {"shape": [2, 2, 1, 1], "iter_s": 2.0, "prediction": {"iter_s": 2.2}}]
     assert validate(rows)["median_abs_rel_error"] == pytest.approx(0.1)
-    assert validate(rows, (1, 4, 1, 1))["median_abs_rel_error"] == pytest.approx(0.1)
+    assert validate(rows, [(1, 4, 1, 1)])["median_abs_rel_error"] == pytest.approx(0.1)
     rows[1]["prediction"]["iter_s"] = 1.5  # now the left-out grid would move the median
     assert validate(rows)["median_abs_rel_error"] == pytest.approx(0.5)
-    assert validate(rows, (1, 4, 1, 1))["median_abs_rel_error"] == pytest.approx(0.3)
-    assert validate(rows, (1, 4, 1, 1))["shapes"] == 3 and validate(rows, (1, 4, 1, 1))["model_pick"] == [1, 1, 1, 4]
+    assert validate(rows, [(1, 4, 1, 1)])["median_abs_rel_error"] == pytest.approx(0.3)
+    assert validate(rows, [(1, 4, 1, 1), (2, 2, 1, 1)])["median_abs_rel_error"] == pytest.approx(0.5)
+    left_out = validate(rows, [(1, 4, 1, 1)])
+    assert left_out["shapes"] == 3 and left_out["model_pick"] == [1, 1, 1, 4]
 
 
 def test_a_fit_saved_before_the_calibration_charges_no_wait():
     from dataclasses import asdict
 
     saved = asdict(fitted(WAIT))
-    del saved["call_wait"]
-    assert FittedMachine.from_dict(saved).call_wait == 0.0
+    del saved["call_wait"], saved["row_wait"]
+    assert FittedMachine.from_dict(saved).call_wait == 0.0 and FittedMachine.from_dict(saved).row_wait is None
     assert replace(fitted(WAIT), call_wait=0.0) == fitted(0.0)

@@ -14,13 +14,13 @@ def spearman(a, b) -> float:
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def validate(rows: list[dict], calibrated_on=None) -> dict:
+def validate(rows: list[dict], calibrated_on=()) -> dict:
     """Rank correlation and top-1 check over rows of one overlap setting (each: shape, iter_s, prediction).
-    ``calibrated_on``: a grid shape the fit measured itself (``perf.calibration``), left out of the error."""
+    ``calibrated_on``: the grid shapes the fit measured itself (``perf.calibration``), left out of the error."""
     meas = [r["iter_s"] for r in rows]
     pred = [r["prediction"]["iter_s"] for r in rows]
     scored = [(p, m) for p, m, r in zip(pred, meas, rows)
-              if calibrated_on is None or tuple(r["shape"]) != tuple(calibrated_on)]
+              if tuple(r["shape"]) not in {tuple(c) for c in calibrated_on}]
     pick, best = int(np.argmin(pred)), int(np.argmin(meas))
     return {"shapes": len(rows), "spearman": spearman(meas, pred),
             "model_pick": rows[pick]["shape"], "model_pick_measured_s": meas[pick],

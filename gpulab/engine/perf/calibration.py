@@ -1,22 +1,26 @@
-"""The wait a tensor all-reduce pays in training beyond its timed cost, calibrated on one measured grid.
+"""The wait a tensor all-reduce pays in training beyond its timed cost, calibrated on two measured grids.
 
 The fit times each collective with every rank starting it together. In training the ranks reach a
 row or col all-reduce out of step, after a layer's work, and on ranks that share cores the first to
 arrive spin on the cores the others still compute on: on one 2-core machine at 8 ranks the engine's
 tensor all-reduces took 3.3-3.7x the fit's price in grids without a depth dimension
-(docs/engine_model_accuracy.md), a wait no microbenchmark of the call alone shows. So, where every
-rank runs on one node, the fit measures one grid of the engine's reference model, (1, W, 1, 1) (every
-rank in one col group, 24 col all-reduces an iteration; twice, the faster kept), and charges what that
-iteration took beyond the model to its col all-reduces: ``call_wait`` seconds each. The model then
-charges a row or col all-reduce over g ranks (g - 1) / (W - 1) of it, as a ring's steps grow. The
-calibration grid is left out when the model is scored (``agreement.validate``), so the other grids stay
-out of sample. On 8 ranks of a 2-core machine it took the model's median error within 20% in three runs
-of three (four of six runs without it) and its rank correlation from 0.58-0.85 to 0.88-0.96.
+(docs/engine_model_accuracy.md), a wait no microbenchmark of the call alone shows. So the fit
+measures two grids of the engine's reference model (each twice, at its start and at its end, the
+faster kept): (1, W, 1, 1), every rank in one col group (24 col all-reduces an iteration), and
+(W, 1, 1, 1), every rank in one row group (12 row all-reduces). What each iteration took beyond the
+model, over its calls, is the wait of one such call over all W ranks: ``call_wait`` for col,
+``row_wait`` for row. The model then charges a col (row) all-reduce over g ranks (g - 1) / (W - 1)
+of that group's wait, as a ring's steps grow. Both grids are left out when the model is scored
+(``agreement.validate``), so the other grids stay out of sample.
 
-Not on several nodes: there the calibration grid's col groups cross the links and the excess of a
-call across a link did not carry over to calls inside a node (scored offline on the recorded runs:
-2 x 2 block at 100 Mbit/s went from 3 of 3 runs meeting the targets to 0;
-docs/results/engine_accuracy_calibration_explored/).
+Why two and not one: the two kinds of call wait differently. A col all-reduce follows a layer's
+matmuls on every rank; a row all-reduce sits where the ranks are already in step. Charging row calls
+the col grid's wait priced (8, 1, 1, 1) 42% long on one machine at 8 ranks, and on the emulated
+clusters, where a col group crosses the links, it made the picks at 2 x 2 block, 100 Mbit/s, 1.15-1.18
+(its row groups wait nothing there: 0.0-0.1 ms a call). Scored on the 30 recorded runs with each
+grid's wait taken from the runs' own measurement of it (docs/results/engine_accuracy_two_waits_explored/),
+the two waits took 4 x 2 at 1 Gbit/s from 18-30% to 4-12% and one machine at 8 ranks from 10-28% to
+11-13%, with as many runs meeting the targets.
 """
 
 from __future__ import annotations
@@ -28,68 +32,81 @@ BATCH = 16  # sequences, as the recorded benchmarks (benchmarks/engine_grids.py)
 ITERS = 5
 
 
-def calibration_shape(world: int) -> tuple[int, int, int, int]:
-    """The grid the fit measures: every rank in one col group."""
-    return (1, world, 1, 1)
+GROUPS = ("col", "row")  # the tensor groups whose all-reduces wait, each calibrated on its own grid
 
 
-def calibrated_on(machine) -> tuple[int, int, int, int] | None:
-    """The grid a fitted ``machine`` measured itself, which scoring it leaves out; None where it calibrated nothing."""
-    return calibration_shape(machine.ranks) if getattr(machine, "call_wait", 0.0) else None
+def calibration_shape(world: int, group: str = "col") -> tuple[int, int, int, int]:
+    """The grid the fit measures for ``group``: every rank in one col (or row) group."""
+    return (1, world, 1, 1) if group == "col" else (world, 1, 1, 1)
 
 
-def col_all_reduces(config: GPTConfig, shape, batch_size: int) -> int:
-    """How many col all-reduces one iteration of ``shape`` makes (``terms.comm_rows``)."""
+def calibrated_on(machine) -> list[tuple[int, int, int, int]]:
+    """The grids a fitted ``machine`` measured itself, which scoring it leaves out ([] where it calibrated
+    nothing: older fits on several nodes, named machines)."""
+    if not getattr(machine, "call_wait", 0.0) and not getattr(machine, "row_wait", None):
+        return []
+    # fits before the row grid was calibrated (row_wait None) measured only the col grid
+    groups = GROUPS if getattr(machine, "row_wait", None) is not None else ("col",)
+    return [calibration_shape(machine.ranks, g) for g in groups]
+
+
+def all_reduces(config: GPTConfig, shape, batch_size: int, group: str = "col") -> int:
+    """How many all-reduces over ``group`` one iteration of ``shape`` makes (``terms.comm_rows``)."""
     from gpulab.engine.perf.terms import comm_rows
 
     return sum(r["count"] for r in comm_rows(config, shape, batch_size, config.block_size)
-               if r["group"] == "col" and r["op"] == "all_reduce")
+               if r["group"] == group and r["op"] == "all_reduce")
 
 
-def skipped(world: int, node_ranks: int, config: GPTConfig) -> str:
+def skipped(world: int, config: GPTConfig) -> str:
     """Why the fit does not calibrate here ("" where it does)."""
     if world < 2:
         return "one rank: no tensor all-reduce"
-    if node_ranks < world:
-        return f"not calibrated: the ranks span several nodes ({node_ranks} of {world} on the fullest)"
     try:
-        check_divisibility(config, calibration_shape(world), BATCH)
+        for group in GROUPS:
+            check_divisibility(config, calibration_shape(world, group), BATCH)
     except ValueError as error:
         return f"not calibrated: the reference model does not split over {world} ranks ({error})"
     return ""
 
 
-def measure_grid(comm, node_ranks: int, device: str = "host") -> float | None:
-    """Collective: one iteration of the calibration grid (the median of ``ITERS``) on rank 0; None where the
-    fit does not calibrate (``skipped``) and on the other ranks. The fit measures it twice, at its start
-    and at its end, and keeps the faster: one of them came out 1.8x and 2.6x the other fits' (and the
-    benchmark's own) in two jobs of six, at 4 and at 8 ranks."""
+def measure_grids(comm, device: str = "host") -> dict | None:
+    """Collective: one iteration of each calibration grid (the median of ``ITERS``), {group: s} on rank 0;
+    None where the fit does not calibrate (``skipped``) and on the other ranks. The fit measures them
+    twice, at its start and at its end, and keeps the faster: one measurement came out 1.8x and 2.6x
+    the other fits' (and the benchmark's own) in two jobs of six, at 4 and at 8 ranks."""
     from gpulab.engine.perf.timing import bench_config, measure
 
     config = bench_config()
-    if skipped(comm.size, node_ranks, config):
+    if skipped(comm.size, config):
         return None
-    measured = measure(comm, config, calibration_shape(comm.size), BATCH, iters=ITERS, warmup=2, device=device)
-    return None if measured is None else measured["iter_s"]
+    took = {g: measure(comm, config, calibration_shape(comm.size, g), BATCH, iters=ITERS, warmup=2, device=device)
+            for g in GROUPS}
+    return None if comm.rank != 0 else {g: m["iter_s"] for g, m in took.items()}
 
 
-def call_wait(machine, node_ranks: int, measured: list[float | None]) -> tuple[float, str]:
-    """The wait per col all-reduce over all of ``machine.ranks`` (s, never below 0) and how it was found,
-    from the calibration grid's ``measured`` iterations (``measure_grid``); ``machine``: the fit so far."""
+def waits(machine, measured: list[dict | None]) -> tuple[dict, str]:
+    """The wait per all-reduce over all of ``machine.ranks`` (s, never below 0), {"call_wait": col,
+    "row_wait": row}, and how it was found, from the calibration grids' ``measured`` iterations
+    (``measure_grids``); ``machine``: the fit so far."""
     from dataclasses import replace
 
     from gpulab.engine.perf.predict import predict
     from gpulab.engine.perf.timing import bench_config
 
     config, world = bench_config(), machine.ranks
-    why = skipped(world, node_ranks, config)
-    if why:
-        return 0.0, why
-    shape, took = calibration_shape(world), min(measured)
-    predicted = predict(config, shape, BATCH, replace(machine, call_wait=0.0))["iter_s"]
-    calls = col_all_reduces(config, shape, BATCH)
-    wait = max(0.0, (took - predicted) / calls)
-    return wait, (f"the engine's grid {shape}, reference model, {BATCH} sequences: {took * 1e3:.1f} ms an iteration "
-                  f"(the faster of {', '.join(f'{t * 1e3:.1f}' for t in measured)}; each the median of {ITERS}) "
-                  f"against {predicted * 1e3:.1f} ms priced, over its {calls} col all-reduces: {wait * 1e3:.2f} ms "
-                  f"each, (g - 1) / ({world} - 1) of it for a group of g")
+    why = skipped(world, config)
+    if why or None in measured:
+        return {"call_wait": 0.0, "row_wait": 0.0}, why or "not calibrated: a calibration grid was not measured"
+    bare, out, lines = replace(machine, call_wait=0.0, row_wait=0.0), {}, []
+    for group, field in zip(GROUPS, ("call_wait", "row_wait")):
+        shape = calibration_shape(world, group)
+        times = [m[group] for m in measured]
+        took, predicted = min(times), predict(config, shape, BATCH, bare)["iter_s"]
+        calls = all_reduces(config, shape, BATCH, group)
+        out[field] = max(0.0, (took - predicted) / calls)
+        lines.append(f"{group}: grid {shape}, {took * 1e3:.1f} ms an iteration (the faster of "
+                     f"{', '.join(f'{t * 1e3:.1f}' for t in times)}) against {predicted * 1e3:.1f} ms priced, "
+                     f"over its {calls} {group} all-reduces: {out[field] * 1e3:.2f} ms each")
+    return out, (f"the engine's reference model, {BATCH} sequences, each grid the median of {ITERS} iterations; "
+                 + "; ".join(lines) + f"; (g - 1) / ({world} - 1) of it for a group of g")

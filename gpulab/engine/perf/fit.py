@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from gpulab.backend import gpu_of_this_rank, module_for
-from gpulab.engine.perf.calibration import call_wait, measure_grid
+from gpulab.engine.perf.calibration import measure_grids, waits
 from gpulab.engine.perf.machines import Level
 from gpulab.engine.perf.probes import (
     collective_costs,
@@ -76,8 +76,11 @@ class FittedMachine:
     # where the arrays lived while it was measured ("host", "cupy", "fake"): it prices runs on that device
     device: str = "host"
     # s each col all-reduce over all ranks waits in training beyond its timed cost, calibrated on one
-    # measured grid where every rank runs on one node (``perf.calibration``); 0 elsewhere and in older fits
+    # measured grid (``perf.calibration``); 0 in older fits and, in fits before 2026-12-05, on several nodes
     call_wait: float = 0.0
+    # the same for a row all-reduce, on its own grid; None in fits before 2026-12-05, which charged row
+    # calls the col wait (priced as they were)
+    row_wait: float | None = None
 
     @property
     def ranks_per_node(self) -> int:
@@ -157,6 +160,8 @@ class FittedMachine:
         avg = {k: sum(getattr(f, k) for f in fits) / n
                for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak", "scale",
                          "call_wait")}
+        rows = [f.row_wait for f in fits]
+        avg["row_wait"] = None if None in rows else sum(rows) / n
         coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
         points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
                   for k, v in first.collective_points.items()}
@@ -214,7 +219,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     compute.update(comm.bcast(engine_profile(comm, compute, device=device), root=0))
     profile_spread = compute.pop("profile_rank_spread")
     node_ranks, node_cores = node_ranks_and_cores(comm)
-    calibration = [measure_grid(comm, node_ranks, device)]
+    calibration = [measure_grids(comm, device)]
     compute["share"] = share_slowdown(comm, reps)
     points, spreads = collective_costs(comm, reps, strided=strided, max_bytes=max_bytes, device=device)
     measured = {mode: overlap_efficiency(comm, mode, device=device) for mode in ("poll", "thread")}
@@ -223,7 +228,7 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
     with threadpool_limits(os.cpu_count() or 1):  # the whole machine, one process
         peak = alone(comm, lambda: peak_matmul(None if device == "cupy" else 512, repeats=15, device=device))
     memory, memory_source = memory_per_rank(comm, device)
-    calibration.append(measure_grid(comm, node_ranks, device))
+    calibration.append(measure_grids(comm, device))
     if comm.rank != 0:
         return None
     cores = os.cpu_count() or 1
@@ -248,5 +253,5 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
                             "per progress mode"
                             + (f"; {overlap_note}" if overlap_note else ""),
                  "memory_bytes": memory_source})
-    wait, wait_source = call_wait(machine, node_ranks, calibration)
-    return replace(machine, call_wait=wait, sources={**machine.sources, "call_wait": wait_source})
+    wait, wait_source = waits(machine, calibration)
+    return replace(machine, **wait, sources={**machine.sources, "call_wait": wait_source})

@@ -32,8 +32,9 @@ How (each term printed by ``gpulab model``):
    (``terms.memory_terms``); ``fits`` compares with the device.
    ``flash_attention`` drops the T x T attention probabilities from memory
    (the engine keeps them; AxoNN's runs use flash attention).
-5. Waiting: a machine fitted on one node charges each row or col all-reduce
-   the wait its ranks showed in one measured grid (``perf.calibration``).
+5. Waiting: a fitted machine charges each col all-reduce the wait its ranks
+   showed in one measured grid, and each row all-reduce the wait in another
+   (``perf.calibration``).
 
 iteration = compute + exposed communication. Not modelled: load imbalance,
 contention between concurrent groups on shared links, pipeline parallelism.
@@ -90,10 +91,12 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
 
 
 def wait_s(machine, row: dict) -> float:
-    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a row or col
-    all-reduce's share of the machine's calibrated ``call_wait`` (``perf.calibration``); 0 for any other
-    call or machine."""
+    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a col
+    all-reduce's share of the machine's calibrated ``call_wait``, a row all-reduce's of its ``row_wait``
+    (``perf.calibration``; the col wait in fits that calibrated no row grid); 0 for any other call or machine."""
     wait = getattr(machine, "call_wait", 0.0)
+    if row["group"] == "row" and getattr(machine, "row_wait", None) is not None:
+        wait = machine.row_wait
     if not wait or row["op"] != "all_reduce" or row["group"] not in ("row", "col") or machine.ranks < 2:
         return 0.0
     return wait * (row["group_size"] - 1) / (machine.ranks - 1)
