@@ -59,10 +59,12 @@ counted 11-19 ms hidden, because no overlap saves more than the communication ex
         text="""The kit's number below is the median error of the model's iteration times over the notebook's
 sweep, `|predicted - measured| / measured`, in percent. On a shared laptop it is often tens of percent:
 the fit times each collective with every rank starting it together, while in training a rank on
-oversubscribed cores also waits for peers that the OS has descheduled. On one node the fit charges the
-row and col all-reduces a wait measured on one grid (the sweep's "fit ran it" row): on 8 ranks of a
-2-core machine it took the rank correlation from 0.58-0.85 to 0.88-0.96 and the median error within 20%
-in three runs of three (docs/engine_model_accuracy.md); the wait at every other call stays unpriced.
+oversubscribed cores also waits for peers that the OS has descheduled. So the fit charges the col
+all-reduces a wait measured on one grid and the row all-reduces one measured on another (the sweep's
+"fit ran it" rows): on 8 ranks of a 2-core machine the model then came out within 7-12% in three runs
+of three, against 13-19% with one wait for both, and on the emulated clusters at 1 Gbit/s within
+2.5-14% against 6-30% with none (docs/engine_model_accuracy.md); the wait at every other call stays
+unpriced.
 For choosing a grid the **order** matters, and the Spearman rank correlation printed under the sweep
 says how well the model orders the shapes (1 = the same order); the
 model's pick measured against the measured best says what a wrong order costs. What the model leaves out

@@ -17,10 +17,9 @@ Why two and not one: the two kinds of call wait differently. A col all-reduce fo
 matmuls on every rank; a row all-reduce sits where the ranks are already in step. Charging row calls
 the col grid's wait priced (8, 1, 1, 1) 42% long on one machine at 8 ranks, and on the emulated
 clusters, where a col group crosses the links, it made the picks at 2 x 2 block, 100 Mbit/s, 1.15-1.18
-(its row groups wait nothing there: 0.0-0.1 ms a call). Scored on the 30 recorded runs with each
-grid's wait taken from the runs' own measurement of it (docs/results/engine_accuracy_two_waits_explored/),
-the two waits took 4 x 2 at 1 Gbit/s from 18-30% to 4-12% and one machine at 8 ranks from 10-28% to
-11-13%, with as many runs meeting the targets.
+(its row groups wait nothing there: 0.0-0.1 ms a call). Measured with both waits
+(docs/engine_model_accuracy.md, 2026-12-05), the model's median error at 1 Gbit/s came out 2.5-13.8%
+(6-30% with no wait charged there) and on one machine at 8 ranks 7-12% (13-19% with one wait).
 """
 
 from __future__ import annotations
@@ -41,8 +40,8 @@ def calibration_shape(world: int, group: str = "col") -> tuple[int, int, int, in
 
 
 def calibrated_on(machine) -> list[tuple[int, int, int, int]]:
-    """The grids a fitted ``machine`` measured itself, which scoring it leaves out ([] where it calibrated
-    nothing: older fits on several nodes, named machines)."""
+    """The grids a fitted ``machine`` measured itself, which scoring it leaves out ([] where it charges no
+    wait: older fits on several nodes, named machines)."""
     if not getattr(machine, "call_wait", 0.0) and not getattr(machine, "row_wait", None):
         return []
     # fits before the row grid was calibrated (row_wait None) measured only the col grid
