@@ -49,13 +49,12 @@ def score(record: dict, rule: str) -> tuple[dict, tuple[float, float]]:
     left_out = set() if rule == "none" else {(1, world, 1, 1), (world, 1, 1, 1)}
     if rule == "none":
         wait = {"col": 0.0, "row": 0.0}
+    charged = replace(machine, call_wait=wait["col"], row_wait=wait["row"])  # priced as the model prices waits
     out = {}
     for setting in ("off", "on"):
         these = [r for r in rows if overlap_setting(r) == setting]
         measured = np.array([r["iter_s"] for r in these])
-        predicted = np.array([r["priced"] + sum(wait[g] * (size - 1) / (world - 1) * calls(r, g)
-                                                for g, size in (("row", r["shape"][0]), ("col", r["shape"][1])))
-                              for r in these])
+        predicted = np.array([predict_row(r, charged)["iter_s"] for r in these])
         scored = np.array([tuple(r["shape"]) not in left_out for r in these])
         error = np.abs(predicted - measured)[scored] / measured[scored]
         out[setting] = (float(np.median(error)), float(measured[np.argmin(predicted)] / measured.min()))
