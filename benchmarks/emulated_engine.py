@@ -324,7 +324,7 @@ def configure(run) -> None:
                      help="ranks to nodes: block (0, 1 on the first node ...) or round-robin (default block)")
     run.add_argument("--out", default=None,
                      help="record to write (default docs/results/emulated_engine_LINK.json, 2 x 2 block only)")
-    # 4 x 2 round-robin at 100 Mbit/s, with the fit calibrating two grids at its start and end, takes 16 minutes
+    # 4 x 2 round-robin at 100 Mbit/s, the fit calibrating three grids at its start and end: 16 minutes or more
     add_run_args(run, link="100mbit", rounds=3, iters=3, fit_reps=2, timeout=1800)
 
 if __name__ == "__main__":

@@ -322,9 +322,9 @@ group, right after backward. What it took in the engine's timeline (rank 0, over
 price for it is how long rank 0 waited there for the slowest rank of its group: the ranks reach a call
 out of step. Negative correlation: the longer that wait, the further the model predicts the iteration
 short. The fit times each collective with the ranks starting together, so no timed call contains this
-wait; the fit now calibrates a share of it at the row and col all-reduces on two grids
-(`gpulab.engine.perf.calibration`; in the runs before it every setting's correlation was negative,
--0.10 to -0.81, and none is below -0.72 now).
+wait; the fit now calibrates a share of it at the row and col all-reduces on two grids, and at the
+replicas' gradient all-reduce on a third (`gpulab.engine.perf.calibration`; in the runs before the
+row and col waits every setting's correlation was negative, -0.10 to -0.81).
 
 """
 

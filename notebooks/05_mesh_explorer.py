@@ -71,10 +71,11 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # About 20 seconds: matmul and elementwise rates, how much slower a rank
 # computes when all ranks (and anything else) share the cores, and what each
 # collective costs right after a kernel, per group size
-# (`gpulab.engine.perf.fit`). It also runs two grids of the engine,
-# (1, N, 1, 1) and (N, 1, 1, 1) of the model below, to calibrate how long the
-# ranks wait for each other at a col and at a row all-reduce, which no timing
-# of a call alone shows (printed below; `gpulab.engine.perf.calibration`).
+# (`gpulab.engine.perf.fit`). It also runs three grids of the engine,
+# (1, N, 1, 1), (N, 1, 1, 1) and (1, 1, 1, N) of the model below, to calibrate
+# how long the ranks wait for each other at a col all-reduce, at a row
+# all-reduce and at the replicas' gradient all-reduce, which no timing of a
+# call alone shows (printed below; `gpulab.engine.perf.calibration`).
 # Every other prediction below is out of sample; the sweep marks those grids.
 #
 # What to expect: on a laptop the "share" is above 1 when the ranks outnumber
@@ -100,7 +101,7 @@ machine = runner.fit_machine(reps=FIT_REPS, device=DEVICE)
 print(f"share {machine.share:.1f}x (ranks and other load on {machine.cores} cores), "
       f"matmul {machine.matmul_rate / 1e9:.0f} GFLOP/s per rank alone, overlap efficiency {machine.overlap}")
 print("overlap:", machine.sources["overlap"])
-print("wait at a row or col all-reduce:", machine.sources.get("call_wait", "not calibrated"))
+print("wait at a col, row or data all-reduce:", machine.sources.get("call_wait", "not calibrated"))
 Table([{"collective": k, "alpha us": a * 1e6, "GB/s": 1e-9 / b} for k, (a, b) in machine.collectives.items()], digits=1)
 
 # %% [markdown]

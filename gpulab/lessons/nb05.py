@@ -60,11 +60,12 @@ counted 11-19 ms hidden, because no overlap saves more than the communication ex
 sweep, `|predicted - measured| / measured`, in percent. On a shared laptop it is often tens of percent:
 the fit times each collective with every rank starting it together, while in training a rank on
 oversubscribed cores also waits for peers that the OS has descheduled. So the fit charges the col
-all-reduces a wait measured on one grid and the row all-reduces one measured on another (the sweep's
-"fit ran it" rows): on 8 ranks of a 2-core machine the model then came out within 7-12% in three runs
-of three, against 13-19% with one wait for both, and on the emulated clusters at 1 Gbit/s within
-2.5-14% against 6-30% with none (docs/engine_model_accuracy.md); the wait at every other call stays
-unpriced.
+all-reduces a wait measured on one grid, the row all-reduces one measured on another, and the
+replicas' gradient all-reduce, once an iteration, one measured on a third (the sweep's "fit ran it"
+rows): with the row and col waits, on 8 ranks of a 2-core machine the model came out within 7-12% in
+three runs of three, against 13-19% with one wait for both, and on the emulated clusters at 1 Gbit/s
+within 2.5-14% against 6-30% with none; docs/engine_model_accuracy.md has what the data wait changed.
+The wait at every other call stays unpriced.
 For choosing a grid the **order** matters, and the Spearman rank correlation printed under the sweep
 says how well the model orders the shapes (1 = the same order); the
 model's pick measured against the measured best says what a wrong order costs. What the model leaves out

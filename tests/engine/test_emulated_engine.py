@@ -138,8 +138,9 @@ def test_accuracy_records_have_both_settings_and_render():
             world = 4 if r["setting"].startswith(("2x2", "1x4")) else 8
             assert len(r["grids"]) == 2 * len(grid_shapes(world)), (r["setting"], r["run"])
             assert all(g["error"] >= 0 for g in r["grids"])
-            # the grids the fit measured itself (none, the col grid, or col and row), each with both settings
-            assert sum(g["calibration"] for g in r["grids"]) in (0, 2, 4), (r["setting"], r["run"])
+            # the grids the fit measured itself (none, the col grid, col and row, or col, row and data), each
+            # with both settings
+            assert sum(g["calibration"] for g in r["grids"]) in (0, 2, 4, 6), (r["setting"], r["run"])
         assert len(table(rows)) == 2 + len(rows)
     assert len(by_caveat(runs())) >= 3  # the head and at least one kind of prediction
 

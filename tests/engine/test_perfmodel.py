@@ -265,8 +265,8 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert set(m.overlap_probe) == {"poll", "thread"} and all(0 <= v <= 1 for v in m.overlap_probe.values())
     assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled
     assert m.contended and "on every rank at once" in m.sources["compute"]  # ... on both ranks together
-    assert m.call_wait >= 0 and m.row_wait >= 0  # the waits calibrated, each on its grid
-    assert "grid (1, 2, 1, 1)" in m.sources["call_wait"] and "grid (2, 1, 1, 1)" in m.sources["call_wait"]
+    assert m.call_wait >= 0 and m.row_wait >= 0 and m.data_wait >= 0  # the waits calibrated, each on its grid
+    assert all(f"grid {g}" in m.sources["call_wait"] for g in ("(1, 2, 1, 1)", "(2, 1, 1, 1)", "(1, 1, 1, 2)"))
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
     assert p["iter_s"] > 0 and p["fits"]
 

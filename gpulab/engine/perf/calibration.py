@@ -1,25 +1,33 @@
-"""The wait a tensor all-reduce pays in training beyond its timed cost, calibrated on two measured grids.
+"""The wait an all-reduce pays in training beyond its timed cost, calibrated on three measured grids.
 
 The fit times each collective with every rank starting it together. In training the ranks reach a
 row or col all-reduce out of step, after a layer's work, and on ranks that share cores the first to
 arrive spin on the cores the others still compute on: on one 2-core machine at 8 ranks the engine's
 tensor all-reduces took 3.3-3.7x the fit's price in grids without a depth dimension
 (docs/engine_model_accuracy.md), a wait no microbenchmark of the call alone shows. So the fit
-measures two grids of the engine's reference model (each twice, at its start and at its end, the
-faster kept): (1, W, 1, 1), every rank in one col group (24 col all-reduces an iteration), and
-(W, 1, 1, 1), every rank in one row group (12 row all-reduces). What each iteration took beyond the
-model, over its calls, is the wait of one such call over all W ranks: ``call_wait`` for col,
-``row_wait`` for row. The model then charges a col (row) all-reduce over g ranks (g - 1) / (W - 1)
-of that group's wait, as a ring's steps grow. Both grids are left out when the model is scored
-(``agreement.validate``), so the other grids stay out of sample.
+measures three grids of the engine's reference model (each twice, at its start and at its end, the
+faster kept), and what each iteration took beyond the model is a wait:
 
-Why two and not one: the two kinds of call wait differently. A col all-reduce follows a layer's
-matmuls on every rank; a row all-reduce sits where the ranks are already in step. Charging row calls
-the col grid's wait priced (8, 1, 1, 1) 42% long on one machine at 8 ranks, and on the emulated
-clusters, where a col group crosses the links, it made the picks at 2 x 2 block, 100 Mbit/s, 1.15-1.18
-(its row groups wait nothing there: 0.0-0.1 ms a call). Measured with both waits
-(docs/engine_model_accuracy.md, 2026-12-05), the model's median error at 1 Gbit/s came out 2.5-13.8%
-(6-30% with no wait charged there) and on one machine at 8 ranks 7-12% (13-19% with one wait).
+- (1, W, 1, 1), every rank in one col group (24 col all-reduces an iteration): over its calls, the
+  wait of one col all-reduce over all W ranks, ``call_wait``;
+- (W, 1, 1, 1), every rank in one row group (12 row all-reduces): ``row_wait``, the same for row;
+- (1, 1, 1, W), every rank a data-parallel replica: ``data_wait``, the wait of the gradient
+  all-reduce over the data group, which the replicas reach once an iteration, after all of backward.
+
+The model charges a col (row) all-reduce over g ranks (g - 1) / (W - 1) of that group's wait, as a
+ring's steps grow, and the gradient all-reduce over a data group of any size the whole data wait,
+once an iteration however many buckets carry it: the replicas drift apart over a whole backward
+with nothing between them to keep them in step, and two replicas that share cores drift as far as
+eight. The three grids are left out when the model is scored (``agreement.validate``), so the other
+grids stay out of sample.
+
+Why a wait per group: the kinds of call wait differently. A col all-reduce follows a layer's matmuls
+on every rank; a row all-reduce sits where the ranks are already in step. Charging row calls the col
+grid's wait priced (8, 1, 1, 1) 42% long on one machine at 8 ranks, and on the emulated clusters,
+where a col group crosses the links, it made the picks at 2 x 2 block, 100 Mbit/s, 1.15-1.18 (its
+row groups wait nothing there: 0.0-0.1 ms a call). Without a data wait every grid with data
+parallelism came out 10-20 ms short at 4 x 2, 1 Gbit/s, where the fastest grids are data-parallel
+(docs/engine_model_accuracy.md has the runs).
 """
 
 from __future__ import annotations
@@ -31,30 +39,51 @@ BATCH = 16  # sequences, as the recorded benchmarks (benchmarks/engine_grids.py)
 ITERS = 5
 
 
-GROUPS = ("col", "row")  # the tensor groups whose all-reduces wait, each calibrated on its own grid
+GROUPS = ("col", "row", "data")  # the groups whose all-reduces wait, each calibrated on its own grid
+FIELDS = {"col": "call_wait", "row": "row_wait", "data": "data_wait"}  # each group's wait in a FittedMachine
 
 
 def calibration_shape(world: int, group: str = "col") -> tuple[int, int, int, int]:
-    """The grid the fit measures for ``group``: every rank in one col (or row) group."""
-    return (1, world, 1, 1) if group == "col" else (world, 1, 1, 1)
+    """The grid the fit measures for ``group``: every rank in one col, row or data group."""
+    return {"col": (1, world, 1, 1), "row": (world, 1, 1, 1), "data": (1, 1, 1, world)}[group]
 
 
 def calibrated_on(machine) -> list[tuple[int, int, int, int]]:
     """The grids a fitted ``machine`` measured itself, which scoring it leaves out ([] where it charges no
     wait: older fits on several nodes, named machines)."""
-    if not getattr(machine, "call_wait", 0.0) and not getattr(machine, "row_wait", None):
+    found = {g: getattr(machine, field, None) for g, field in FIELDS.items()}
+    if not any(found.values()):
         return []
-    # fits before the row grid was calibrated (row_wait None) measured only the col grid
-    groups = GROUPS if getattr(machine, "row_wait", None) is not None else ("col",)
-    return [calibration_shape(machine.ranks, g) for g in groups]
+    # older fits calibrated only col (row_wait, data_wait None), or col and row (data_wait None)
+    return [calibration_shape(machine.ranks, g) for g, wait in found.items() if wait is not None]
 
 
-def all_reduces(config: GPTConfig, shape, batch_size: int, group: str = "col") -> int:
-    """How many all-reduces over ``group`` one iteration of ``shape`` makes (``terms.comm_rows``)."""
+def waits_charged(config: GPTConfig, shape, batch_size: int, group: str = "col") -> int:
+    """How many waits of ``group`` the model charges one iteration of ``shape`` (``terms.comm_rows``):
+    one per col or row all-reduce; one for the data group's gradient all-reduce, however many buckets."""
     from gpulab.engine.perf.terms import comm_rows
 
-    return sum(r["count"] for r in comm_rows(config, shape, batch_size, config.block_size)
-               if r["group"] == group and r["op"] == "all_reduce")
+    rows = [r for r in comm_rows(config, shape, batch_size, config.block_size)
+            if r["group"] == group and r["op"] == "all_reduce"]
+    return min(1, len(rows)) if group == "data" else sum(r["count"] for r in rows)
+
+
+def wait_s(machine, row: dict) -> float:
+    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a col
+    all-reduce's share of the machine's ``call_wait``, a row all-reduce's of its ``row_wait`` (the col
+    wait in fits that calibrated no row grid), each gradient bucket over the data group its share of
+    ``data_wait`` (the buckets together pay it once); 0 for any other call or machine."""
+    if getattr(machine, "ranks", 1) < 2:
+        return 0.0
+    if row["group"] == "data":
+        charged = row["phase"] == "grad-sync" and row["group_size"] > 1
+        return (getattr(machine, "data_wait", None) or 0.0) / row["count"] if charged else 0.0
+    if row["op"] != "all_reduce" or row["group"] not in ("row", "col"):
+        return 0.0
+    wait = getattr(machine, "call_wait", 0.0)
+    if row["group"] == "row" and getattr(machine, "row_wait", None) is not None:
+        wait = machine.row_wait
+    return wait * (row["group_size"] - 1) / (machine.ranks - 1)
 
 
 def skipped(world: int, config: GPTConfig) -> str:
@@ -85,9 +114,9 @@ def measure_grids(comm, device: str = "host") -> dict | None:
 
 
 def waits(machine, measured: list[dict | None]) -> tuple[dict, str]:
-    """The wait per all-reduce over all of ``machine.ranks`` (s, never below 0), {"call_wait": col,
-    "row_wait": row}, and how it was found, from the calibration grids' ``measured`` iterations
-    (``measure_grids``); ``machine``: the fit so far."""
+    """Each group's wait (s, never below 0), {"call_wait": col, "row_wait": row, "data_wait": data}, and
+    how it was found, from the calibration grids' ``measured`` iterations (``measure_grids``);
+    ``machine``: the fit so far."""
     from dataclasses import replace
 
     from gpulab.engine.perf.predict import predict
@@ -96,16 +125,18 @@ def waits(machine, measured: list[dict | None]) -> tuple[dict, str]:
     config, world = bench_config(), machine.ranks
     why = skipped(world, config)
     if why or None in measured:
-        return {"call_wait": 0.0, "row_wait": 0.0}, why or "not calibrated: a calibration grid was not measured"
-    bare, out, lines = replace(machine, call_wait=0.0, row_wait=0.0), {}, []
-    for group, field in zip(GROUPS, ("call_wait", "row_wait")):
+        return dict.fromkeys(FIELDS.values(), 0.0), why or "not calibrated: a calibration grid was not measured"
+    bare, out, lines = replace(machine, **dict.fromkeys(FIELDS.values(), 0.0)), {}, []
+    for group, field in FIELDS.items():
         shape = calibration_shape(world, group)
         times = [m[group] for m in measured]
         took, predicted = min(times), predict(config, shape, BATCH, bare)["iter_s"]
-        calls = all_reduces(config, shape, BATCH, group)
+        calls = waits_charged(config, shape, BATCH, group)
         out[field] = max(0.0, (took - predicted) / calls)
+        over = (f"over its {calls} {group} all-reduces: {out[field] * 1e3:.2f} ms each" if group != "data"
+                else f"once an iteration: {out[field] * 1e3:.2f} ms")
         lines.append(f"{group}: grid {shape}, {took * 1e3:.1f} ms an iteration (the faster of "
-                     f"{', '.join(f'{t * 1e3:.1f}' for t in times)}) against {predicted * 1e3:.1f} ms priced, "
-                     f"over its {calls} {group} all-reduces: {out[field] * 1e3:.2f} ms each")
+                     f"{', '.join(f'{t * 1e3:.1f}' for t in times)}) against {predicted * 1e3:.1f} ms priced, {over}")
     return out, (f"the engine's reference model, {BATCH} sequences, each grid the median of {ITERS} iterations; "
-                 + "; ".join(lines) + f"; (g - 1) / ({world} - 1) of it for a group of g")
+                 + "; ".join(lines) + f"; a row or col all-reduce over g ranks pays (g - 1) / ({world} - 1) of "
+                 "its wait, the data group's gradient all-reduce the whole data wait")

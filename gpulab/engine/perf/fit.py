@@ -6,9 +6,10 @@
 Compute rates (rank 0 alone), the slowdown when all ranks compute at once,
 the cost of each collective per group size, and the overlap efficiency per
 progress mode: how each is measured is in ``gpulab.engine.perf.probes``.
-One term only is measured on the engine's parallel iterations, and only on one node: the
-ranks' wait at a tensor all-reduce, calibrated on one grid (``perf.calibration``) that the
-model's check against measured iterations (docs/engine_model_accuracy.md) then leaves out;
+One term only is measured on the engine's parallel iterations (on one node and on several): the
+ranks' wait at a row, col or data-parallel all-reduce, each calibrated on its own grid
+(``perf.calibration``) that the model's check against measured iterations
+(docs/engine_model_accuracy.md) then leaves out;
 every other grid stays out of sample.
 """
 
@@ -81,6 +82,9 @@ class FittedMachine:
     # the same for a row all-reduce, on its own grid; None in fits before 2026-12-05, which charged row
     # calls the col wait (priced as they were)
     row_wait: float | None = None
+    # the same for the data group's gradient all-reduce, once an iteration, on a third grid; None in fits
+    # before 2026-12-05 05:00 UTC, which charged it nothing
+    data_wait: float | None = None
 
     @property
     def ranks_per_node(self) -> int:
@@ -160,8 +164,9 @@ class FittedMachine:
         avg = {k: sum(getattr(f, k) for f in fits) / n
                for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak", "scale",
                          "call_wait")}
-        rows = [f.row_wait for f in fits]
-        avg["row_wait"] = None if None in rows else sum(rows) / n
+        for k in ("row_wait", "data_wait"):  # None where any fit did not calibrate it
+            waits = [getattr(f, k) for f in fits]
+            avg[k] = None if None in waits else sum(waits) / n
         coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
         points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
                   for k, v in first.collective_points.items()}

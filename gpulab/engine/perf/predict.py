@@ -33,8 +33,9 @@ How (each term printed by ``gpulab model``):
    ``flash_attention`` drops the T x T attention probabilities from memory
    (the engine keeps them; AxoNN's runs use flash attention).
 5. Waiting: a fitted machine charges each col all-reduce the wait its ranks
-   showed in one measured grid, and each row all-reduce the wait in another
-   (``perf.calibration``).
+   showed in one measured grid, each row all-reduce the wait in another, and
+   the gradient all-reduce over the data group, once an iteration, the wait
+   in a third (``perf.calibration``).
 
 iteration = compute + exposed communication. Not modelled: load imbalance,
 contention between concurrent groups on shared links, pipeline parallelism.
@@ -49,6 +50,7 @@ from pathlib import Path
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
+from gpulab.engine.perf.calibration import wait_s
 from gpulab.engine.perf.flops import model_flops, rank_work
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
@@ -88,18 +90,6 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
     if recompute:
         total += machine.compute_s({k: v / 3 if k == "matmul_flops" else v / 2 for k, v in work.items()})
     return total, windows
-
-
-def wait_s(machine, row: dict) -> float:
-    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a col
-    all-reduce's share of the machine's calibrated ``call_wait``, a row all-reduce's of its ``row_wait``
-    (``perf.calibration``; the col wait in fits that calibrated no row grid); 0 for any other call or machine."""
-    wait = getattr(machine, "call_wait", 0.0)
-    if row["group"] == "row" and getattr(machine, "row_wait", None) is not None:
-        wait = machine.row_wait
-    if not wait or row["op"] != "all_reduce" or row["group"] not in ("row", "col") or machine.ranks < 2:
-        return 0.0
-    return wait * (row["group_size"] - 1) / (machine.ranks - 1)
 
 
 def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: int | None = None,
