@@ -24,7 +24,13 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_before_row_wait",
+BEFORE = [(RESULTS / "engine_accuracy_before_data_wait",
+           "Before the replicas' wait was calibrated",
+           "the runs of 2026-12-05 01:04-04:26 UTC, whose fits calibrated the col wait on (1, W, 1, 1) and the "
+           "row wait on (W, 1, 1, 1) and charged the data group's gradient all-reduce no wait. The table above "
+           "has every setting measured again from 04:30 UTC with the fit calibrating the data wait on "
+           "(1, 1, 1, W) too (`gpulab.engine.perf.calibration`)."),
+          (RESULTS / "engine_accuracy_before_row_wait",
            "Before each tensor group's wait was calibrated on its own grid",
            "the runs of 2026-12-04 (2 x 2 14:56-15:32 UTC, one machine 20:47-20:57 UTC, 4 x 2 22:24-23:58 UTC), "
            "whose fits calibrated one wait, on (1, W, 1, 1), only where every rank ran on one node, and charged "
