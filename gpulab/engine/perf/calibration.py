@@ -17,8 +17,9 @@ faster kept), and what each iteration took beyond the model is a wait:
 The model charges a col (row) all-reduce over g ranks (g - 1) / (W - 1) of that group's wait, as a
 ring's steps grow, and the gradient all-reduce over a data group of any size the whole data wait,
 once an iteration however many buckets carry it: the replicas drift apart over a whole backward
-with nothing between them to keep them in step, and two replicas that share cores drift as far as
-eight. The three grids are left out when the model is scored (``agreement.validate``), so the other
+with nothing between them to keep them in step, and charged whole whatever the group's size it priced
+the recorded runs better than scaled as a ring's steps (docs/results/engine_accuracy_data_wait_explored/).
+The three grids are left out when the model is scored (``agreement.validate``), so the other
 grids stay out of sample.
 
 Why a wait per group: the kinds of call wait differently. A col all-reduce follows a layer's matmuls

@@ -83,7 +83,7 @@ class FittedMachine:
     # calls the col wait (priced as they were)
     row_wait: float | None = None
     # the same for the data group's gradient all-reduce, once an iteration, on a third grid; None in fits
-    # before 2026-12-05 05:00 UTC, which charged it nothing
+    # before 2026-12-05 04:30 UTC, which charged it nothing
     data_wait: float | None = None
 
     @property
