@@ -69,24 +69,6 @@ def waits_charged(config: GPTConfig, shape, batch_size: int, group: str = "col")
     return min(1, len(rows)) if group == "data" else sum(r["count"] for r in rows)
 
 
-def wait_s(machine, row: dict) -> float:
-    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a col
-    all-reduce's share of the machine's ``call_wait``, a row all-reduce's of its ``row_wait`` (the col
-    wait in fits that calibrated no row grid), each gradient bucket over the data group its share of
-    ``data_wait`` (the buckets together pay it once); 0 for any other call or machine."""
-    if getattr(machine, "ranks", 1) < 2:
-        return 0.0
-    if row["group"] == "data":
-        charged = row["phase"] == "grad-sync" and row["group_size"] > 1
-        return (getattr(machine, "data_wait", None) or 0.0) / row["count"] if charged else 0.0
-    if row["op"] != "all_reduce" or row["group"] not in ("row", "col"):
-        return 0.0
-    wait = getattr(machine, "call_wait", 0.0)
-    if row["group"] == "row" and getattr(machine, "row_wait", None) is not None:
-        wait = machine.row_wait
-    return wait * (row["group_size"] - 1) / (machine.ranks - 1)
-
-
 def skipped(world: int, config: GPTConfig) -> str:
     """Why the fit does not calibrate here ("" where it does)."""
     if world < 2:

@@ -50,7 +50,6 @@ from pathlib import Path
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
-from gpulab.engine.perf.calibration import wait_s
 from gpulab.engine.perf.flops import model_flops, rank_work
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
@@ -90,6 +89,24 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
     if recompute:
         total += machine.compute_s({k: v / 3 if k == "matmul_flops" else v / 2 for k, v in work.items()})
     return total, windows
+
+
+def wait_s(machine, row: dict) -> float:
+    """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a col
+    all-reduce's share of the machine's ``call_wait``, a row all-reduce's of its ``row_wait`` (the col
+    wait in fits that calibrated no row grid), each gradient bucket over the data group its share of
+    ``data_wait`` (the buckets together pay it once); 0 for any other call or machine."""
+    if getattr(machine, "ranks", 1) < 2:
+        return 0.0
+    if row["group"] == "data":
+        charged = row["phase"] == "grad-sync" and row["group_size"] > 1
+        return (getattr(machine, "data_wait", None) or 0.0) / row["count"] if charged else 0.0
+    if row["op"] != "all_reduce" or row["group"] not in ("row", "col"):
+        return 0.0
+    wait = getattr(machine, "call_wait", 0.0)
+    if row["group"] == "row" and getattr(machine, "row_wait", None) is not None:
+        wait = machine.row_wait
+    return wait * (row["group_size"] - 1) / (machine.ranks - 1)
 
 
 def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: int | None = None,
