@@ -40,8 +40,9 @@ BATCH = 16  # sequences, as the recorded benchmarks (benchmarks/engine_grids.py)
 ITERS = 5
 
 
-GROUPS = ("col", "row", "data")  # the groups whose all-reduces wait, each calibrated on its own grid
-FIELDS = {"col": "call_wait", "row": "row_wait", "data": "data_wait"}  # each group's wait in a FittedMachine
+# the groups whose all-reduces wait, each calibrated on its own grid, and each one's wait in a FittedMachine
+FIELDS = {"col": "call_wait", "row": "row_wait", "data": "data_wait"}
+GROUPS = tuple(FIELDS)
 
 
 def calibration_shape(world: int, group: str = "col") -> tuple[int, int, int, int]:
