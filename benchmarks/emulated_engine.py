@@ -72,7 +72,8 @@ def link_floor(machine, rate: float | None, nodes_of: list[int]):
     """
     from dataclasses import replace
 
-    from gpulab.engine.perf.probes import OPS, collective_key, group_layouts, strided_group
+    from gpulab.engine.perf.machines import BLOCKING_OF
+    from gpulab.engine.perf.probes import TIMED_OPS, collective_key, group_layouts, strided_group
 
     if rate is None:
         return machine
@@ -84,9 +85,9 @@ def link_floor(machine, rate: float | None, nodes_of: list[int]):
         for rank in range(machine.ranks):
             groups.setdefault(strided_group(rank, g, s), []).append(nodes_of[rank])
         spanning = [nodes for nodes in groups.values() if len(set(nodes)) > 1]
-        for op in OPS:
+        for op in TIMED_OPS:  # a non-blocking twin moves the bytes its blocking op does
             key = collective_key(op, g, s)
-            load = [sum(taken_in[op](g, nodes.count(node)) for nodes in spanning if node in nodes)
+            load = [sum(taken_in[BLOCKING_OF.get(op, op)](g, nodes.count(node)) for nodes in spanning if node in nodes)
                     for node in set(nodes_of)]
             floor = max(load, default=0.0) / rate
             if key in collectives and collectives[key][1] < floor:

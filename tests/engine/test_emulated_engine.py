@@ -65,10 +65,10 @@ def test_link_floor_raises_only_what_crosses_the_link_faster_than_its_rate():
 
     fast, slow = [1e-5, 1e-9], [1e-5, 1.0]
     fitted = {"all_reduce/2": fast, "all_reduce/4": fast, "all_gather/4": fast, "reduce_scatter/4": fast,
-              "all_reduce/2@2": fast, "all_gather/2@2": slow}
+              "all_reduce/2@2": fast, "all_gather/2@2": slow, "iall_reduce/4": fast}
     floored = link_floor(machine(fitted), rate=100.0, nodes_of=BLOCK).collectives
     assert floored["all_reduce/2"] == fast  # inside a node: no link
-    assert floored["all_reduce/4"] == [1e-5, pytest.approx(1 / 100)]
+    assert floored["all_reduce/4"] == floored["iall_reduce/4"] == [1e-5, pytest.approx(1 / 100)]  # the twin: alike
     assert floored["all_gather/4"] == floored["reduce_scatter/4"] == [1e-5, pytest.approx(0.5 / 100)]
     assert floored["all_reduce/2@2"] == [1e-5, pytest.approx(2 / 100)]
     assert floored["all_gather/2@2"] == slow  # already slower than the link: kept
@@ -119,8 +119,8 @@ def test_strided_fit_times_groups_across_the_stride():
 
     costs, spread = run_mpi(4, "tests.engine.test_emulated_engine:strided_costs", timeout=120)[0]
     assert set(spread) == set(costs) and all(v == [0.0, 0.0] for v in spread.values())  # one repetition
-    assert set(costs) == {collective_key(op, g, s) for op in ("all_reduce", "all_gather", "reduce_scatter")
-                          for g, s in ((2, 1), (2, 2), (4, 1))}
+    ops = ("all_reduce", "all_gather", "reduce_scatter", "iall_reduce", "iall_gather", "ireduce_scatter")
+    assert set(costs) == {collective_key(op, g, s) for op in ops for g, s in ((2, 1), (2, 2), (4, 1))}
     for key, points in costs.items():  # 1 KiB, 16 KiB (max_bytes), each a positive time
         assert [n for n, _ in points] == [1024, 16384], key
         assert all(t > 0 for _, t in points), key

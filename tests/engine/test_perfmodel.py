@@ -214,6 +214,27 @@ def test_data_parallel_buckets_in_flight_together_pay_one_latency():
     assert on["time_s"] < off["time_s"] + alpha  # not on["calls"] latencies
 
 
+def test_what_overlaps_is_priced_as_the_non_blocking_call_it_is():
+    """With overlap on the engine issues MPI_Iallreduce (buckets) and the rest of its twins, whose
+    algorithms MPICH selects apart from the blocking calls': a fit that timed them prices those calls
+    with their own line; the same call with overlap off, or a fit that timed no twin, as the blocking one."""
+    blocking, twin = [1e-4, 1e-8], [1e-4, 3e-8]
+    m = FittedMachine(name="t", ranks=4, cores=2, collectives={"all_reduce/4": blocking, "iall_reduce/4": twin},
+                      matmul_rate=1e10, elementwise_rate=1e9, kernel_overhead=1e-6, share=1.0, machine_peak=1e10,
+                      overlap={"poll": 0.0}, memory_bytes=1e9)
+    cfg, shape = tiny_config((1, 1, 1, 4)), (1, 1, 1, 4)
+    off = predict(cfg, shape, 8, m, Overlap())["groups"]["data"]
+    on = predict(cfg, shape, 8, m, Overlap(buckets=True))["groups"]["data"]
+    assert off["time_s"] == pytest.approx(1e-4 + 1e-8 * off["bytes"])
+    assert on["time_s"] == pytest.approx(1e-4 + 3e-8 * on["bytes"])
+    older = replace(m, collectives={"all_reduce/4": blocking})  # fitted before the twins were timed
+    assert predict(cfg, shape, 8, older, Overlap(buckets=True))["groups"]["data"]["time_s"] == \
+        pytest.approx(1e-4 + 1e-8 * on["bytes"])
+    assert older.collective_s("iall_reduce", 4, 1, 1e6) == older.collective_s("all_reduce", 4, 1, 1e6)
+    profile = machine("perlmutter")  # a published profile: one ring for both
+    assert profile.collective_s("iall_gather", 8, 1, 1e6) == profile.collective_s("all_gather", 8, 1, 1e6)
+
+
 def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
     """Two regimes no one line follows: 1 KiB..16 KiB at 1 ms, then 1 s per MB (a slow link past its burst)."""
     points = {"all_gather/2": [[1024, 1e-3], [16384, 1e-3], [1 << 20, 1e-3 + 1.0 * ((1 << 20) - 16384) / 1e6]]}
@@ -257,7 +278,8 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert m.trust["fits"] == 2 and m.trust["reps"] == 2  # the mean of two fits says how far apart they came out
     assert m.trust["fit_to_fit"] >= 0 and m.trust["spread"] >= 0 and m.trust["other_load_per_core"] >= 0
     assert "trust: " in run.stdout and "fits of this machine: " in run.stdout
-    assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2"}
+    assert m.ranks == 2 and set(m.collectives) == {"all_reduce/2", "all_gather/2", "reduce_scatter/2",
+                                                   "iall_reduce/2", "iall_gather/2", "ireduce_scatter/2"}
     assert set(m.collective_points) == set(m.collectives)  # the timed points the model interpolates
     assert m.matmul_rate > 0 and m.share >= 1 and 0 <= m.overlap["poll"] <= 1
     assert (m.node_ranks, m.node_cores) == (2, len(os.sched_getaffinity(0)))  # one node: every rank, its cores
@@ -279,8 +301,8 @@ def test_fit_times_the_arrays_where_the_runs_keep_them(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     m = load(out)
     assert m.device == "fake" and m.name.endswith("arrays on fake") and m.memory_bytes > 0
-    assert m.matmul_rate > 0 and m.scale > 0 and set(m.collective_points) == {"all_reduce/2", "all_gather/2",
-                                                                                "reduce_scatter/2"}
+    assert m.matmul_rate > 0 and m.scale > 0 and set(m.collective_points) == {
+        "all_reduce/2", "all_gather/2", "reduce_scatter/2", "iall_reduce/2", "iall_gather/2", "ireduce_scatter/2"}
     saved = asdict(m)
     del saved["device"]
     assert FittedMachine.from_dict(saved).device == "host"  # fits saved before the field price host runs

@@ -25,7 +25,7 @@ import numpy as np
 
 from gpulab.backend import gpu_of_this_rank, module_for
 from gpulab.engine.perf.calibration import measure_grids, waits
-from gpulab.engine.perf.machines import Level
+from gpulab.engine.perf.machines import BLOCKING_OF, Level
 from gpulab.engine.perf.probes import (
     collective_costs,
     collective_key,
@@ -115,8 +115,13 @@ class FittedMachine:
         return self.machine_peak / self.ranks
 
     def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float:
+        """One call of ``op`` ("all_reduce", or its non-blocking twin "iall_reduce"...) over ``size`` ranks
+        ``stride`` apart on a buffer of ``nbytes``; fits that timed no non-blocking twin (before 2026-12-05
+        08:30 UTC) price it as the blocking call."""
         if size <= 1:
             return 0.0
+        if op in BLOCKING_OF and not any(k.startswith(op + "/") for k in self.collectives):
+            op = BLOCKING_OF[op]
         key = collective_key(op, size, stride)
         if key not in self.collectives:  # strides not fitted: as contiguous (the cost of one node)
             key = f"{op}/{size}"
@@ -250,8 +255,9 @@ def fit(comm, reps: int = 5, name: str | None = None, strided: bool = False,
                  "compute": "matmul/elementwise timings on rank 0 alone, scaled to the engine's serial step "
                             f"on every rank at once (x{compute['scale']:.2f}; {compute['kernel_overhead'] * 1e6:.1f}"
                             f" us per array operation; slowest rank {profile_spread:.2f}x the mean)",
-                 "collectives": "time each call adds after a ~1 ms kernel, all groups at once, "
-                                f"1 KiB..{max_bytes >> 10} KiB" + (", every stride" if strided else "")
+                 "collectives": "time each call (and its non-blocking twin, started and waited for) adds "
+                                f"after a ~1 ms kernel, all groups at once, 1 KiB..{max_bytes >> 10} KiB"
+                                + (", every stride" if strided else "")
                                 + "; interpolated between the timed sizes, each held to the least time at its"
                                   " size or above",
                  "overlap": f"1 MiB all-reduce behind 20 matmuls of {2048 if device == 'cupy' else 256}^3, "

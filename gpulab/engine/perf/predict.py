@@ -51,6 +51,7 @@ from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
 from gpulab.engine.perf.flops import model_flops, rank_work
+from gpulab.engine.perf.machines import NONBLOCKING
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
 
@@ -129,7 +130,9 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
         # call's latency over all their bytes, each bucket its share; priced one by one, 8 ranks on 2
         # cores paid 7 latencies of ~3 ms that the engine's timeline did not show
         whole = row["count"] if row["kind"] == "DP" else 1
-        t = machine.collective_s(row["op"], row["group_size"], row["stride"], whole * row["nbytes"] * scale) / whole
+        # what overlaps is issued non-blocking (MPI_Iallreduce...), whose algorithms MPICH selects apart
+        op = row["op"] if row["kind"] is None else NONBLOCKING[row["op"]]
+        t = machine.collective_s(op, row["group_size"], row["stride"], whole * row["nbytes"] * scale) / whole
         h = 0.0
         if row["kind"] == "DP":
             last_dp = t

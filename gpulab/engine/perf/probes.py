@@ -20,6 +20,11 @@ runs it will price keep them (``device``: host numpy, CuPy on each rank's GPU, o
   kernel (on shared cores that includes waiting for the peers to be
   scheduled, which back-to-back collectives never see), timed per (op, g)
   at 1 KiB .. 4 MiB. The model interpolates these points (``fit``);
+  each also as its non-blocking twin started and waited for at once (key "iop/g[@s]": the
+  MPI_Iallreduce, MPI_Iallgather and MPI_Ireduce_scatter_block the engine issues when it overlaps),
+  because MPICH selects those algorithms apart from the blocking ones: on the emulated 2 x 2 cluster,
+  round-robin placement, 1 Gbit/s, a 6 MiB MPI_Iallreduce over all ranks took 1.6x MPI_Allreduce, and
+  on 4 x 2, block placement, 0.6x (docs/engine_model_accuracy.md);
   With ``strided`` also per stride s > 1 (members s ranks apart, key
   "op/g@s"): on a cluster of nodes these groups cross the links while the
   contiguous ones stay inside a node, and the engine's groups have strides
@@ -41,13 +46,15 @@ import numpy as np
 
 from gpulab.backend import module_for, synchronize
 from gpulab.engine.parallel import collectives as coll
+from gpulab.engine.perf.machines import NONBLOCKING
 from gpulab.engine.perf.timing import alone
 from gpulab.lazy_mpi import lazy_mpi
 from gpulab.machines.linefit import relative_line
 
 MPI = lazy_mpi(globals())
 
-OPS = ("all_reduce", "all_gather", "reduce_scatter")
+OPS = tuple(NONBLOCKING)  # all_reduce, all_gather, reduce_scatter
+TIMED_OPS = OPS + tuple(NONBLOCKING.values())  # and their non-blocking twins
 SIZES = [1 << k for k in (10, 14, 16, 18, 20, 22)]  # 1 KiB .. 4 MiB
 
 
@@ -175,10 +182,14 @@ def collective_key(op: str, size: int, stride: int) -> str:
 
 
 def _collective_call(op: str, x, g: int, group):
-    """The call collective_costs times: ``op`` on ``x`` over ``group`` (``g`` ranks)."""
+    """The call collective_costs times: ``op`` on ``x`` over ``group`` (``g`` ranks); a non-blocking
+    ``op`` ("iall_reduce"...) is started and waited for at once."""
     return {"all_reduce": lambda: coll.all_reduce(x, group),
             "all_gather": lambda: coll.all_gather(x[:len(x) // g], group),
-            "reduce_scatter": lambda: coll.reduce_scatter(x, group)}[op]
+            "reduce_scatter": lambda: coll.reduce_scatter(x, group),
+            "iall_reduce": lambda: coll.iall_reduce(x, group).wait(),
+            "iall_gather": lambda: coll.iall_gather(x[:len(x) // g], group).wait(),
+            "ireduce_scatter": lambda: coll.ireduce_scatter(x, group).wait()}[op]
 
 
 def added_by(comm, call, work, reps: int) -> tuple[float, float]:
@@ -202,7 +213,7 @@ def collective_costs(comm, reps: int, strided: bool = False, max_bytes: int = SI
     work = work_kernel(comm.rank, device)
     for g, s in group_layouts(p, strided):
         group = comm.Split(strided_group(comm.rank, g, s), comm.rank)
-        for op in OPS:
+        for op in TIMED_OPS:
             points, spreads = [], []
             for nbytes in (n for n in SIZES if n <= max_bytes):
                 n = nbytes // 4
