@@ -110,9 +110,16 @@ def small_benchmark(script: str, doc: str, in_ranks, timeout: float = 900) -> di
 
 
 def add_placement_args(parser: argparse.ArgumentParser) -> None:
-    """--ranks N (on this machine) or --link RATE (2 emulated nodes x 2 ranks): where a small benchmark runs."""
+    """--ranks N (on this machine) or --link RATE (emulated nodes, 2 x 2 in block placement unless
+    --nodes/--ranks-per-node/--placement say otherwise): where a small benchmark runs."""
+    from gpulab.emulated import PLACEMENTS
+
     parser.add_argument("--ranks", type=int, default=4, help="ranks on this machine (default 4; not with --link)")
-    parser.add_argument("--link", default=None, help="emulate 2 nodes x 2 ranks joined at this rate, e.g. 1gbit")
+    parser.add_argument("--link", default=None, help="emulate nodes joined at this rate, e.g. 1gbit")
+    parser.add_argument("--nodes", type=int, default=2, help="emulated nodes, with --link (default 2)")
+    parser.add_argument("--ranks-per-node", type=int, default=2, help="ranks on each, with --link (default 2)")
+    parser.add_argument("--placement", choices=PLACEMENTS, default="block",
+                        help="ranks' order over the nodes, with --link (default block)")
 
 
 def placement(args: argparse.Namespace, parser: argparse.ArgumentParser):
@@ -125,14 +132,18 @@ def placement(args: argparse.Namespace, parser: argparse.ArgumentParser):
     if not args.link:
         return args.ranks, f"1x{args.ranks}_machine", nullcontext()
     if args.ranks != 4:
-        parser.error("--link runs 2 emulated nodes x 2 ranks: --ranks does not apply")
+        parser.error("--link runs emulated nodes (--nodes, --ranks-per-node): --ranks does not apply")
+    if args.nodes < 2 or args.ranks_per_node < 1:
+        parser.error("--nodes must be at least 2 and --ranks-per-node at least 1")
     from gpulab.emulated import EmulatedCluster, parse_link
 
     try:
         link = parse_link(args.link)
     except ValueError as err:
         parser.error(str(err))
-    return 4, f"2x2_block_{args.link}", EmulatedCluster(nodes=2, ranks_per_node=2, link=link, placement="block")
+    nodes, per_node = args.nodes, args.ranks_per_node
+    return (nodes * per_node, f"{nodes}x{per_node}_{args.placement}_{args.link}",
+            EmulatedCluster(nodes=nodes, ranks_per_node=per_node, link=link, placement=args.placement))
 
 
 def run_as_job(script: str, n: int, timeout: float, cluster: str) -> int:

@@ -90,6 +90,11 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # emulated node runs on a core of its own, as separate machines would (the
 # banner above says which). Where every rank of a node has a core, the link's
 # time can hide, and the fit measures how much.
+# The table lists each collective twice: as the blocking call and as its
+# non-blocking twin (`iall_reduce`...), which the engine issues wherever it
+# overlaps and which the model prices for those calls. MPICH selects the
+# twins' algorithms apart from the blocking ones', so the same bytes between
+# the same ranks can cost more or less: compare the two rows of a group.
 # On a GPU node the fit runs with the arrays on the GPUs (`DEVICE` below),
 # since a model fitted with host arrays prices host runs: its compute rates
 # would be the CPU's, its collectives would skip the copies to and from the

@@ -180,3 +180,26 @@ def test_a_gpu_fit_prices_the_gpu_runs_recorded_with_it(tmp_path):
     host.write_text(json.dumps([{**r, "device": "host"} for r in json.loads(bench.read_text())]))
     with pytest.raises(SystemExit, match="the fit on cupy: it prices runs on its own device"):
         price(fit, host)
+
+
+def test_small_benchmarks_run_on_any_emulated_cluster_or_say_why_not():
+    """``benchmarks/mpi_job.placement``: the small benchmarks' --link/--nodes/--placement options (the
+    cluster is only described here, not started), and one-line errors for what cannot run."""
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from mpi_job import add_placement_args, placement
+
+    parser = argparse.ArgumentParser()
+    add_placement_args(parser)
+    ranks, setting, cluster = placement(parser.parse_args(["--link", "1gbit"]), parser)
+    assert (ranks, setting, cluster.nodes, cluster.placement) == (4, "2x2_block_1gbit", 2, "block")
+    args = parser.parse_args(["--link", "100mbit", "--nodes", "4", "--placement", "round-robin"])
+    ranks, setting, cluster = placement(args, parser)
+    assert (ranks, setting, cluster.nodes, cluster.ranks_per_node) == (8, "4x2_round-robin_100mbit", 4, 2)
+    assert placement(parser.parse_args([]), parser)[:2] == (4, "1x4_machine")
+    for bad in (["--link", "1gbit", "--nodes", "1"], ["--link", "fast"], ["--ranks", "1"],
+                ["--link", "1gbit", "--ranks", "8"]):
+        with pytest.raises(SystemExit):
+            placement(parser.parse_args(bad), parser)

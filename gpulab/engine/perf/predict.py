@@ -25,7 +25,9 @@ How (each term printed by ``gpulab model``):
    ORS), a prefetched all-gather behind the previous layer (``oag``, OAG),
    bucketed data-parallel all-reduces behind the rest of backward
    (``buckets``; in flight together, they pay one call's latency over all
-   their bytes; the last bucket stays exposed). Switching them on one by one
+   their bytes; the last bucket stays exposed). Each is priced as the
+   non-blocking call it is (a fitted machine times MPI_Iallreduce and its
+   twins apart from the blocking calls: MPICH selects their algorithms apart). Switching them on one by one
    predicts the paper's ablation (``gpulab model predict --overlap oar`` ...). Hidden time never
    exceeds the compute it hides behind, in total.
 4. Memory: parameter state, activations and gathered-weight caches per rank

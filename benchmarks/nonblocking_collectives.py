@@ -1,0 +1,129 @@
+"""A collective and its non-blocking twin are different algorithms: MPI_Allreduce against
+MPI_Iallreduce started and waited for at once, and against the engine's gradient buckets.
+
+    python benchmarks/nonblocking_collectives.py                       # 4 ranks on this machine
+    python benchmarks/nonblocking_collectives.py --link 1gbit --placement round-robin
+    python benchmarks/nonblocking_collectives.py --link 1gbit --nodes 4 --placement block
+
+When the engine overlaps, it issues MPI_Iallreduce (the data-parallel buckets, the dX all-reduce),
+MPI_Ireduce_scatter_block and MPI_Iallgather. MPICH selects the algorithms of these apart from the
+blocking calls' (its MPIR_CVAR_IALLREDUCE_INTRA_ALGORITHM and the rest): the same bytes between the
+same ranks can take longer or shorter. Every rank times, over all ranks, at 256 KiB, 1 MiB, 4 MiB and
+6 MiB: each blocking call, its twin started and waited for (no work in between: only the algorithm
+differs), and for the all-reduce the buffer split into 1 MiB buckets all in flight together, as the
+engine's overlap sends gradients; each the slowest rank's time, after a barrier, the least and the
+median of 7. The engine's fit times both kinds (``gpulab.engine.perf.probes.collective_costs``) and
+the model prices what overlaps as the non-blocking call it is.
+
+Writes docs/results/nonblocking_collectives_<setting>.json and a plot beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "results"
+sys.path.insert(0, str(ROOT))
+
+from mpi_job import small_benchmark  # noqa: E402
+
+SIZES = (1 << 18, 1 << 20, 4 << 20, 6 << 20)
+BUCKET = 1 << 20
+REPS = 7
+
+
+def calls(comm, x):
+    """name -> the call on ``x`` over ``comm``: each blocking collective, its twin, the buckets."""
+    from mpi4py import MPI
+
+    p, n = comm.size, x.size
+    part, gathered = x[:n // p], x[:(n // p) * p]
+    bucket = BUCKET // x.itemsize
+    return {
+        "all_reduce": lambda: comm.Allreduce(MPI.IN_PLACE, x),
+        "iall_reduce": lambda: comm.Iallreduce(MPI.IN_PLACE, x).Wait(),
+        "iall_reduce in 1 MiB buckets": lambda: MPI.Request.Waitall(
+            [comm.Iallreduce(MPI.IN_PLACE, x[i:i + bucket]) for i in range(0, n, bucket)]),
+        "all_gather": lambda: comm.Allgather(part, gathered),
+        "iall_gather": lambda: comm.Iallgather(part, gathered).Wait(),
+        "reduce_scatter": lambda: comm.Reduce_scatter_block(gathered, part),
+        "ireduce_scatter": lambda: comm.Ireduce_scatter_block(gathered, part).Wait(),
+    }
+
+
+def in_ranks() -> None:
+    import time
+
+    import numpy as np
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    points = []
+    for nbytes in SIZES:
+        x = np.ones(nbytes // 4, dtype=np.float32)
+        for name, call in calls(comm, x).items():
+            times = []
+            for _ in range(REPS):
+                comm.Barrier()
+                start = time.perf_counter()
+                call()
+                times.append(comm.allreduce(time.perf_counter() - start, op=MPI.MAX))
+            points.append({"call": name, "nbytes": nbytes, "least_ms": min(times) * 1e3,
+                           "median_ms": float(np.median(times)) * 1e3})
+    if comm.rank == 0:
+        print(json.dumps({"ranks": comm.size, "points": points}))
+
+
+def ratios(record: dict) -> list[dict]:
+    """Each twin (and the buckets) against its blocking call, per size, on the least times."""
+    least = {(p["call"], p["nbytes"]): p["least_ms"] for p in record["points"]}
+    out = []
+    for (call, nbytes), t in least.items():
+        if call.startswith("i"):
+            blocking = call[1:].split(" ")[0]
+            out.append({"call": call, "nbytes": nbytes, "over_blocking": t / least[(blocking, nbytes)]})
+    return out
+
+
+def plot(record: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for call in dict.fromkeys(r["call"] for r in record["ratios"]):
+        rows = [r for r in record["ratios"] if r["call"] == call]
+        ax.plot([r["nbytes"] >> 10 for r in rows], [r["over_blocking"] for r in rows], "o-", label=call)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("KiB over all ranks")
+    ax.set_ylabel("time / the blocking call's")
+    ax.set_title(f"non-blocking collectives against blocking ones: {record['setting']}", fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    record = small_benchmark(__file__, __doc__, in_ranks)
+    if record is None:
+        return 0
+    record["ratios"] = ratios(record)
+    out = RESULTS / f"nonblocking_collectives_{record['setting']}.json"
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    plot(record, out.with_suffix(".png"))
+    for p in record["points"]:
+        print(f"{p['call']:30s} {p['nbytes'] >> 10:5d} KiB  least {p['least_ms']:8.2f} ms"
+              f"  median {p['median_ms']:8.2f}")
+    for r in record["ratios"]:
+        print(f"{r['call']:30s} {r['nbytes'] >> 10:5d} KiB  {r['over_blocking']:.2f}x the blocking call")
+    print(f"wrote {out.relative_to(ROOT)} and {out.with_suffix('.png').name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
