@@ -26,10 +26,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import small_benchmark  # noqa: E402
+from mpi_job import small_benchmark, write_record  # noqa: E402
 
 SIZES = (1 << 14, 1 << 18, 1 << 20)
 STREAMS_MIB = (2, 8)
@@ -99,12 +98,9 @@ def main() -> int:
     record = small_benchmark(__file__, __doc__, in_ranks)
     if record is None:
         return 0
-    out = RESULTS / f"collective_after_work_{record['setting']}.json"
-    out.write_text(json.dumps(record, indent=1) + "\n")
-    plot(record, out.with_suffix(".png"))
+    write_record(record, "collective_after_work", plot)
     for p in record["points"]:
         print(f"groups of {p['group']} {p['nbytes'] >> 10:5d} KiB after {p['kernel']:12s} {p['call_ms']:6.2f} ms")
-    print(f"wrote {out.relative_to(ROOT)} and {out.with_suffix('.png').name}")
     return 0
 
 

@@ -109,6 +109,16 @@ def small_benchmark(script: str, doc: str, in_ranks, timeout: float = 900) -> di
             "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0], **measured}
 
 
+def write_record(record: dict, stem: str, plot) -> Path:
+    """A small benchmark's record as docs/results/<stem>_<setting>.json, and ``plot(record, path)`` beside it."""
+    out = ROOT / "docs" / "results" / f"{stem}_{record['setting']}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    plot(record, out.with_suffix(".png"))
+    print(f"wrote {out.relative_to(ROOT)} and {out.with_suffix('.png').name}")
+    return out
+
+
 def add_placement_args(parser: argparse.ArgumentParser) -> None:
     """--ranks N (on this machine) or --link RATE (emulated nodes, 2 x 2 in block placement unless
     --nodes/--ranks-per-node/--placement say otherwise): where a small benchmark runs."""

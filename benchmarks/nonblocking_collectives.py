@@ -25,10 +25,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import small_benchmark  # noqa: E402
+from mpi_job import small_benchmark, write_record  # noqa: E402
 
 SIZES = (1 << 18, 1 << 20, 4 << 20, 6 << 20)
 BUCKET = 1 << 20
@@ -113,15 +112,12 @@ def main() -> int:
     if record is None:
         return 0
     record["ratios"] = ratios(record)
-    out = RESULTS / f"nonblocking_collectives_{record['setting']}.json"
-    out.write_text(json.dumps(record, indent=1) + "\n")
-    plot(record, out.with_suffix(".png"))
+    write_record(record, "nonblocking_collectives", plot)
     for p in record["points"]:
         print(f"{p['call']:30s} {p['nbytes'] >> 10:5d} KiB  least {p['least_ms']:8.2f} ms"
               f"  median {p['median_ms']:8.2f}")
     for r in record["ratios"]:
         print(f"{r['call']:30s} {r['nbytes'] >> 10:5d} KiB  {r['over_blocking']:.2f}x the blocking call")
-    print(f"wrote {out.relative_to(ROOT)} and {out.with_suffix('.png').name}")
     return 0
 
 

@@ -22,9 +22,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import small_benchmark  # noqa: E402
+from mpi_job import small_benchmark, write_record  # noqa: E402
 
-RESULTS = ROOT / "docs" / "results"
 SIZES = (1 << 18, 1 << 20)
 
 
@@ -69,15 +68,12 @@ def main() -> int:
     if record is None:
         return 0
     points = record["points"]
-    out = RESULTS / f"overlap_loss_{record['setting']}.json"
-    out.write_text(json.dumps(record, indent=1) + "\n")
-    plot(record, out.with_suffix(".png"))
+    write_record(record, "overlap_loss", plot)
     for p in points:
         lost = (p["both_s"] - p["compute_s"] - p["comm_s"]) * 1e3
         print(f"{p['progress']:6s} {p['nbytes'] >> 10:5d} KiB: compute {p['compute_s'] * 1e3:5.2f} ms, all-reduce "
               f"{p['comm_s'] * 1e3:5.2f}, behind the compute {p['both_s'] * 1e3:5.2f}: overlap "
               f"{'cost' if lost > 0 else 'saved'} {abs(lost):.2f} ms (eta unclipped {p['eta_unclipped']:+.2f})")
-    print(f"wrote {out.relative_to(ROOT)} and {out.with_suffix('.png').name}")
     return 0
 
 
