@@ -26,11 +26,10 @@ DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
 BEFORE = [(RESULTS / "engine_accuracy_before_nonblocking",
            "Before overlapped calls were priced as non-blocking",
-           "the runs at 1 Gbit/s, at 2 x 2 and 100 Mbit/s and on one machine of 2026-12-05 04:30-05:37 UTC, "
-           "whose fits timed only the blocking collectives and priced every call, overlapped or not, as "
-           "blocking. The table above has those settings measured again from 08:01 UTC with the fit timing "
-           "each collective's non-blocking twin too and the model pricing what overlaps as the twin "
-           "(`gpulab.engine.perf.probes`)."),
+           "the runs of 2026-12-05 04:30-07:58 UTC, whose fits timed only the blocking collectives and "
+           "priced every call, overlapped or not, as blocking. The table above has every setting measured "
+           "again from 08:01 UTC with the fit timing each collective's non-blocking twin too and the model "
+           "pricing what overlaps as the twin (`gpulab.engine.perf.probes`)."),
           (RESULTS / "engine_accuracy_before_data_wait",
            "Before the replicas' wait was calibrated",
            "the runs of 2026-12-05 01:04-04:26 UTC, whose fits calibrated the col wait on (1, W, 1, 1) and the "

@@ -86,6 +86,10 @@ class FittedMachine:
     # before 2026-12-05 04:30 UTC, which charged it nothing
     data_wait: float | None = None
 
+    def __post_init__(self):
+        # The ops it timed, found once: collective_s asks on every call of a grid search's every row.
+        object.__setattr__(self, "_timed_ops", frozenset(k.split("/")[0] for k in self.collectives))
+
     @property
     def ranks_per_node(self) -> int:
         return self.ranks
@@ -120,7 +124,7 @@ class FittedMachine:
         08:30 UTC) price it as the blocking call."""
         if size <= 1:
             return 0.0
-        if op in BLOCKING_OF and not any(k.startswith(op + "/") for k in self.collectives):
+        if op not in self._timed_ops and op in BLOCKING_OF:
             op = BLOCKING_OF[op]
         key = collective_key(op, size, stride)
         if key not in self.collectives:  # strides not fitted: as contiguous (the cost of one node)
