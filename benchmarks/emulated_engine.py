@@ -27,6 +27,7 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,7 +161,7 @@ def job(args) -> None:
               "minutes": (time.time() - start) / 60,
               "batch": BATCH, "model": cfg.to_dict(), "rounds": args.rounds, "iters": args.iters,
               "overlap_on": overlap_for("on").to_dict(),
-              "machine": {k: v for k, v in machine.__dict__.items() if k != "sources"},
+              "machine": {k: v for k, v in asdict(machine).items() if k != "sources"},
               "call_wait_source": machine.sources.get("call_wait", ""),
               "link_floor_collectives": floored.collectives,
               "fits": [f.sources["measured"] for f in fits], "rows": rows,

@@ -12,6 +12,7 @@ for ipywidgets and matplotlib, which it never uses); the mesh explorer
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from functools import cached_property
 
 from gpulab.cluster.bcast_runner import engine_devices
@@ -38,7 +39,7 @@ def _measure_on_engine(world, config, shape, batch_size, overlap, iters, warmup,
 
 def _fit_on_engine(reps, device):
     machine = fit(MPI.COMM_WORLD, reps=reps, device=device)
-    return None if machine is None else machine.__dict__
+    return None if machine is None else asdict(machine)  # its fields: what from_dict takes
 
 
 class MeshRunner:

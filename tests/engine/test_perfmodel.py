@@ -233,6 +233,10 @@ def test_what_overlaps_is_priced_as_the_non_blocking_call_it_is():
     assert older.collective_s("iall_reduce", 4, 1, 1e6) == older.collective_s("all_reduce", 4, 1, 1e6)
     profile = machine("perlmutter")  # a published profile: one ring for both
     assert profile.collective_s("iall_gather", 8, 1, 1e6) == profile.collective_s("all_gather", 8, 1, 1e6)
+    # what an engine sends back (its fields, through JSON) is the same fit, pricing the twin alike
+    back = FittedMachine.from_dict(json.loads(json.dumps(asdict(m))))
+    assert back == m and back.collective_s("iall_reduce", 4, 1, 1e6) == m.collective_s("iall_reduce", 4, 1, 1e6)
+    assert back.collective_s("iall_reduce", 4, 1, 1e6) != back.collective_s("all_reduce", 4, 1, 1e6)
 
 
 def test_fitted_machine_interpolates_its_timed_points_and_averages_them():
