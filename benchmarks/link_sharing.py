@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import small_benchmark, write_record  # noqa: E402
+from mpi_job import ratio_plot, small_benchmark, write_record  # noqa: E402
 
 SIZES = (1 << 16, 1 << 18, 1 << 20)
 REPS = 7
@@ -79,25 +79,12 @@ def ratios(record: dict) -> list[dict]:
 
 
 def plot(record: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for layout in dict.fromkeys((r["group_size"], r["stride"], r["groups"]) for r in record["ratios"]):
-        rows = [r for r in record["ratios"] if (r["group_size"], r["stride"], r["groups"]) == layout]
-        ax.plot([r["nbytes"] >> 10 for r in rows], [r["together_over_alone"] for r in rows], "o-",
-                label=f"{layout[2]} groups of {layout[0]}, {layout[1]} apart")
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("KiB gathered")
-    ax.set_ylabel("all groups at once / one alone")
-    ax.set_title(f"an all-gather with every group calling against one group alone: {record['setting']}",
-                 fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    curves: dict = {}
+    for r in record["ratios"]:
+        label = f"{r['groups']} groups of {r['group_size']}, {r['stride']} apart"
+        curves.setdefault(label, []).append((r["nbytes"], r["together_over_alone"]))
+    ratio_plot(path, curves, xlabel="KiB gathered", ylabel="all groups at once / one alone",
+               title=f"an all-gather with every group calling against one group alone: {record['setting']}")
 
 
 def main() -> int:

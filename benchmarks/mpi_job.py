@@ -119,6 +119,28 @@ def write_record(record: dict, stem: str, plot) -> Path:
     return out
 
 
+def ratio_plot(path: Path, curves: dict, *, xlabel: str, ylabel: str, title: str) -> None:
+    """Ratios over message size, one curve per label (label -> [(bytes, ratio), ...]), on a log2 axis of
+    KiB with a line at 1.0 (the small benchmarks' plots of one call's time against another's)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    for label, points in curves.items():
+        ax.plot([nbytes >> 10 for nbytes, _ in points], [ratio for _, ratio in points], "o-", label=label)
+    ax.axhline(1.0, color="gray", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def add_placement_args(parser: argparse.ArgumentParser) -> None:
     """--ranks N (on this machine) or --link RATE (emulated nodes, 2 x 2 in block placement unless
     --nodes/--ranks-per-node/--placement say otherwise): where a small benchmark runs."""

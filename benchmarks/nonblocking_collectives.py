@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import small_benchmark, write_record  # noqa: E402
+from mpi_job import ratio_plot, small_benchmark, write_record  # noqa: E402
 
 SIZES = (1 << 18, 1 << 20, 4 << 20, 6 << 20)
 BUCKET = 1 << 20
@@ -88,23 +88,11 @@ def ratios(record: dict) -> list[dict]:
 
 
 def plot(record: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 3.6))
-    for call in dict.fromkeys(r["call"] for r in record["ratios"]):
-        rows = [r for r in record["ratios"] if r["call"] == call]
-        ax.plot([r["nbytes"] >> 10 for r in rows], [r["over_blocking"] for r in rows], "o-", label=call)
-    ax.axhline(1.0, color="gray", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("KiB over all ranks")
-    ax.set_ylabel("time / the blocking call's")
-    ax.set_title(f"non-blocking collectives against blocking ones: {record['setting']}", fontsize=9)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    curves: dict = {}
+    for r in record["ratios"]:
+        curves.setdefault(r["call"], []).append((r["nbytes"], r["over_blocking"]))
+    ratio_plot(path, curves, xlabel="KiB over all ranks", ylabel="time / the blocking call's",
+               title=f"non-blocking collectives against blocking ones: {record['setting']}")
 
 
 def main() -> int:
