@@ -16,6 +16,7 @@ signs the fit itself gives of how far to trust it (``gpulab.engine.perf.trust``)
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from pathlib import Path
@@ -369,6 +370,40 @@ def repredict(paths: list[Path], overlap: str) -> list[str]:
     return lines
 
 
+GROUP_WAIT_RULES = {  # the share of a wait calibrated over all p ranks that a group of g ranks pays
+    "(g-1)/(p-1), the model's": lambda g, p: (g - 1) / (p - 1),
+    "its square": lambda g, p: ((g - 1) / (p - 1)) ** 2,
+    "its 1.5th power": lambda g, p: ((g - 1) / (p - 1)) ** 1.5,
+    "log g / log p": lambda g, p: math.log(g) / math.log(p),
+    "none below p": lambda g, p: float(g == p),
+}
+
+
+def group_wait(paths: list[Path]) -> list[str]:
+    """Each record's grids priced again from its own fit with other shares of the calibrated waits for
+    groups smaller than the job (``predict.group_wait_share``). The fit calibrates the waits on grids
+    whose group spans every rank, where every rule gives 1, so a rule changes no fit, only the other
+    grids' prices. Per rule: the runs meeting the targets, the median and the largest error."""
+    from unittest import mock
+
+    import gpulab.engine.perf.predict as model
+
+    records = [(NAME.fullmatch(path.name), json.loads(path.read_text())) for path in paths]
+    lines = []
+    for name, rule in GROUP_WAIT_RULES.items():
+        met, errors = 0, []
+        with mock.patch.object(model, "group_wait_share", rule):
+            for match, record in records:
+                v = scored(record["rows"], FittedMachine.from_dict(record["machine"]))
+                kind = "machine" if match["setting"].endswith("machine") else "emulated"
+                met += meets({"kind": kind, "accuracy": v})
+                errors += [x["median_abs_rel_error"] for x in v.values()]
+        errors.sort()
+        lines.append(f"{name:26s} runs meeting {met} of {len(records)}, error median {errors[len(errors) // 2]:.1%}"
+                     f", largest {errors[-1]:.1%}")
+    return lines
+
+
 def scored(rows: list[dict], machine) -> dict:
     """Measured rows priced on ``machine``: per overlap setting ("off", "on") the model's median error,
     pick and rank correlation (``agreement.validate``)."""
@@ -412,6 +447,13 @@ if __name__ == "__main__":
         parser.add_argument("records", nargs="+", type=Path)
         args = parser.parse_args(sys.argv[2:])
         print("\n".join(repredict(args.records, args.overlap)))
+    elif sys.argv[1:2] == ["group-wait"]:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="engine_accuracy.py group-wait", description=group_wait.__doc__)
+        parser.add_argument("records", nargs="*", type=Path, help="default: the table's runs")
+        args = parser.parse_args(sys.argv[2:])
+        print("\n".join(group_wait(args.records or sorted(RESULTS.glob("engine_accuracy_*_run*.json")))))
     elif sys.argv[1:2] == ["price"]:
         import argparse
 

@@ -182,6 +182,28 @@ def test_a_gpu_fit_prices_the_gpu_runs_recorded_with_it(tmp_path):
         price(fit, host)
 
 
+def test_other_shares_of_the_wait_reprice_the_records_without_changing_a_fit():
+    """``engine_accuracy.py group-wait``: its first rule is the model's (``predict.group_wait_share``),
+    every rule charges a group of all ranks the whole wait (the calibration grids', so no fit moves),
+    and priced by the model's rule a recorded run scores as its record says."""
+    import json
+
+    from benchmarks.engine_accuracy import GROUP_WAIT_RULES, group_wait
+    from gpulab.engine.perf.predict import group_wait_share
+
+    rules = list(GROUP_WAIT_RULES.values())
+    for g, p in ((2, 4), (2, 8), (4, 8)):
+        assert rules[0](g, p) == group_wait_share(g, p)
+    assert all(rule(p, p) == 1.0 for rule in rules for p in (4, 8))
+    path = ROOT / "docs" / "results" / "engine_accuracy_2x2_block_100mbit_run1.json"
+    validation = json.loads(path.read_text())["validation"]
+    largest = max(validation[s]["stride-aware"]["median_abs_rel_error"] for s in ("off", "on"))
+    lines = group_wait([path])
+    assert len(lines) == len(rules)
+    assert lines[0].endswith(f"runs meeting 1 of 1, error median {largest:.1%}, largest {largest:.1%}")
+    assert len(set(line.split(" runs ")[1] for line in lines)) > 1  # the rules price the grids apart
+
+
 def test_small_benchmarks_run_on_any_emulated_cluster_or_say_why_not():
     """``benchmarks/mpi_job.placement``: the small benchmarks' --link/--nodes/--placement options (the
     cluster is only described here, not started), and one-line errors for what cannot run."""

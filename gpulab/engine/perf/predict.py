@@ -94,6 +94,14 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
     return total, windows
 
 
+def group_wait_share(group_size: int, ranks: int) -> float:
+    """The share of a wait calibrated on a group of all ``ranks`` that a group of ``group_size`` pays:
+    (g - 1) / (p - 1), linear in the other ranks it waits for. Its square, its 1.5th power, log g / log p
+    and nothing below p, tried on the recorded runs, met the targets in fewer of them
+    (`benchmarks/engine_accuracy.py repredict --group-wait`)."""
+    return (group_size - 1) / (ranks - 1)
+
+
 def wait_s(machine, row: dict) -> float:
     """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a col
     all-reduce's share of the machine's ``call_wait``, a row all-reduce's of its ``row_wait`` (the col
@@ -109,7 +117,7 @@ def wait_s(machine, row: dict) -> float:
     wait = getattr(machine, "call_wait", 0.0)
     if row["group"] == "row" and getattr(machine, "row_wait", None) is not None:
         wait = machine.row_wait
-    return wait * (row["group_size"] - 1) / (machine.ranks - 1)
+    return wait * group_wait_share(row["group_size"], machine.ranks)
 
 
 def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: int | None = None,
