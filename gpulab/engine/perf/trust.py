@@ -22,7 +22,7 @@ import statistics
 
 LIMITS = {"spread": 0.5, "fit_to_fit": 0.25, "other_load_per_core": 0.5, "steal": 0.10}
 # on ranks sharing cores, predictions whose compute is at least this share of the iteration were off by a median
-# of 9.2% on the emulated clusters and 9.0% on one machine in the recorded runs, those below it by 4.1%
+# of 5.8% on the emulated clusters and 12.6% on one machine in the recorded runs, those below it by 5.1%
 # (docs/engine_model_accuracy.md): compute and short collectives move with the scheduler
 COMPUTE_SHARE = 0.2
 
@@ -111,8 +111,8 @@ def caveat(machine, compute_s: float, iter_s: float, overlap=None) -> str | None
     notes = []
     if compute_bound_on_shared_cores(ranks, cores, compute_s, iter_s):
         notes.append(f"compute is {compute_s / iter_s:.0%} of the iteration on {ranks} ranks sharing {cores} "
-                     "cores: such predictions were off by a median of 5% on emulated clusters and 13% on one "
-                     "machine (4.1% where the links dominate)")
+                     "cores: such predictions were off by a median of 6% on emulated clusters and 13% on one "
+                     "machine (5.1% where the links dominate)")
     node_ranks, node_cores = getattr(machine, "node_ranks", 0), getattr(machine, "node_cores", 0)
     if overlap is not None and overlap.any and overlap.progress != "none" and 0 < node_cores < node_ranks:
         notes.append(f"overlap where {node_ranks} ranks share the {node_cores} core{'s' if node_cores > 1 else ''} "
