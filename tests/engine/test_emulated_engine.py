@@ -204,6 +204,19 @@ def test_other_shares_of_the_wait_reprice_the_records_without_changing_a_fit():
     assert len(set(line.split(" runs ")[1] for line in lines)) > 1  # the rules price the grids apart
 
 
+def test_slow_rounds_counts_this_namespaces_tcp_retransmissions():
+    """``slow_rounds.tcp_counts``: RetransSegs and TCPTimeouts read from this process's network namespace,
+    counters that only grow."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from slow_rounds import tcp_counts
+
+    first = tcp_counts()
+    assert all(type(c) is int and c >= 0 for c in first)
+    assert all(b >= a for a, b in zip(first, tcp_counts()))
+
+
 def test_small_benchmarks_run_on_any_emulated_cluster_or_say_why_not():
     """``benchmarks/mpi_job.placement``: the small benchmarks' --link/--nodes/--placement options (the
     cluster is only described here, not started), and one-line errors for what cannot run."""
