@@ -98,7 +98,7 @@ def group_wait_share(group_size: int, ranks: int) -> float:
     """The share of a wait calibrated on a group of all ``ranks`` that a group of ``group_size`` pays:
     (g - 1) / (p - 1), linear in the other ranks it waits for. Its square, its 1.5th power, log g / log p
     and nothing below p, tried on the recorded runs, met the targets in fewer of them
-    (`benchmarks/engine_accuracy.py repredict --group-wait`)."""
+    (`python benchmarks/engine_accuracy.py group-wait`)."""
     return (group_size - 1) / (ranks - 1)
 
 
