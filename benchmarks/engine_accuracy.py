@@ -116,6 +116,11 @@ TARGET = {"emulated": 0.10, "machine": 0.20}  # median absolute error
 PICK = 1.05  # the model's pick, measured, within 5% of the measured best
 
 
+def kind_of(setting: str) -> str:
+    """"machine" for a run on this machine without emulation ("1x4_machine"), else "emulated" (TARGET's keys)."""
+    return "machine" if setting.endswith("machine") else "emulated"
+
+
 def runs(folder: Path = RESULTS) -> list[dict]:
     """One row per record: its setting, the model's accuracy per overlap setting, the fit's trust signs."""
     out = []
@@ -138,7 +143,7 @@ def runs(folder: Path = RESULTS) -> list[dict]:
                   "sync": sync_call(r, machine), "calibration": tuple(r["shape"]) in left_out}
                  for r in record["rows"]]
         out.append({"setting": m["setting"], "run": int(m["run"]), "date": record["date"],
-                    "kind": "machine" if m["setting"].endswith("machine") else "emulated",
+                    "kind": kind_of(m["setting"]),
                     "minutes": record["minutes"], "accuracy": accuracy, "trust": trust_of(record), "grids": grids})
     return sorted(out, key=lambda r: (r["kind"], r["setting"], r["run"]))
 
@@ -267,7 +272,7 @@ def plot(rows: list[dict]) -> None:
                 ax.scatter(x + dx, r["accuracy"][s]["median_abs_rel_error"] * 100, marker=marker,
                            color="#d62728" if low else "#1f77b4", s=26,
                            label=f"overlap {s}, trust {'LOW' if low else 'ok'}")
-        target = TARGET["machine" if setting.endswith("machine") else "emulated"] * 100
+        target = TARGET[kind_of(setting)] * 100
         ax.plot([x - 0.35, x + 0.35], [target, target], color="black", lw=0.8)
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
     ax.legend(handles.values(), handles.keys(), fontsize=7)
@@ -395,8 +400,7 @@ def group_wait(paths: list[Path]) -> list[str]:
         with mock.patch.object(model, "group_wait_share", rule):
             for match, record in records:
                 v = scored(record["rows"], FittedMachine.from_dict(record["machine"]))
-                kind = "machine" if match["setting"].endswith("machine") else "emulated"
-                met += meets({"kind": kind, "accuracy": v})
+                met += meets({"kind": kind_of(match["setting"]), "accuracy": v})
                 errors += [x["median_abs_rel_error"] for x in v.values()]
         errors.sort()
         lines.append(f"{name:26s} runs meeting {met} of {len(records)}, error median {errors[len(errors) // 2]:.1%}"
