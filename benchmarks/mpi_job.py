@@ -104,7 +104,7 @@ def small_benchmark(script: str, doc: str, in_ranks, timeout: float = 900) -> di
     load_before = os.getloadavg()[0]
     with cluster:
         measured = rank0_json(script, ranks, ["--in-ranks"], timeout=timeout)
-    return {"command": f"python benchmarks/{Path(script).name} " + " ".join(sys.argv[1:]),
+    return {"command": typed_command(script),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,
             "cpus": os.cpu_count(), "load_before": load_before, "load_after": os.getloadavg()[0], **measured}
 
@@ -178,9 +178,16 @@ def placement(args: argparse.Namespace, parser: argparse.ArgumentParser):
             EmulatedCluster(nodes=nodes, ranks_per_node=per_node, link=link, placement=args.placement))
 
 
+def typed_command(script: str) -> str:
+    """The command as typed, with the MPICH control variables (``MPIR_CVAR_*``) it ran under in front:
+    they are read at MPI_Init, so a record measured with one (a forced algorithm) says so."""
+    cvars = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MPIR_CVAR_")]
+    return " ".join([*cvars, f"python benchmarks/{Path(script).name}", *sys.argv[1:]])
+
+
 def run_as_job(script: str, n: int, timeout: float, cluster: str) -> int:
     """Run ``script`` with this process's arguments on ``n`` ranks; its exit status."""
-    command = f"python benchmarks/{Path(script).name} " + " ".join(sys.argv[1:])
+    command = typed_command(script)
     env = job_env()
     extra = ["--command", command, "--cluster", cluster, "--load-before", *map(str, os.getloadavg())]
     cmd = mpiexec_command(n, [str(Path(script).resolve()), *sys.argv[1:], *extra])

@@ -3,6 +3,7 @@ the TCP segments the nodes retransmitted during it.
 
     python benchmarks/slow_rounds.py --link 100mbit --nodes 4          # 4 emulated nodes x 2 ranks, block
     python benchmarks/slow_rounds.py --link 1gbit --nodes 4
+    MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring python benchmarks/slow_rounds.py --link 100mbit --nodes 4
 
 At 4 x 2 block, 100 Mbit/s, the engine model's pick with overlap off, the data-parallel grid
 (1, 1, 1, 8), measured 261-398 ms an iteration from round to round (docs/engine_model_accuracy.md),
@@ -13,7 +14,8 @@ one grid as the accuracy benchmark does (``perf.timing.measure``, overlap off, t
 iterations after 1), and every node counts the segments TCP retransmitted in that round
 (``RetransSegs`` in its network namespace's /proc/net/snmp).
 
-Writes docs/results/slow_rounds_<setting>.json and a plot beside it.
+Writes docs/results/slow_rounds_<setting>.json and a plot beside it; with MPICH's all-reduce forced
+(``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM``, read at MPI_Init), slow_rounds_allreduce-<algorithm>_<setting>.
 """
 
 from __future__ import annotations
@@ -84,7 +86,8 @@ def plot(record: dict, path: Path) -> None:
         ax.plot([r["retransmitted"] for r in rows], [r["iter_ms"] for r in rows], "o", label=str(shape))
     ax.set_xlabel("TCP segments retransmitted in the round (all nodes)")
     ax.set_ylabel("ms an iteration")
-    ax.set_title(f"each round of two grids, overlap off: {record['setting']}", fontsize=9)
+    ax.set_title(f"each round of two grids, overlap off: {record['setting']}, all-reduce: {record['allreduce']}",
+                 fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -95,7 +98,9 @@ def main() -> int:
     record = small_benchmark(__file__, __doc__, in_ranks)
     if record is None:
         return 0
-    write_record(record, "slow_rounds", plot)
+    forced = os.environ.get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM")
+    record["allreduce"] = f"{forced} (forced)" if forced else "MPICH's choice"
+    write_record(record, f"slow_rounds_allreduce-{forced}" if forced else "slow_rounds", plot)
     for r in record["rounds"]:
         print(f"round {r['round']} {tuple(r['shape'])}  {r['iter_ms']:7.1f} ms (iterations "
               f"{', '.join(f'{t:.0f}' for t in r['iters_ms'])})  {r['retransmitted']:3d} segments retransmitted, "

@@ -1,6 +1,7 @@
 """Stride-aware collective fits (groups that cross nodes) and the record of experiment (e)."""
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -238,3 +239,21 @@ def test_small_benchmarks_run_on_any_emulated_cluster_or_say_why_not():
                 ["--link", "1gbit", "--ranks", "8"]):
         with pytest.raises(SystemExit):
             placement(parser.parse_args(bad), parser)
+
+
+def test_records_name_the_mpich_control_variables_they_ran_under(monkeypatch):
+    """``benchmarks/mpi_job.typed_command``: a record measured with an MPICH algorithm forced at MPI_Init
+    (``MPIR_CVAR_*`` in the environment) says so in front of its command, in an order that repeats."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from mpi_job import typed_command
+
+    for name in [k for k in os.environ if k.startswith("MPIR_CVAR_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(sys, "argv", ["slow_rounds.py", "--link", "100mbit"])
+    assert typed_command("/x/benchmarks/slow_rounds.py") == "python benchmarks/slow_rounds.py --link 100mbit"
+    monkeypatch.setenv("MPIR_CVAR_BCAST_TREE_KVAL", "1")
+    monkeypatch.setenv("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "ring")
+    assert typed_command("slow_rounds.py") == ("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring MPIR_CVAR_BCAST_TREE_KVAL=1 "
+                                               "python benchmarks/slow_rounds.py --link 100mbit")
