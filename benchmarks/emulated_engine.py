@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from engine_grids import validate  # noqa: E402
-from mpi_job import add_run_args, main, run_as_job  # noqa: E402
+from mpi_job import add_run_args, main, run_as_job, tcp_congestion  # noqa: E402
 
 from gpulab.engine.perf.trust import cpu_ticks, stolen  # noqa: E402
 
@@ -156,7 +156,7 @@ def job(args) -> None:
     record = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "cluster": args.cluster, "link": args.link, "world": comm.size, "cpus": os.cpu_count(),
               "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "placement": args.placement,
-              "rank_cpus": rank_cpus,
+              "rank_cpus": rank_cpus, "tcp_congestion": tcp_congestion(),
               "load_before": args.load_before, "load_after": os.getloadavg(), "cpu_steal": stolen(ticks),
               "minutes": (time.time() - start) / 60,
               "batch": BATCH, "model": cfg.to_dict(), "rounds": args.rounds, "iters": args.iters,

@@ -3,6 +3,7 @@
     python benchmarks/engine_accuracy.py      # docs/engine_model_accuracy.md + docs/results/engine_accuracy.png
     python benchmarks/engine_accuracy.py repredict --overlap zero|probe RECORD.json ...   # another overlap rule
     python benchmarks/engine_accuracy.py price --machine FIT.json BENCH.json   # a fit against `gpulab bench engine`
+    python benchmarks/engine_accuracy.py table FOLDER   # the table's rows for runs kept apart (another MPI setting)
 
 Reads the records of repeated runs (docs/results/engine_accuracy_*.json), each written by
     python benchmarks/emulated_engine.py run --nodes N --ranks-per-node R --placement P --link L \\
@@ -458,6 +459,14 @@ if __name__ == "__main__":
         parser.add_argument("records", nargs="*", type=Path, help="default: the table's runs")
         args = parser.parse_args(sys.argv[2:])
         print("\n".join(group_wait(args.records or sorted(RESULTS.glob("engine_accuracy_*_run*.json")))))
+    elif sys.argv[1:2] == ["table"]:
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="engine_accuracy.py table",
+                                         description="The table's rows for the runs in FOLDER.")
+        parser.add_argument("folder", type=Path, help="e.g. docs/results/engine_accuracy_allreduce_ring")
+        args = parser.parse_args(sys.argv[2:])
+        print("\n".join(table(runs(args.folder))))
     elif sys.argv[1:2] == ["price"]:
         import argparse
 

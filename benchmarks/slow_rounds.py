@@ -4,6 +4,7 @@ the TCP segments the nodes retransmitted during it.
     python benchmarks/slow_rounds.py --link 100mbit --nodes 4          # 4 emulated nodes x 2 ranks, block
     python benchmarks/slow_rounds.py --link 1gbit --nodes 4
     MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring python benchmarks/slow_rounds.py --link 100mbit --nodes 4
+    GPULAB_TCP_CONGESTION=reno python benchmarks/slow_rounds.py --link 100mbit --nodes 4
 
 At 4 x 2 block, 100 Mbit/s, the engine model's pick with overlap off, the data-parallel grid
 (1, 1, 1, 8), measured 261-398 ms an iteration from round to round (docs/engine_model_accuracy.md),
@@ -15,7 +16,8 @@ iterations after 1), and every node counts the segments TCP retransmitted in tha
 (``RetransSegs`` in its network namespace's /proc/net/snmp).
 
 Writes docs/results/slow_rounds_<setting>.json and a plot beside it; with MPICH's all-reduce forced
-(``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM``, read at MPI_Init), slow_rounds_allreduce-<algorithm>_<setting>.
+(``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM``, read at MPI_Init) slow_rounds_allreduce-<algorithm>_<setting>,
+with the nodes' TCP congestion control set (``gpulab.emulated.EmulatedCluster``) ..._tcp-<name>_<setting>.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from mpi_job import small_benchmark, write_record  # noqa: E402
+from mpi_job import small_benchmark, tcp_congestion, write_record  # noqa: E402
 
 ROUNDS = 8
 
@@ -71,7 +73,7 @@ def in_ranks() -> None:
                                "retransmitted": sum(c[0] for c in by_node.values()),
                                "timeouts": sum(c[1] for c in by_node.values()), "nodes": len(by_node)})
     if comm.rank == 0:
-        print(json.dumps({"ranks": comm.size, "rounds": rounds}))
+        print(json.dumps({"ranks": comm.size, "rounds": rounds, "tcp_congestion": tcp_congestion()}))
 
 
 def plot(record: dict, path: Path) -> None:
@@ -86,8 +88,8 @@ def plot(record: dict, path: Path) -> None:
         ax.plot([r["retransmitted"] for r in rows], [r["iter_ms"] for r in rows], "o", label=str(shape))
     ax.set_xlabel("TCP segments retransmitted in the round (all nodes)")
     ax.set_ylabel("ms an iteration")
-    ax.set_title(f"each round of two grids, overlap off: {record['setting']}, all-reduce: {record['allreduce']}",
-                 fontsize=9)
+    ax.set_title(f"each round of two grids, overlap off: {record['setting']}, all-reduce: {record['allreduce']}, "
+                 f"TCP {record.get('tcp_congestion', '?')}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -98,9 +100,10 @@ def main() -> int:
     record = small_benchmark(__file__, __doc__, in_ranks)
     if record is None:
         return 0
-    forced = os.environ.get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM")
+    forced, tcp = os.environ.get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"), os.environ.get("GPULAB_TCP_CONGESTION")
     record["allreduce"] = f"{forced} (forced)" if forced else "MPICH's choice"
-    write_record(record, f"slow_rounds_allreduce-{forced}" if forced else "slow_rounds", plot)
+    stem = "_".join(["slow_rounds", *([f"allreduce-{forced}"] if forced else []), *([f"tcp-{tcp}"] if tcp else [])])
+    write_record(record, stem, plot)
     for r in record["rounds"]:
         print(f"round {r['round']} {tuple(r['shape'])}  {r['iter_ms']:7.1f} ms (iterations "
               f"{', '.join(f'{t:.0f}' for t in r['iters_ms'])})  {r['retransmitted']:3d} segments retransmitted, "

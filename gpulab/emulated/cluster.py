@@ -26,6 +26,7 @@ from gpulab.procfs import pids_inside, running
 TRANSPORT = "TCP between nodes (UCX_TLS=tcp,self), shared memory inside a node"
 # MPICH/UCX settings that make inter-node traffic cross the emulated links
 MPI_ENV = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0"}
+ENV_CONGESTION = "GPULAB_TCP_CONGESTION"  # TCP's congestion control in the nodes, when not given
 
 
 class ClusterNameTaken(ClusterUnavailable):
@@ -41,11 +42,17 @@ class EmulatedCluster(Links, Jobs):
     ``own_cores`` (default): each node's processes run on their own share of this machine's cores
     where there are at least as many cores as nodes (``node_cpus``), as on separate machines; False
     lets every node use every core.
+    ``congestion``: TCP's congestion control inside the nodes (``"reno"``; default $GPULAB_TCP_CONGESTION,
+    else what a new network namespace inherits, the machine's own default); the state's
+    ``tcp_congestion`` says which ran. It moves what the links measure: BBR made MPICH's all-reduce
+    between nodes vary by half from one call to the next where reno and cubic did not
+    (docs/engine_model_accuracy.md).
     """
 
     def __init__(self, nodes: int = 2, ranks_per_node: int | None = None, link: str | None = "1gbit",
                  placement: str = "block", mode: str = "auto", name: str | None = None,
-                 export: bool = True, fault_grace: float = 5.0, own_cores: bool = True):
+                 export: bool = True, fault_grace: float = 5.0, own_cores: bool = True,
+                 congestion: str | None = None):
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
         if placement not in PLACEMENTS:
@@ -57,6 +64,7 @@ class EmulatedCluster(Links, Jobs):
         self.mode = ("root" if os.geteuid() == 0 else "user") if mode == "auto" else mode
         self._fallback = mode == "auto" and self.mode == "root"  # root refused (a container?): try user
         self.name, self.export, self.fault_grace, self.own_cores = name, export, fault_grace, own_cores
+        self.congestion = congestion or os.environ.get(ENV_CONGESTION) or None
         self.keeper: subprocess.Popen | None = None
         self.state: dict | None = None
         self.state_file: str | None = None
@@ -95,7 +103,7 @@ class EmulatedCluster(Links, Jobs):
         report_fd = None if detached else os.dup(2)  # the keeper reports faults on our stderr
         spec = {"nodes": self.nodes, "rate": self.link, "tmpdir": tmpdir, "detached": detached,
                 "state_file": state_file if self.name else None, "report_fd": report_fd,
-                "fault_grace": self.fault_grace}
+                "fault_grace": self.fault_grace, "congestion": self.congestion}
         cmd = [sys.executable, "-m", "gpulab.emulated.netns", json.dumps(spec)]
         if self.mode == "user":
             cmd = [tool("unshare"), "--user", "--map-root-user", "--", *cmd]

@@ -39,7 +39,8 @@ class Links:
     def describe(self) -> str:
         lines = [f"emulated cluster{' ' + self.name if self.name else ''}: {self.nodes} nodes, link "
                  f"{self.link or 'unlimited'}, placement {self.placement}, ranks per node "
-                 f"{self.ranks_per_node or 'ranks / nodes'}, mode {self.mode}, keeper pid {self.state['pid']}"]
+                 f"{self.ranks_per_node or 'ranks / nodes'}, TCP {self.state.get('tcp_congestion', '?')}, mode "
+                 f"{self.mode}, keeper pid {self.state['pid']}"]
         for k in range(1, self.nodes + 1):
             addr = _run(self.on_node(k, [tool("ip"), "-br", "addr", "show", "dev", "eth0"])).split()
             qdisc = _run(self.on_node(k, [tool("tc"), "qdisc", "show", "dev", "eth0"])).strip()

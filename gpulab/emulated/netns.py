@@ -90,8 +90,29 @@ def _tbf(dev: str, rate: str | None, netns: str | None = None) -> None:
             "latency", TBF_LATENCY, netns=netns)
 
 
-def build(nodes: int, rate: str | None) -> list[int]:
-    """In the caller's (switch) namespace: bridge + one node namespace per node; returns their fds."""
+CONGESTION = "/proc/sys/net/ipv4/tcp_congestion_control"  # this process's network namespace's
+
+
+def _congestion(name: str | None) -> str:
+    """Set TCP's congestion control in the namespace this process is in (``name``, if given); what it is."""
+    if name:
+        try:
+            with open(CONGESTION, "w") as f:
+                f.write(name)
+        except OSError as err:
+            with open("/proc/sys/net/ipv4/tcp_allowed_congestion_control") as f:
+                allowed = f.read().split()
+            raise RuntimeError(f"TCP congestion control {name!r} cannot be set inside a node ({err.strerror}): "
+                               f"a network namespace may use only {', '.join(allowed)} "
+                               f"(net.ipv4.tcp_allowed_congestion_control)") from None
+    with open(CONGESTION) as f:
+        return f.read().strip()
+
+
+def build(nodes: int, rate: str | None, congestion: str | None = None) -> tuple[list[int], str]:
+    """In the caller's (switch) namespace: bridge + one node namespace per node, TCP in each set to
+    ``congestion`` (else what a new namespace inherits, the machine's default); their fds and what TCP
+    runs in them."""
     switch_fd = os.open("/proc/self/ns/net", os.O_RDONLY)
     me = os.getpid()
     _ip("ip", "link", "set", "lo", "up")
@@ -100,6 +121,7 @@ def build(nodes: int, rate: str | None) -> list[int]:
     fds = []
     for _ in range(nodes):
         _unshare_net()
+        in_use = _congestion(congestion)
         fds.append(os.open("/proc/self/ns/net", os.O_RDONLY))
         _setns(switch_fd)
     for k, fd in enumerate(fds, start=1):
@@ -121,7 +143,7 @@ def build(nodes: int, rate: str | None) -> list[int]:
         if time.monotonic() > deadline:
             raise RuntimeError("the links did not come up within 10 s")
         time.sleep(0.02)
-    return fds
+    return fds, in_use
 
 
 def kill_inside(inodes: set[int], exclude: int | None = None, timeout: float = 10.0) -> None:
@@ -207,8 +229,8 @@ def main(argv: list[str]) -> int:
     try:
         _unshare_net()
         switch_inode = net_inode("self")
-        fds = build(spec["nodes"], spec.get("rate"))
-        state = {"ok": True, "pid": os.getpid(), "fds": fds,
+        fds, congestion = build(spec["nodes"], spec.get("rate"), spec.get("congestion"))
+        state = {"ok": True, "pid": os.getpid(), "fds": fds, "tcp_congestion": congestion,
                  "inodes": [os.fstat(fd).st_ino for fd in fds], "switch_inode": switch_inode}
         print(json.dumps(state), flush=True)
         detached = spec.get("detached", False)

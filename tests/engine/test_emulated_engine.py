@@ -128,10 +128,12 @@ def test_strided_fit_times_groups_across_the_stride():
 
 
 def test_accuracy_records_have_both_settings_and_render():
-    """docs/engine_model_accuracy.md's records: every run both ways, every grid with its error, one table row each."""
+    """docs/engine_model_accuracy.md's records: every run both ways, every grid with its error, one table row each
+    (the table's, the models' before, and the runs kept apart that ``engine_accuracy.py table`` renders)."""
     from benchmarks.engine_accuracy import BEFORE, by_caveat, runs, table
 
-    for folder in (ROOT / "docs" / "results", *(f for f, _, _ in BEFORE)):
+    apart = [ROOT / "docs" / "results" / f"engine_accuracy_{name}" for name in ("fit_reps4", "allreduce_ring")]
+    for folder in (ROOT / "docs" / "results", *(f for f, _, _ in BEFORE), *apart):
         rows = runs(folder)
         assert rows, folder
         for r in rows:
@@ -243,17 +245,20 @@ def test_small_benchmarks_run_on_any_emulated_cluster_or_say_why_not():
 
 def test_records_name_the_mpich_control_variables_they_ran_under(monkeypatch):
     """``benchmarks/mpi_job.typed_command``: a record measured with an MPICH algorithm forced at MPI_Init
-    (``MPIR_CVAR_*`` in the environment) says so in front of its command, in an order that repeats."""
+    (``MPIR_CVAR_*`` in the environment) or the nodes' TCP set (``GPULAB_TCP_CONGESTION``) says so in front
+    of its command, in an order that repeats."""
     import sys
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from mpi_job import typed_command
 
-    for name in [k for k in os.environ if k.startswith("MPIR_CVAR_")]:
+    for name in [k for k in os.environ if k.startswith("MPIR_CVAR_") or k == "GPULAB_TCP_CONGESTION"]:
         monkeypatch.delenv(name)
     monkeypatch.setattr(sys, "argv", ["slow_rounds.py", "--link", "100mbit"])
     assert typed_command("/x/benchmarks/slow_rounds.py") == "python benchmarks/slow_rounds.py --link 100mbit"
     monkeypatch.setenv("MPIR_CVAR_BCAST_TREE_KVAL", "1")
     monkeypatch.setenv("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM", "ring")
-    assert typed_command("slow_rounds.py") == ("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring MPIR_CVAR_BCAST_TREE_KVAL=1 "
+    monkeypatch.setenv("GPULAB_TCP_CONGESTION", "reno")
+    assert typed_command("slow_rounds.py") == ("GPULAB_TCP_CONGESTION=reno MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring "
+                                               "MPIR_CVAR_BCAST_TREE_KVAL=1 "
                                                "python benchmarks/slow_rounds.py --link 100mbit")
