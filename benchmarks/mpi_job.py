@@ -181,14 +181,17 @@ def placement(args: argparse.Namespace, parser: argparse.ArgumentParser):
 def typed_command(script: str) -> str:
     """The command as typed, with the MPICH control variables (``MPIR_CVAR_*``, read at MPI_Init) and the
     emulated nodes' TCP congestion control ($GPULAB_TCP_CONGESTION) it ran under in front."""
-    settings = [f"{k}={v}" for k, v in sorted(os.environ.items())
-                if k.startswith("MPIR_CVAR_") or k == "GPULAB_TCP_CONGESTION"]
+    from gpulab.emulated.cluster import ENV_CONGESTION
+
+    settings = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("MPIR_CVAR_") or k == ENV_CONGESTION]
     return " ".join([*settings, f"python benchmarks/{Path(script).name}", *sys.argv[1:]])
 
 
 def tcp_congestion() -> str:
     """TCP's congestion control where this process runs (an emulated node's namespace, or the machine)."""
-    return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
+    from gpulab.emulated.netns import CONGESTION
+
+    return Path(CONGESTION).read_text().strip()
 
 
 def run_as_job(script: str, n: int, timeout: float, cluster: str) -> int:

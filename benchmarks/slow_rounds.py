@@ -97,10 +97,12 @@ def plot(record: dict, path: Path) -> None:
 
 
 def main() -> int:
+    from gpulab.emulated.cluster import ENV_CONGESTION
+
     record = small_benchmark(__file__, __doc__, in_ranks)
     if record is None:
         return 0
-    forced, tcp = os.environ.get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"), os.environ.get("GPULAB_TCP_CONGESTION")
+    forced, tcp = os.environ.get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"), os.environ.get(ENV_CONGESTION)
     record["allreduce"] = f"{forced} (forced)" if forced else "MPICH's choice"
     stem = "_".join(["slow_rounds", *([f"allreduce-{forced}"] if forced else []), *([f"tcp-{tcp}"] if tcp else [])])
     write_record(record, stem, plot)
