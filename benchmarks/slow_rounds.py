@@ -4,7 +4,7 @@ the TCP segments the nodes retransmitted during it.
     python benchmarks/slow_rounds.py --link 100mbit --nodes 4          # 4 emulated nodes x 2 ranks, block
     python benchmarks/slow_rounds.py --link 1gbit --nodes 4
     MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring python benchmarks/slow_rounds.py --link 100mbit --nodes 4
-    GPULAB_TCP_CONGESTION=reno python benchmarks/slow_rounds.py --link 100mbit --nodes 4
+    GPULAB_TCP_CONGESTION=bbr python benchmarks/slow_rounds.py --link 100mbit --nodes 4   # if the machine allows it
 
 At 4 x 2 block, 100 Mbit/s, the engine model's pick with overlap off, the data-parallel grid
 (1, 1, 1, 8), measured 261-398 ms an iteration from round to round (docs/engine_model_accuracy.md),
@@ -17,7 +17,8 @@ iterations after 1), and every node counts the segments TCP retransmitted in tha
 
 Writes docs/results/slow_rounds_<setting>.json and a plot beside it; with MPICH's all-reduce forced
 (``MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM``, read at MPI_Init) slow_rounds_allreduce-<algorithm>_<setting>,
-with the nodes' TCP congestion control set (``gpulab.emulated.EmulatedCluster``) ..._tcp-<name>_<setting>.
+with the nodes' TCP congestion control other than the default reno (``GPULAB_TCP_CONGESTION``,
+``gpulab.emulated.EmulatedCluster``) ..._tcp-<name>_<setting>.
 """
 
 from __future__ import annotations
@@ -97,14 +98,15 @@ def plot(record: dict, path: Path) -> None:
 
 
 def main() -> int:
-    from gpulab.emulated.cluster import ENV_CONGESTION
+    from gpulab.emulated.cluster import DEFAULT_CONGESTION
 
     record = small_benchmark(__file__, __doc__, in_ranks)
     if record is None:
         return 0
-    forced, tcp = os.environ.get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"), os.environ.get(ENV_CONGESTION)
+    forced, tcp = os.environ.get("MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM"), record["tcp_congestion"]
     record["allreduce"] = f"{forced} (forced)" if forced else "MPICH's choice"
-    stem = "_".join(["slow_rounds", *([f"allreduce-{forced}"] if forced else []), *([f"tcp-{tcp}"] if tcp else [])])
+    stem = "_".join(["slow_rounds", *([f"allreduce-{forced}"] if forced else []),
+                     *([f"tcp-{tcp}"] if tcp != DEFAULT_CONGESTION else [])])
     write_record(record, stem, plot)
     for r in record["rounds"]:
         print(f"round {r['round']} {tuple(r['shape'])}  {r['iter_ms']:7.1f} ms (iterations "

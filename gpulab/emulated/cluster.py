@@ -27,6 +27,9 @@ TRANSPORT = "TCP between nodes (UCX_TLS=tcp,self), shared memory inside a node"
 # MPICH/UCX settings that make inter-node traffic cross the emulated links
 MPI_ENV = {"UCX_TLS": "tcp,self", "UCX_NET_DEVICES": "eth0"}
 ENV_CONGESTION = "GPULAB_TCP_CONGESTION"  # TCP's congestion control in the nodes, when not given
+# reno: every kernel lets a network namespace use it, and it kept MPICH's all-reduce steady where the
+# bbr of some cloud images did not; "machine" leaves the nodes what a new namespace inherits
+DEFAULT_CONGESTION, MACHINE_CONGESTION = "reno", "machine"
 
 
 class ClusterNameTaken(ClusterUnavailable):
@@ -42,10 +45,10 @@ class EmulatedCluster(Links, Jobs):
     ``own_cores`` (default): each node's processes run on their own share of this machine's cores
     where there are at least as many cores as nodes (``node_cpus``), as on separate machines; False
     lets every node use every core.
-    ``congestion``: TCP's congestion control inside the nodes (``"reno"``; default $GPULAB_TCP_CONGESTION,
-    else what a new network namespace inherits, the machine's own default); the state's
-    ``tcp_congestion`` says which ran. It moves what the links measure: BBR made MPICH's all-reduce
-    between nodes vary by half from one call to the next where reno and cubic did not
+    ``congestion``: TCP's congestion control inside the nodes (default $GPULAB_TCP_CONGESTION, else
+    ``"reno"``; ``"machine"``: what a new network namespace inherits, the machine's own default); the
+    state's ``tcp_congestion`` says which ran. It moves what the links measure: BBR made MPICH's
+    all-reduce between nodes vary by half from one call to the next where reno and cubic did not
     (docs/engine_model_accuracy.md).
     """
 
@@ -64,7 +67,7 @@ class EmulatedCluster(Links, Jobs):
         self.mode = ("root" if os.geteuid() == 0 else "user") if mode == "auto" else mode
         self._fallback = mode == "auto" and self.mode == "root"  # root refused (a container?): try user
         self.name, self.export, self.fault_grace, self.own_cores = name, export, fault_grace, own_cores
-        self.congestion = congestion or os.environ.get(ENV_CONGESTION) or None
+        self.congestion = congestion or os.environ.get(ENV_CONGESTION) or DEFAULT_CONGESTION
         self.keeper: subprocess.Popen | None = None
         self.state: dict | None = None
         self.state_file: str | None = None
@@ -103,7 +106,8 @@ class EmulatedCluster(Links, Jobs):
         report_fd = None if detached else os.dup(2)  # the keeper reports faults on our stderr
         spec = {"nodes": self.nodes, "rate": self.link, "tmpdir": tmpdir, "detached": detached,
                 "state_file": state_file if self.name else None, "report_fd": report_fd,
-                "fault_grace": self.fault_grace, "congestion": self.congestion}
+                "fault_grace": self.fault_grace,
+                "congestion": None if self.congestion == MACHINE_CONGESTION else self.congestion}
         cmd = [sys.executable, "-m", "gpulab.emulated.netns", json.dumps(spec)]
         if self.mode == "user":
             cmd = [tool("unshare"), "--user", "--map-root-user", "--", *cmd]

@@ -91,19 +91,25 @@ def test_link_rate_changes_on_the_running_cluster():
 
 
 def test_tcp_congestion_control_is_set_in_every_node_or_refused_with_what_is_allowed(monkeypatch):
-    """``congestion``: TCP's congestion control inside every node (what the links measure depends on it);
-    else $GPULAB_TCP_CONGESTION; a name a namespace may not use is refused with the ones it may."""
+    """``congestion``: TCP's congestion control inside every node (what the links measure depends on it),
+    else $GPULAB_TCP_CONGESTION, else reno; "machine" leaves what a new namespace inherits; a name a
+    namespace may not use is refused with the ones it may."""
     def in_node(cluster, k):
         return subprocess.run(cluster.on_node(k, ["cat", "/proc/sys/net/ipv4/tcp_congestion_control"]),
                               capture_output=True, text=True, check=True).stdout.strip()
 
-    with EmulatedCluster(nodes=2, link="1gbit", congestion="reno") as cluster:
+    monkeypatch.delenv("GPULAB_TCP_CONGESTION", raising=False)
+    with EmulatedCluster(nodes=2, link="1gbit") as cluster:
         assert cluster.state["tcp_congestion"] == "reno"
         assert [in_node(cluster, k) for k in (1, 2)] == ["reno", "reno"]
         assert "TCP reno" in cluster.describe()
-    monkeypatch.setenv("GPULAB_TCP_CONGESTION", "reno")
+    with EmulatedCluster(nodes=2, link=None, congestion="machine") as cluster:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:  # what a new namespace inherits
+            inherited = f.read().strip()
+        assert in_node(cluster, 1) == inherited == cluster.state["tcp_congestion"]
+    monkeypatch.setenv("GPULAB_TCP_CONGESTION", "machine")
     with EmulatedCluster(nodes=2, link=None) as cluster:
-        assert in_node(cluster, 2) == "reno"
+        assert in_node(cluster, 2) == inherited
         state = dict(cluster.state)
     assert leftovers(state) == []
     with pytest.raises(ClusterUnavailable, match="'no-such' cannot be set inside a node.*may use only .*reno"):
