@@ -26,7 +26,15 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
 # runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_before_nonblocking",
+BEFORE = [(RESULTS / "engine_accuracy_before_reno",
+           "With BBR in the emulated nodes",
+           "the emulated runs recorded 2026-12-05 08:03-15:04 UTC, with TCP's congestion control in the nodes "
+           "the machine's own, BBR, under which MPICH's all-reduce between nodes varied by up to half from one "
+           "step to the next (\"What makes (1, 1, 1, 8) vary\" below). The table above has every emulated "
+           "setting measured again with reno in the nodes, the default since 19:34 UTC: 4 x 2 block at both "
+           "rates and 2 x 2 block at 1 Gbit/s from 17:39 UTC with `GPULAB_TCP_CONGESTION=reno` named, the "
+           "others from 19:34 UTC; the one-machine runs use no emulated network and stay as they were."),
+          (RESULTS / "engine_accuracy_before_nonblocking",
            "Before overlapped calls were priced as non-blocking",
            "the runs of 2026-12-05 04:30-07:58 UTC, whose fits timed only the blocking collectives and "
            "priced every call, overlapped or not, as blocking. The table above has every setting measured "
@@ -443,37 +451,32 @@ def price(machine_path: Path, bench_path: Path) -> list[str]:
                     f"{v[s]['pick_over_best']:.2f}, Spearman {v[s]['spearman']:.2f}" for s in sorted(v)]
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["repredict"]:
-        import argparse
+def cli(argv: list[str]) -> None:
+    """No subcommand: the doc and the plot (``main``); else the subcommand's lines."""
+    import argparse
 
-        parser = argparse.ArgumentParser(prog="engine_accuracy.py repredict", description=repredict.__doc__)
-        parser.add_argument("--overlap", choices=("zero", "probe"), required=True)
-        parser.add_argument("records", nargs="+", type=Path)
-        args = parser.parse_args(sys.argv[2:])
-        print("\n".join(repredict(args.records, args.overlap)))
-    elif sys.argv[1:2] == ["group-wait"]:
-        import argparse
-
-        parser = argparse.ArgumentParser(prog="engine_accuracy.py group-wait", description=group_wait.__doc__)
-        parser.add_argument("records", nargs="*", type=Path, help="default: the table's runs")
-        args = parser.parse_args(sys.argv[2:])
-        print("\n".join(group_wait(args.records or sorted(RESULTS.glob("engine_accuracy_*_run*.json")))))
-    elif sys.argv[1:2] == ["table"]:
-        import argparse
-
-        parser = argparse.ArgumentParser(prog="engine_accuracy.py table",
-                                         description="The table's rows for the runs in FOLDER.")
-        parser.add_argument("folder", type=Path, help="e.g. docs/results/engine_accuracy_allreduce_ring")
-        args = parser.parse_args(sys.argv[2:])
-        print("\n".join(table(runs(args.folder))))
-    elif sys.argv[1:2] == ["price"]:
-        import argparse
-
-        parser = argparse.ArgumentParser(prog="engine_accuracy.py price", description=price.__doc__)
-        parser.add_argument("--machine", type=Path, required=True, help="a fit (gpulab model fit --out)")
-        parser.add_argument("bench", type=Path, help="a record of gpulab bench engine --out")
-        args = parser.parse_args(sys.argv[2:])
-        print("\n".join(price(args.machine, args.bench)))
-    else:
+    parser = argparse.ArgumentParser(prog="engine_accuracy.py", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    one = sub.add_parser("repredict", description=repredict.__doc__)
+    one.add_argument("--overlap", choices=("zero", "probe"), required=True)
+    one.add_argument("records", nargs="+", type=Path)
+    one.set_defaults(lines=lambda a: repredict(a.records, a.overlap))
+    one = sub.add_parser("group-wait", description=group_wait.__doc__)
+    one.add_argument("records", nargs="*", type=Path, help="default: the table's runs")
+    one.set_defaults(lines=lambda a: group_wait(a.records or sorted(RESULTS.glob("engine_accuracy_*_run*.json"))))
+    one = sub.add_parser("table", description="The table's rows for the runs in FOLDER.")
+    one.add_argument("folder", type=Path, help="e.g. docs/results/engine_accuracy_allreduce_ring")
+    one.set_defaults(lines=lambda a: table(runs(a.folder)))
+    one = sub.add_parser("price", description=price.__doc__)
+    one.add_argument("--machine", type=Path, required=True, help="a fit (gpulab model fit --out)")
+    one.add_argument("bench", type=Path, help="a record of gpulab bench engine --out")
+    one.set_defaults(lines=lambda a: price(a.machine, a.bench))
+    args = parser.parse_args(argv)
+    if args.command is None:
         main()
+    else:
+        print("\n".join(args.lines(args)))
+
+
+if __name__ == "__main__":
+    cli(sys.argv[1:])
