@@ -133,7 +133,7 @@ def test_accuracy_records_have_both_settings_and_render():
     from benchmarks.engine_accuracy import BEFORE, by_caveat, runs, table
 
     apart = [ROOT / "docs" / "results" / f"engine_accuracy_{name}"
-             for name in ("fit_reps4", "allreduce_ring", "tcp_reno")]
+             for name in ("fit_reps4", "allreduce_ring")]
     for folder in (ROOT / "docs" / "results", *(f for f, _, _ in BEFORE), *apart):
         rows = runs(folder)
         assert rows, folder
@@ -199,7 +199,7 @@ def test_other_shares_of_the_wait_reprice_the_records_without_changing_a_fit():
     for g, p in ((2, 4), (2, 8), (4, 8)):
         assert rules[0](g, p) == group_wait_share(g, p)
     assert all(rule(p, p) == 1.0 for rule in rules for p in (4, 8))
-    path = ROOT / "docs" / "results" / "engine_accuracy_2x2_block_100mbit_run1.json"
+    path = ROOT / "docs" / "results" / "engine_accuracy_before_reno" / "engine_accuracy_2x2_block_100mbit_run1.json"
     validation = json.loads(path.read_text())["validation"]
     largest = max(validation[s]["stride-aware"]["median_abs_rel_error"] for s in ("off", "on"))
     lines = group_wait([path])
