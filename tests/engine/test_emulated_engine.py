@@ -132,8 +132,7 @@ def test_accuracy_records_have_both_settings_and_render():
     (the table's, the models' before, and the runs kept apart that ``engine_accuracy.py table`` renders)."""
     from benchmarks.engine_accuracy import BEFORE, by_caveat, runs, table
 
-    apart = [ROOT / "docs" / "results" / f"engine_accuracy_{name}"
-             for name in ("fit_reps4", "allreduce_ring")]
+    apart = [ROOT / "docs" / "results" / f"engine_accuracy_{name}" for name in ("fit_reps4", "allreduce_ring")]
     for folder in (ROOT / "docs" / "results", *(f for f, _, _ in BEFORE), *apart):
         rows = runs(folder)
         assert rows, folder
