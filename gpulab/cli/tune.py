@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 
@@ -98,8 +99,8 @@ def add_parser(subparsers) -> None:
                            f"(default {','.join(native_variants.TUNED)}; a pipelined_tree at each of --chunks)")
             p.add_argument("--only-native", action="store_true",
                            help="measure only the native variants (no gpulab sweep, the tuning table untouched)")
-            p.add_argument("--native-rounds", type=positive_int, default=2,
-                           help="rounds of the native jobs; each row keeps its fastest round (default 2)")
+            p.add_argument("--native-rounds", type=positive_int, default=3,
+                           help="rounds of the native jobs; each row keeps its median round (default 3)")
             p.add_argument("--native-variant", help=argparse.SUPPRESS)  # inside one variant's job
         if name in ("compare", "accuracy", "workload"):
             p.add_argument("--algorithms", default=None, help="comma-separated algorithm names")
@@ -145,10 +146,13 @@ def _launch_each(args) -> int:
     results = {}
     for p in args.ranks:
         jobs = [] if getattr(args, "only_native", False) else [("", {})]
-        # the native jobs in rounds, each round every variant once: a slow spell of a shared machine
-        # hits one round of each, and each row keeps its fastest round (see merge)
-        rounds = getattr(args, "native_rounds", 1) if native_rows(args) else 0
-        jobs += [(name, native_variants.environment(name)) for _ in range(rounds) for name in native_rows(args)]
+        # the native jobs in rounds, each round every variant once, each round starting one variant later
+        # (no variant always runs first or right after another): a slow spell of a shared machine hits one
+        # round of each, and each row keeps its median round (see merge)
+        names = native_rows(args)
+        rounds = getattr(args, "native_rounds", 1) if names else 0
+        jobs += [(name, native_variants.environment(name))
+                 for r in range(rounds) for name in names[r % len(names):] + names[:r % len(names)]]
         for name, env in jobs:
             with tempfile.TemporaryDirectory(prefix="gpulab-tune-") as tmp:
                 out = os.path.join(tmp, "result.json")
@@ -166,17 +170,20 @@ def _launch_each(args) -> int:
 
 
 def merge(result: dict, job: dict) -> None:
-    """One job's result into its process count's: native rows add up (a row measured again keeps its
-    fastest round, and is valid only if every round was), the rest is the main job's."""
+    """One job's result into its process count's: native rows add up (a row measured again takes its
+    rounds' median, and is valid only if every round was), the rest is the main job's.
+
+    The median, not the fastest round: each native variant runs in jobs of its own, and on a small
+    machine a job's time varies with where its busy-polling ranks land (4 ranks on 2 cores, 1 KiB:
+    25 to 63 us from one job to the next). The fastest round would compare luck."""
     rows = {(r["algorithm"], r["nbytes"]): r for r in result.get("native", [])}
     for row in job.pop("native", []):
         key = (row["algorithm"], row["nbytes"])
         if key in rows:
             before = rows[key]
-            row["rounds_us"] = before.get("rounds_us", [before["avg_us"]]) + [row["avg_us"]]
-            row["valid"] = row["valid"] and before["valid"]
-            if before["avg_us"] <= row["avg_us"]:
-                row = {**before, "rounds_us": row["rounds_us"], "valid": row["valid"]}
+            rounds_us = before.get("rounds_us", [before["avg_us"]]) + [row["avg_us"]]
+            row = {**row, "rounds_us": rounds_us, "avg_us": statistics.median(rounds_us),
+                   "valid": row["valid"] and before["valid"]}
         rows[key] = row
     result.update({k: v for k, v in job.items() if k not in result or k != "metadata"})
     if rows:
