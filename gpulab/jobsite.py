@@ -31,7 +31,8 @@ ENV_STATE = "GPULAB_CLUSTER"  # path (or name) of the state file of the cluster 
 ENV_TOPOLOGY = "GPULAB_TOPOLOGY"  # JSON layout, set in every rank of a job launched onto such a cluster
 STATE_DIR = Path(tempfile.gettempdir()) / "gpulab-clusters"  # state files of named clusters
 PLACEMENTS = ("block", "round-robin")
-FIELDS = ("emulated", "nodes", "ranks_per_node", "placement", "link", "link_bytes_per_s", "transport", "rank_nodes")
+FIELDS = ("emulated", "nodes", "ranks_per_node", "placement", "link", "link_bytes_per_s", "transport", "rank_nodes",
+          "node_cpus")
 
 
 class ClusterUnavailable(RuntimeError):
@@ -113,7 +114,7 @@ def topology(state: dict, n: int) -> dict:
     return {"emulated": state.get("emulated", False), "nodes": len(per_node), "ranks_per_node": max(per_node),
             "placement": state["placement"], "link": state["link"] or "unlimited",
             "link_bytes_per_s": state.get("link_bytes_per_s"), "transport": state.get("transport"),
-            "rank_nodes": nodes_of, "mode": state.get("mode")}
+            "rank_nodes": nodes_of, "mode": state.get("mode"), "node_cpus": state.get("cpus")}
 
 
 # ---- launching onto it ---------------------------------------------------------------------------
@@ -152,7 +153,8 @@ def record_topology(comm) -> dict:
     _RECORDED = {"emulated": bool(launched.get("emulated")), "nodes": len(names),
                  "ranks_per_node": max(local_sizes), "placement": placement,
                  "link": launched.get("link"), "link_bytes_per_s": launched.get("link_bytes_per_s"),
-                 "transport": launched.get("transport", "as the MPI library chose"), "rank_nodes": node}
+                 "transport": launched.get("transport", "as the MPI library chose"), "rank_nodes": node,
+                 "node_cpus": launched.get("node_cpus")}
     return _RECORDED
 
 

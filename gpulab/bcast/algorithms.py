@@ -174,11 +174,11 @@ def _check_root(root, comm) -> None:
 #
 # MPI's own Bcast on a host array needs no plan: it is MPI_Bcast on the caller's communicator as
 # mpi4py calls it (written inside ``bcast``: a function call would cost a tenth of the broadcast),
-# after the checks gpulab makes everywhere (a C-contiguous writable buffer, an int root, argument
-# checking off); the checked path calls MPI_Bcast on the same communicator, so ranks that take different
-# paths still meet. What mpi4py refuses before calling MPI (a strided buffer, a dtype it cannot
-# map) and what MPI refuses before sending (a root outside the communicator, a null one) falls
-# through to the full checks, which raise or send the bytes. "auto" goes the same way at the sizes
+# after the checks gpulab makes everywhere (a C-contiguous writable buffer, argument checking off);
+# the checked path calls MPI_Bcast on the same communicator, so ranks that take different paths still
+# meet. What mpi4py refuses before calling MPI (a strided buffer, a dtype it cannot map, a root that
+# is not an integer) and what MPI refuses before sending (a root outside the communicator, a null
+# one) falls through to the full checks, which raise or send the bytes. "auto" goes the same way at the sizes
 # where it chose MPI_Bcast on that communicator: ``_auto_native`` (size -> the communicators as the
 # caller passed them, None too; a tuple, so that one look-up by size and a test by identity decide).
 #
@@ -237,11 +237,12 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
     """
     if not options and type(buf) is _ndarray:  # the fast path, inlined: see _plans
         if algorithm == "mpi" or algorithm == "auto" and comm in _auto_native.get(buf.nbytes, ()):
-            if type(root) is int and not _checking and buf.flags.carray:  # C-contiguous, writable, aligned
+            if not _checking and buf.flags.carray:  # C-contiguous, writable, aligned
                 try:
                     (MPI.COMM_WORLD if comm is None else comm).Bcast(buf, root)
                     return buf
-                except (BufferError, KeyError, TypeError, ValueError):  # strided, a dtype MPI has no name for
+                # strided, a dtype MPI has no name for, a root that is no integer or out of C's range
+                except (BufferError, KeyError, TypeError, ValueError, OverflowError):
                     pass
                 except MPI.Exception as error:  # MPI checks these before sending
                     if error.Get_error_class() not in (MPI.ERR_ROOT, MPI.ERR_COMM):

@@ -30,6 +30,7 @@ ENV_CONGESTION = "GPULAB_TCP_CONGESTION"  # TCP's congestion control in the node
 # reno: every kernel lets a network namespace use it, and it kept MPICH's all-reduce steady where the
 # bbr of some cloud images did not; "machine" leaves the nodes what a new namespace inherits
 DEFAULT_CONGESTION, MACHINE_CONGESTION = "reno", "machine"
+ENV_TIE_CORES = "GPULAB_TIE_CORES"  # "1": with more nodes than cores, node k on core k mod cores (node_cpus)
 
 
 class ClusterNameTaken(ClusterUnavailable):
@@ -44,7 +45,8 @@ class EmulatedCluster(Links, Jobs):
     for ``gpulab cluster show/down`` and ``GPULAB_CLUSTER=NAME``.
     ``own_cores`` (default): each node's processes run on their own share of this machine's cores
     where there are at least as many cores as nodes (``node_cpus``), as on separate machines; False
-    lets every node use every core.
+    lets every node use every core. ``tie_cores`` (default $GPULAB_TIE_CORES = 1, else off): with more
+    nodes than cores, node k runs on core k mod cores, so that every job places its ranks alike.
     ``congestion``: TCP's congestion control inside the nodes (default $GPULAB_TCP_CONGESTION, else
     ``"reno"``; ``"machine"``: what a new network namespace inherits, the machine's own default); the
     state's ``tcp_congestion`` says which ran. It moves what the links measure: BBR made MPICH's
@@ -55,7 +57,7 @@ class EmulatedCluster(Links, Jobs):
     def __init__(self, nodes: int = 2, ranks_per_node: int | None = None, link: str | None = "1gbit",
                  placement: str = "block", mode: str = "auto", name: str | None = None,
                  export: bool = True, fault_grace: float = 5.0, own_cores: bool = True,
-                 congestion: str | None = None):
+                 congestion: str | None = None, tie_cores: bool | None = None):
         if nodes < 1:
             raise ValueError(f"nodes must be >= 1, got {nodes}")
         if placement not in PLACEMENTS:
@@ -68,6 +70,7 @@ class EmulatedCluster(Links, Jobs):
         self._fallback = mode == "auto" and self.mode == "root"  # root refused (a container?): try user
         self.name, self.export, self.fault_grace, self.own_cores = name, export, fault_grace, own_cores
         self.congestion = congestion or os.environ.get(ENV_CONGESTION) or DEFAULT_CONGESTION
+        self.tie_cores = os.environ.get(ENV_TIE_CORES, "0") not in ("", "0") if tie_cores is None else tie_cores
         self.keeper: subprocess.Popen | None = None
         self.state: dict | None = None
         self.state_file: str | None = None
@@ -134,7 +137,8 @@ class EmulatedCluster(Links, Jobs):
                           "link_bytes_per_s": link_bytes_per_s(self.link), "transport": TRANSPORT,
                           "mode": self.mode, "tmpdir": tmpdir, "name": self.name, "started": time.time(),
                           "hosts": self.addresses(), "mpi_env": MPI_ENV,
-                          "cpus": node_cpus(self.nodes) if self.own_cores and tool("taskset") else None}
+                          "cpus": node_cpus(self.nodes, tie=self.tie_cores) if self.own_cores and tool("taskset")
+                          else None}
             self.state["launcher"] = self._write_launcher(tmpdir)
             self.state["mpiexec"] = self.mpiexec_prefix()
             self.state_file = state_file
@@ -287,7 +291,7 @@ esac
         return pids_inside({self.state["inodes"][k - 1]})
 
 
-def node_cpus(nodes: int, allowed: list[int] | None = None) -> list[list[int]] | None:
+def node_cpus(nodes: int, allowed: list[int] | None = None, tie: bool = False) -> list[list[int]] | None:
     """The cores each node's processes run on (``taskset``), or None where every node uses every core.
 
     Separate machines do not lend each other cores: without this a rank of one node spinning in MPI
@@ -295,11 +299,13 @@ def node_cpus(nodes: int, allowed: list[int] | None = None) -> list[list[int]] |
     process may use are split between the nodes, as evenly as they go. With more nodes than CPUs no
     split keeps the nodes apart, and tying two nodes to each core only stops the kernel from moving
     work to an idle one (on 2 cores, 4 nodes x 2 ranks of the engine measured further from the model
-    tied than not), so then every node keeps every core.
+    tied than not), so then every node keeps every core, unless ``tie``: node k then runs on core
+    k mod cores. Left to the kernel, the ranks land differently in every job, and so does a small
+    message's time (4 nodes x 1 on 2 cores, 1 KiB MPI_Bcast: about 30 or about 55 us, by the job).
     """
     allowed = sorted(os.sched_getaffinity(0)) if allowed is None else allowed
     if nodes > len(allowed):
-        return None
+        return [[allowed[k % len(allowed)]] for k in range(nodes)] if tie else None
     share, extra = divmod(len(allowed), nodes)
     bounds = [k * share + min(k, extra) for k in range(nodes + 1)]
     return [allowed[bounds[k]:bounds[k + 1]] for k in range(nodes)]

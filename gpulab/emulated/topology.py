@@ -1,6 +1,6 @@
 """What commands share about the emulated cluster: the flags, and the context they launch in.
 
-    add_topology_args(parser)                       # --nodes, --link, --placement
+    add_topology_args(parser)                       # --nodes, --link, --placement, --tie-cores
     with topology_context(args):                    # an EmulatedCluster when --nodes is given
         subprocess.call(mpiexec_command(n, [...]))  # lands on the emulated nodes
 
@@ -27,6 +27,9 @@ def add_topology_args(parser) -> None:
                        help="rate of each node's link with --nodes: 100mbit, 1gbit, 10gbit, unlimited (default 1gbit)")
     group.add_argument("--placement", choices=PLACEMENTS, default="block",
                        help="ranks to nodes with --nodes: block (0,1 on node 1, ...) or round-robin (default block)")
+    group.add_argument("--tie-cores", action="store_true", default=None,
+                       help="with more --nodes than cores, run node k on core k mod cores, so that every job "
+                            "places its ranks alike (default: $GPULAB_TIE_CORES=1, else the kernel places them)")
 
 
 def _link(text: str) -> str:
@@ -49,7 +52,8 @@ def topology_context(args):
         yield None
         return
     try:
-        cluster = EmulatedCluster(nodes=nodes, link=args.link, placement=args.placement).start()
+        cluster = EmulatedCluster(nodes=nodes, link=args.link, placement=args.placement,
+                                  tie_cores=getattr(args, "tie_cores", None)).start()
     except ClusterUnavailable as e:
         print(f"gpulab: {e}", file=sys.stderr)
         print("gpulab: running on the single machine instead", file=sys.stderr)

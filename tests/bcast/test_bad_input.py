@@ -24,10 +24,12 @@ def test_read_only_buffer_is_refused():
         bcast(b"immutable bytes", comm=SELF, algorithm="linear")
 
 
-@pytest.mark.parametrize("root", [-1, 1, 2.0, "0"])
-def test_root_out_of_range(root):
+@pytest.mark.parametrize("algorithm", ["binomial", "mpi", "auto"])
+@pytest.mark.parametrize("root", [-1, 1, 2.0, "0", None, 2**70])
+def test_a_bad_root_is_refused_on_every_path(root, algorithm):
+    bcast(np.zeros(3), 0, SELF, algorithm=algorithm)  # remembered: the fast path meets the bad root first
     with pytest.raises(ValueError, match=r"root must be a rank in \[0, 1\)"):
-        bcast(np.zeros(3), root=root, comm=SELF, algorithm="binomial")
+        bcast(np.zeros(3), root=root, comm=SELF, algorithm=algorithm)
 
 
 def test_auto_passes_options_to_the_algorithm_it_chose():

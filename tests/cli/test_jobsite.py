@@ -33,7 +33,7 @@ def test_a_launch_goes_where_the_entered_clusters_state_file_says(state_file):
     assert argv[10:13] == ["-genv", "UCX_TLS", "tcp,self"] and argv[13:15] == ["-genv", jobsite.ENV_TOPOLOGY]
     assert json.loads(argv[15]) == {"emulated": True, "nodes": 2, "ranks_per_node": 2, "placement": "round-robin",
                                     "link": "1gbit", "link_bytes_per_s": 125e6, "transport": "TCP",
-                                    "rank_nodes": [1, 2, 1], "mode": "root"}
+                                    "rank_nodes": [1, 2, 1], "mode": "root", "node_cpus": None}
     assert argv[16:] == [sys.executable, "-c", "pass"]
     assert "nsenter" not in gpulab.launch.mpiexec_command(3, ["-c", "pass"])  # left: this machine again
 

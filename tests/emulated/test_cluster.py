@@ -49,6 +49,8 @@ def test_nodes_split_the_cores_between_them():
     assert node_cpus(2, [0, 1, 2]) == [[0, 1], [2]]
     assert node_cpus(2, [4, 5, 6, 7]) == [[4, 5], [6, 7]]
     assert node_cpus(4, [0, 1]) is None  # more nodes than cores: no split keeps them apart
+    assert node_cpus(4, [0, 1], tie=True) == [[0], [1], [0], [1]]  # tied: node k on core k mod cores
+    assert node_cpus(3, [4, 6], tie=True) == [[4], [6], [4]] and node_cpus(2, [0, 1], tie=True) == [[0], [1]]
 
 
 def test_set_up_show_and_tear_down():
@@ -175,6 +177,17 @@ def test_each_node_runs_on_its_own_cores(own_cores):
         cores = split[k - 1] if split else None
         says = f"core{'s' if len(cores) > 1 else ''} {','.join(map(str, cores))};" if cores else "every core;"
         assert f"node {k}:" in shown and says in shown.split(f"node {k}:")[1].split("\n")[0], shown
+
+
+def test_tied_cores_from_the_environment_place_every_node_as_node_cpus_says(monkeypatch):
+    monkeypatch.setenv("GPULAB_TIE_CORES", "1")
+    tied = node_cpus(4, tie=True)  # on 2 cores: nodes 1 and 3 on core 0, nodes 2 and 4 on core 1
+    with EmulatedCluster(nodes=4, ranks_per_node=1, link=None) as cluster:
+        results = run_mpi(4, "tests.emulated.cases:where", timeout=120)
+        expected = cluster.topology(4)["rank_nodes"]
+        assert cluster.state["cpus"] == tied and cluster.topology(4)["node_cpus"] == tied
+    for rank, (r, node) in enumerate(zip(results, expected)):
+        assert r["cpus"] == tied[node - 1], f"rank {rank} on node {node} runs on {r['cpus']}, not {tied[node - 1]}"
 
 
 def test_every_algorithm_is_bit_exact_across_nodes():
