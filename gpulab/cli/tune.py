@@ -174,8 +174,9 @@ def merge(result: dict, job: dict) -> None:
     rounds' median, and is valid only if every round was), the rest is the main job's.
 
     The median, not the fastest round: each native variant runs in jobs of its own, and on a small
-    machine a job's time varies with where its busy-polling ranks land (4 ranks on 2 cores, 1 KiB:
-    25 to 63 us from one job to the next). The fastest round would compare luck."""
+    machine a job's time varies with where the kernel puts its busy-polling ranks (4 nodes x 1 on 2
+    cores, 1 KiB: about 30 or about 55 us, by the job; ``--tie-cores`` fixes the placement). The
+    fastest round would compare luck."""
     rows = {(r["algorithm"], r["nbytes"]): r for r in result.get("native", [])}
     for row in job.pop("native", []):
         key = (row["algorithm"], row["nbytes"])
