@@ -32,6 +32,10 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from gpulab.bcast.tuning import range_of  # noqa: E402
+
 RESULTS = ROOT / "docs" / "results"
 SIZES = "1K,16K,256K,1M,4M,8M,32M"
 CLUSTER = ["-n", "4", "--nodes", "4", "--link", "1gbit", "--tie-cores"]
@@ -81,8 +85,7 @@ def main() -> int:
                      "speedup": median["without"] / median["with"],
                      "control_ratio": median["without"] / median["control"],
                      "rounds_us": {label: times[label][n] for label in CONFIGS},
-                     "chosen": next(r["algorithm"] for r in table["ranges"]
-                                    if r["lo"] <= n and (r["hi"] is None or n < r["hi"]))})
+                     "chosen": range_of(table, n)["algorithm"]})
     ok = rows[-1]["speedup"] >= 1.5 and all(r["speedup"] >= 1 / 1.1 for r in rows)
     record = {"command": "python benchmarks/bcast_export.py",
               "cluster": "4 emulated nodes x 1 rank, 1 Gbit/s, node k on core k mod cores",

@@ -101,7 +101,11 @@ def update(path=None, *, p: int, model: dict | None = None, table: dict | None =
 
 def lookup(data: dict | None, nbytes: int, p: int) -> dict | None:
     """The table range holding nbytes for exactly p ranks, or None."""
-    table = (data or {}).get("tables", {}).get(str(p))
+    return range_of((data or {}).get("tables", {}).get(str(p)), nbytes)
+
+
+def range_of(table: dict | None, nbytes: int) -> dict | None:
+    """The range of one process count's table (``build_table``) that holds nbytes, or None."""
     for entry in (table or {}).get("ranges", []):
         if entry["lo"] <= nbytes and (entry["hi"] is None or nbytes < entry["hi"]):
             return entry

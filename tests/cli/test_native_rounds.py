@@ -26,24 +26,33 @@ def test_merge_keeps_the_median_round_and_every_round_measured():
     assert result["metadata"] == {"load": 50.0}  # the first job's metadata is kept
 
 
-def test_native_jobs_run_in_rounds_whose_order_turns(monkeypatch, tmp_path):
-    names = ["mpi", "mpi:binomial", "mpi:scatter_ring_allgather"]
-    started = []
+def _fake_jobs(monkeypatch) -> list[str]:
+    """Replace the launcher: each native job writes one row timed at (its place in the launch order) us.
+    Returns the variants in the order their jobs started."""
+    started: list[str] = []
 
     def relaunch(p, argv, env):
         name = argv[argv.index("--native-variant") + 1]
         started.append(name)
-        out = argv[argv.index("--inner-out") + 1]
-        with open(out, "w") as f:
+        with open(argv[argv.index("--inner-out") + 1], "w") as f:
             json.dump({"native": [_row(name, float(len(started)))], "metadata": {}}, f)
         return 0
 
     monkeypatch.setattr(tune, "relaunch", relaunch)
     monkeypatch.setattr(tune, "outer", lambda args, results: results)
-    args = tune.argparse.Namespace(ranks=[4], only_native=True, native_rounds=3, export=["mvapich2"],
+    return started
+
+
+def _args(p: int, names: list[str], rounds: int):
+    return tune.argparse.Namespace(ranks=[p], only_native=True, native_rounds=rounds, export=["mvapich2"],
                                    native=",".join(names), native_variant=None, chunks=[], what="bcast",
                                    quiet=True)
-    results = tune._launch_each(args)
+
+
+def test_native_jobs_run_in_rounds_whose_order_turns(monkeypatch):
+    names = ["mpi", "mpi:binomial", "mpi:scatter_ring_allgather"]
+    started = _fake_jobs(monkeypatch)
+    results = tune._launch_each(_args(4, names, 3))
     assert started == names + names[1:] + names[:1] + names[2:] + names[:2]
     rounds = {r["algorithm"]: r["rounds_us"] for r in results[4]["native"]}
     assert rounds == {"mpi": [1.0, 6.0, 8.0], "mpi:binomial": [2.0, 4.0, 9.0],
@@ -52,18 +61,6 @@ def test_native_jobs_run_in_rounds_whose_order_turns(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("rounds", [1, 2])
 def test_fewer_rounds_still_give_one_row_per_variant(monkeypatch, rounds):
-    calls = []
-
-    def relaunch(p, argv, env):
-        calls.append(1)
-        out = argv[argv.index("--inner-out") + 1]
-        with open(out, "w") as f:
-            json.dump({"native": [_row(argv[argv.index("--native-variant") + 1], 5.0 * len(calls))]}, f)
-        return 0
-
-    monkeypatch.setattr(tune, "relaunch", relaunch)
-    monkeypatch.setattr(tune, "outer", lambda args, results: results)
-    args = tune.argparse.Namespace(ranks=[2], only_native=True, native_rounds=rounds, export=["mvapich2"],
-                                   native="mpi", native_variant=None, chunks=[], what="bcast", quiet=True)
-    (row,) = tune._launch_each(args)[2]["native"]
-    assert len(calls) == rounds and row["avg_us"] == statistics.median([5.0 * (i + 1) for i in range(rounds)])
+    started = _fake_jobs(monkeypatch)
+    (row,) = tune._launch_each(_args(2, ["mpi"], rounds))[2]["native"]
+    assert len(started) == rounds and row["avg_us"] == statistics.median([float(i + 1) for i in range(rounds)])

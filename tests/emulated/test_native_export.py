@@ -57,6 +57,7 @@ if __name__ == "__main__":
 
 # below the probe: the probe runs as a script in each rank and needs none of these
 from gpulab.bcast import export, native_variants  # noqa: E402
+from gpulab.bcast.tuning import range_of  # noqa: E402
 from tests.emulated.util import require_cluster  # noqa: E402
 from tests.mpi_harness import ROOT  # noqa: E402
 
@@ -129,7 +130,7 @@ def test_exported_mpich_file_is_accepted_exact_and_in_effect(tmp_path):
             bad = [rank for rank, ok in enumerate(point["exact"]) if not ok]
             assert not bad, f"{point['nbytes']} B: ranks {bad} received different bytes"
     for i, n in enumerate(SIZES):
-        r = next(r for r in table["ranges"] if r["lo"] <= n and (r["hi"] is None or n < r["hi"]))
+        r = range_of(table, n)
         assert _same_traffic(with_file[i]["tx"], forced[r["algorithm"]][i]["tx"]), \
             (f"{n} B: the file chose {r['algorithm']}, but each rank sent {with_file[i]['tx']} message sizes, "
              f"against {forced[r['algorithm']][i]['tx']} when that is forced")
