@@ -21,24 +21,32 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results" / "bcast_calls.json"
 sys.path.insert(0, str(ROOT))
 
 from mpi_job import rank0_json  # noqa: E402
 
-VARIANTS = ("bare", "python_call", "python_binomial", "mpi", "binomial", "auto")
+VARIANTS = ("bare", "python_call", "python_call_checked", "python_binomial", "python_binomial_checked",
+            "mpi", "binomial", "auto")
 TARGETS = {"mpi": 1.1, "binomial": 1.3, "auto": 1.2}  # at most this many times bare, issue 29 section 4
+_ndarray = np.ndarray  # as gpulab's fast path reads it
 
 
-def python_binomial(comm, buf, root: int = 0) -> None:
-    """A plain binomial tree in mpi4py (MPICH's own loop, MPIR_Bcast_intra_binomial), for reference."""
+def python_binomial(comm, buf, root: int = 0, status=None) -> None:
+    """A plain binomial tree in mpi4py (MPICH's own loop, MPIR_Bcast_intra_binomial), for reference.
+
+    With a ``status`` it checks each receive's size, as gpulab's executor does (`python_binomial_checked`)."""
     p, me = comm.size, comm.rank
     rel = (me - root) % p
     mask = 1
     while mask < p:
         if rel & mask:
-            comm.Recv(buf, (me - mask) % p)
+            comm.Recv(buf, (me - mask) % p, 0, status)
+            if status is not None and status.Get_count() != buf.nbytes:  # in bytes
+                raise RuntimeError(f"rank {me}: received {status.Get_count()} bytes of {buf.nbytes}")
             break
         mask <<= 1
     mask >>= 1
@@ -55,6 +63,23 @@ def python_call(buf, root=0, comm=None, algorithm="auto", **options):
     return buf
 
 
+def python_call_checked(buf, root=0, comm=None, algorithm="auto", **options):
+    """``python_call`` with the one check gpulab makes on every call of its fast path (a C-contiguous,
+    writable numpy array: ``buf.flags.carray``) and the test that tells "mpi" apart: the floor under a
+    front end that checks its input."""
+    if not options and type(buf) is _ndarray and algorithm == "mpi" and buf.flags.carray:
+        comm.Bcast(buf, root)
+        return buf
+    raise ValueError("not a case this reference handles")
+
+
+def python_binomial_checked(comm, buf, root: int = 0, status=None) -> None:
+    """``python_binomial`` with gpulab's checks: the buffer's flags, each receive's size (``status``)."""
+    if not buf.flags.carray:
+        raise ValueError("buffer must be C-contiguous and writable")
+    python_binomial(comm, buf, root, status)
+
+
 def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
     import numpy as np
     from mpi4py import MPI
@@ -62,14 +87,16 @@ def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
     import gpulab.bcast
     from gpulab.bcast import auto, tuning
 
-    comm = MPI.COMM_WORLD
+    comm, status = MPI.COMM_WORLD, MPI.Status()
     buf = np.zeros(nbytes, dtype=np.uint8)
     if comm.rank == 0:
         buf[:] = 7
     # the package attribute on every call, as a program writing gpulab.bcast.bcast(...) calls it
     runs = {"bare": lambda: comm.Bcast(buf, 0),
             "python_call": lambda: python_call(buf, 0, comm, algorithm="mpi"),
+            "python_call_checked": lambda: python_call_checked(buf, 0, comm, algorithm="mpi"),
             "python_binomial": lambda: python_binomial(comm, buf, 0),
+            "python_binomial_checked": lambda: python_binomial_checked(comm, buf, 0, status),
             "mpi": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="mpi"),
             "binomial": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="binomial"),
             "auto": lambda: gpulab.bcast.bcast(buf, 0, comm)}
@@ -108,6 +135,7 @@ def front_end(calls: int, rounds: int, nbytes: int) -> dict:
     comm, buf = MPI.COMM_SELF, np.zeros(nbytes, dtype=np.uint8)
     runs = {"bare": lambda: comm.Bcast(buf, 0),
             "python_call": lambda: python_call(buf, 0, comm, algorithm="mpi"),
+            "python_call_checked": lambda: python_call_checked(buf, 0, comm, algorithm="mpi"),
             "mpi": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="mpi"),
             "binomial": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="binomial"),
             "auto": lambda: gpulab.bcast.bcast(buf, 0, comm)}
@@ -121,13 +149,15 @@ def front_end(calls: int, rounds: int, nbytes: int) -> dict:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| p | " + " | ".join(VARIANTS) + " | python_call / bare | mpi / bare | binomial / bare | auto / bare |",
-             "|---|" + "---|" * (len(VARIANTS) + 4)]
+    """Microseconds per call, then each variant's ratio to ``bare`` (the targets beside gpulab's entries)."""
+    others = VARIANTS[1:]
+    lines = ["| p | " + " | ".join(VARIANTS) + " | " + " | ".join(f"{k} / bare" for k in others) + " |",
+             "|---|" + "---|" * (len(VARIANTS) + len(others))]
     for r in rows:
         us, bare = r["us"], r["us"]["bare"]
-        ratios = " | ".join(f"{us[k] / bare:.2f} (target <= {TARGETS[k]})" for k in ("mpi", "binomial", "auto"))
-        lines.append(f"| {r['p']} | " + " | ".join(f"{us[k]:.2f}" for k in VARIANTS)
-                     + f" | {us['python_call'] / bare:.2f} | {ratios} |")
+        ratios = " | ".join(f"{us[k] / bare:.2f}" + (f" (target <= {TARGETS[k]})" if k in TARGETS else "")
+                            for k in others)
+        lines.append(f"| {r['p']} | " + " | ".join(f"{us[k]:.2f}" for k in VARIANTS) + f" | {ratios} |")
     return "\n".join(lines)
 
 

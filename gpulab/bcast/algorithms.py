@@ -22,7 +22,7 @@ import functools
 import numpy as np
 
 from gpulab.backend import is_device_array
-from gpulab.bcast import agreement, gpu, registry, tuning
+from gpulab.bcast import agreement, gpu, registry, trace, tuning
 from gpulab.bcast.auto import select
 from gpulab.bcast.executor import Group, execute, on_free, private_comm, runner
 from gpulab.bcast.native import native
@@ -185,8 +185,9 @@ def _check_root(root, comm) -> None:
 # The other algorithms run a plan: ``_plans`` (id of the communicator as passed, algorithm as asked
 # ("auto" too), root, nbytes) -> (the executor's runner for the schedule, called with the array;
 # the communicator). Plans are forgotten when a communicator is freed, when this process's tuning
-# file changes ("auto" decides again) and when argument checking across ranks is switched (no plan
-# is made and MPI_Bcast is not called directly while it is on), so a call checks nothing of that.
+# file changes ("auto" decides again), when argument checking across ranks is switched (no plan
+# is made and MPI_Bcast is not called directly while it is on) and when tracing starts or stops (no
+# plan is made while it is on: a plan's runner records nothing), so a call checks nothing of that.
 # What is checked on every call: that the buffer is a writable C-contiguous host array (else the
 # full checks run and raise).
 _plans: dict = {}
@@ -202,13 +203,13 @@ def _forget() -> None:
         memory.clear()
 
 
-for _hooks in (on_free, tuning.on_forget, agreement.on_switch):
+for _hooks in (on_free, tuning.on_forget, agreement.on_switch, trace.on_switch):
     _hooks.append(_forget)
 
 
 def _remember(name: str, buf, root, comms, g: Group, schedule) -> None:
     """Keep the plan under each communicator key the caller may use (None stands for COMM_WORLD)."""
-    if type(buf) is not np.ndarray or agreement.checking():
+    if type(buf) is not np.ndarray or agreement.checking() or trace.active():  # the runner records nothing
         return
     if len(_plans) > 65536:
         _plans.clear()

@@ -267,9 +267,11 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
     gets a loop as lean as a tree written by hand in mpi4py: its steps unpacked once, no request
     lists, no hooks; when every message is the whole buffer (every rank of a 2-rank tree, the
     leaves and the root of a binomial tree) the array goes to MPI as it is, as a hand-written tree
-    passes it, and a single message runs without the loop. Each of those costs a few hundred
-    nanoseconds that a 1 KiB broadcast of a microsecond or two cannot spare. With tracing on it
-    hands over to ``execute``, which records; anything else is ``execute`` itself.
+    passes it (mpi4py then refuses what has no MPI type, an object array's pointers among them),
+    and a single message runs without the loop. Each of those costs a few hundred nanoseconds that
+    a 1 KiB broadcast of a microsecond or two cannot spare. It records no trace, and asks nothing
+    about tracing: no runner is made or kept while tracing is on (``execute`` records). Anything
+    else is ``execute`` itself.
     """
     def in_bytes(buf) -> bool:
         data = host_bytes(buf)
@@ -283,7 +285,7 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
     steps = tuple((op.kind == SEND, op.peer, None if (op.lo, op.hi) == (0, nbytes) else slice(op.lo, op.hi),
                    op.hi - op.lo, LAST_TAG if op.last else TAG, op) for op in schedule)
     send, recv, status, rank = g.comm.Send, g.comm.Recv, g.status, g.comm.rank
-    count, byte, tracing = status.Get_count, MPI.BYTE, trace.active
+    count, byte = status.Get_count, MPI.BYTE
     refused = (BufferError, KeyError, ValueError)  # mpi4py, before any message: a dtype it cannot map
 
     def truncated(error, op):
@@ -295,7 +297,7 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
         is_send, peer, _, size, tag, op = steps[0]
         if is_send:
             def run(buf) -> bool:
-                if tracing() or not buf.flags.carray:  # not C-contiguous, writable and aligned
+                if not buf.flags.carray:  # not C-contiguous, writable and aligned
                     return in_bytes(buf)
                 try:
                     send(buf, peer, tag)
@@ -304,7 +306,7 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
                 return True
         else:
             def run(buf) -> bool:
-                if tracing() or not buf.flags.carray:  # not C-contiguous, writable and aligned
+                if not buf.flags.carray:  # not C-contiguous, writable and aligned
                     return in_bytes(buf)
                 try:
                     recv(buf, peer, TAG, status)
@@ -320,8 +322,6 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
     whole = all(part is None for _, _, part, _, _, _ in steps)
 
     def run(buf) -> bool:
-        if tracing():
-            return in_bytes(buf)
         if whole:
             if not buf.flags.carray:
                 return in_bytes(buf)

@@ -20,6 +20,7 @@ import os
 from contextlib import contextmanager
 
 _events: list | None = [] if os.environ.get("GPULAB_TRACE") else None
+on_switch: list = []  # what to forget when tracing starts or stops (the fast path's plans do not record)
 
 
 def phase_order(events: list[dict], phase=lambda e: (e["algorithm"], e["phase"])) -> dict:
@@ -49,10 +50,18 @@ def tracing():
     """Record this rank's sends into the yielded list while the block runs."""
     global _events
     previous, _events = _events, []
+    _switched(previous is None)
     try:
         yield _events
     finally:
         _events = previous
+        _switched(previous is None)
+
+
+def _switched(changed: bool) -> None:
+    if changed:
+        for forget in on_switch:
+            forget()
 
 
 def events() -> list:

@@ -78,9 +78,10 @@ def check_catches_a_broken_algorithm(world: MPI.Comm) -> dict:
 
 
 def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
-    """The lean loop of a repeated schedule: it records when tracing is on, checking switched on is obeyed
-    at once (the plans are forgotten), and a sender of another size is caught on the receiving rank."""
-    from gpulab.bcast import agreement, trace
+    """The lean loop of a repeated schedule: every call records while tracing is on (no plan is made
+    there) and the fast path resumes after it, checking switched on is obeyed at once (the plans are
+    forgotten), and a sender of another size is caught on the receiving rank."""
+    from gpulab.bcast import agreement, algorithms, trace
     from gpulab.bcast.executor import BcastSizeError
 
     def call(nbytes=1024, root=0):
@@ -91,8 +92,13 @@ def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
     for _ in range(3):
         assert call().min() == 5, f"rank {world.rank}: wrong data on a repeated call"
     with trace.tracing() as events:
-        call()
-    out = {"traced": len(events)}
+        for _ in range(3):
+            call()
+        planned_while_tracing = len(algorithms._plans)
+    out = {"traced": len(events), "planned_while_tracing": planned_while_tracing}
+    for _ in range(2):
+        assert call().min() == 5, f"rank {world.rank}: wrong data after tracing"
+    out["planned_after"] = len(algorithms._plans)
     agreement.checking(True)
     try:
         call(root=world.rank % 2)

@@ -68,7 +68,9 @@ def test_cli_options_and_versioned_schema(tmp_path):
 
 def test_the_lean_loop_traces_obeys_checking_and_catches_other_sizes():
     root, leaf = run_mpi(2, "tests.bcast.fast_path_cases:repeated_binomial_follows_switches", timeout=120)
-    assert root["traced"] == 1 and leaf["traced"] == 0, (root, leaf)  # the root's one send is recorded
+    assert root["traced"] == 3 and leaf["traced"] == 0, (root, leaf)  # the root's send, each of 3 calls
+    assert root["planned_while_tracing"] == leaf["planned_while_tracing"] == 0, (root, leaf)
+    assert root["planned_after"] > 0 and leaf["planned_after"] > 0, (root, leaf)  # the fast path again
     assert root["mismatch"] == leaf["mismatch"] == "BcastArgumentMismatch", (root, leaf)
     assert root["larger"] == root["smaller"] == "nothing raised", root  # the root's sends go out
     assert "expected 1024 bytes from rank 0 but was sent more" in leaf["larger"], leaf
