@@ -9,7 +9,9 @@ Each variant runs ``calls`` broadcasts in a loop on every rank; the time per
 call is the slowest rank's loop time / calls. Variants are interleaved in
 ``rounds`` (a burst of load elsewhere hits one round of each) and the median
 round is kept. The reference, ``bare``, is ``comm.Bcast`` on the user's own
-communicator: what a program gets with no gpulab at all.
+communicator: what a program gets with no gpulab at all. ``mpi``, ``binomial`` and
+``auto`` call ``gpulab.bcast.bcast``, the C entry where it is built (the record's
+``entry``); the ``_py`` rows call the Python entry it falls back to.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 from mpi_job import rank0_json  # noqa: E402
 
 VARIANTS = ("bare", "python_call", "python_call_checked", "python_binomial", "python_binomial_checked",
-            "mpi", "binomial", "auto")
+            "mpi_py", "binomial_py", "auto_py", "mpi", "binomial", "auto")
 TARGETS = {"mpi": 1.1, "binomial": 1.3, "auto": 1.2}  # at most this many times bare, issue 29 section 4
 _ndarray = np.ndarray  # as gpulab's fast path reads it
 
@@ -85,9 +87,10 @@ def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
     from mpi4py import MPI
 
     import gpulab.bcast
-    from gpulab.bcast import auto, tuning
+    from gpulab.bcast import algorithms, auto, fastpath, tuning
 
     comm, status = MPI.COMM_WORLD, MPI.Status()
+    python_entry = algorithms.bcast_in_python  # the Python function, which the C entry calls for what it leaves
     buf = np.zeros(nbytes, dtype=np.uint8)
     if comm.rank == 0:
         buf[:] = 7
@@ -97,6 +100,9 @@ def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
             "python_call_checked": lambda: python_call_checked(buf, 0, comm, algorithm="mpi"),
             "python_binomial": lambda: python_binomial(comm, buf, 0),
             "python_binomial_checked": lambda: python_binomial_checked(comm, buf, 0, status),
+            "mpi_py": lambda: python_entry(buf, 0, comm, algorithm="mpi"),
+            "binomial_py": lambda: python_entry(buf, 0, comm, algorithm="binomial"),
+            "auto_py": lambda: python_entry(buf, 0, comm),
             "mpi": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="mpi"),
             "binomial": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="binomial"),
             "auto": lambda: gpulab.bcast.bcast(buf, 0, comm)}
@@ -117,6 +123,7 @@ def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
         print(json.dumps({"p": comm.size, "nbytes": nbytes, "calls": calls, "rounds": rounds,
                           "tuning_file": str(tuning.table_path()),
                           "auto_chose": {"algorithm": decision.name, "source": decision.source},
+                          "entry": "c" if algorithms._c_ready else "python", "fastpath": fastpath.status(),
                           "us": {k: statistics.median(v) * 1e6 for k, v in times.items()},
                           "rounds_us": {k: [t * 1e6 for t in v] for k, v in times.items()}}))
 
@@ -131,11 +138,15 @@ def front_end(calls: int, rounds: int, nbytes: int) -> dict:
     from mpi4py import MPI
 
     import gpulab.bcast
+    from gpulab.bcast import algorithms
 
     comm, buf = MPI.COMM_SELF, np.zeros(nbytes, dtype=np.uint8)
+    python_entry = algorithms.bcast_in_python
     runs = {"bare": lambda: comm.Bcast(buf, 0),
             "python_call": lambda: python_call(buf, 0, comm, algorithm="mpi"),
             "python_call_checked": lambda: python_call_checked(buf, 0, comm, algorithm="mpi"),
+            "mpi_py": lambda: python_entry(buf, 0, comm, algorithm="mpi"),
+            "auto_py": lambda: python_entry(buf, 0, comm),
             "mpi": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="mpi"),
             "binomial": lambda: gpulab.bcast.bcast(buf, 0, comm, algorithm="binomial"),
             "auto": lambda: gpulab.bcast.bcast(buf, 0, comm)}

@@ -22,9 +22,9 @@ import functools
 import numpy as np
 
 from gpulab.backend import is_device_array
-from gpulab.bcast import agreement, gpu, registry, trace, tuning
+from gpulab.bcast import agreement, fastpath, gpu, registry, trace, tuning
 from gpulab.bcast.auto import select
-from gpulab.bcast.executor import Group, execute, on_free, private_comm, runner
+from gpulab.bcast.executor import Group, c_plan, execute, on_free, private_comm, runner
 from gpulab.bcast.native import native
 from gpulab.bcast.registry import REGISTRY
 from gpulab.lazy_mpi import lazy_mpi
@@ -96,6 +96,9 @@ def _run(name: str, g: Group, data, root: int, options: dict) -> None:
 
 def byte_view(buf):
     """A flat uint8 view of ``buf``'s memory (no copy), after checking it is usable as a receive buffer."""
+    if isinstance(buf, np.ndarray) and buf.dtype.hasobject:
+        raise TypeError(f"buffer holds Python objects (dtype {buf.dtype}): their bytes are pointers, "
+                        "meaningless on another rank; send objects with comm.bcast (pickled)")
     if type(buf) is np.ndarray:  # the common case first: every check below costs a small broadcast time
         flags = buf.flags
         if flags.c_contiguous and flags.writeable:
@@ -190,10 +193,16 @@ def _check_root(root, comm) -> None:
 # plan is made while it is on: a plan's runner records nothing), so a call checks nothing of that.
 # What is checked on every call: that the buffer is a writable C-contiguous host array (else the
 # full checks run and raise).
+#
+# The same fast path runs in C where ``fastpath`` could build it (``bcast`` is then the C entry,
+# which hands every other call to the Python function below): it reads these two dictionaries,
+# and a plan's third item, a C copy of its steps when every message is the whole buffer.
 _plans: dict = {}
 _auto_native: dict = {}
 _ndarray = np.ndarray
 _checking = agreement.checking()
+_c = fastpath.load()
+_c_ready: bool | None = None  # configured (True), or refused (False): at the C entry's first call, MPI up
 
 
 def _forget() -> None:
@@ -201,6 +210,19 @@ def _forget() -> None:
     _checking = agreement.checking()
     for memory in (_plans, _auto_native):
         memory.clear()
+    if _c_ready:
+        _c.set_checking(_checking)
+
+
+def _c_configure() -> None:
+    """Hand the C entry what it reads (its first call does this: a broadcast means MPI is up); it stays
+    off, every call going to the Python entry, if MPI's library does not match its build."""
+    global _c_ready
+    if _c is None or _c_ready is not None:
+        return
+    _c_ready = fastpath.configure(_c, _plans, _auto_native)
+    if _c_ready:
+        _c.set_checking(_checking)
 
 
 for _hooks in (on_free, tuning.on_forget, agreement.on_switch, trace.on_switch):
@@ -214,8 +236,10 @@ def _remember(name: str, buf, root, comms, g: Group, schedule) -> None:
     if len(_plans) > 65536:
         _plans.clear()
     run = runner(g, schedule, buf.nbytes)
+    _c_configure()  # the Python entry may be called before the C one (it is, by benchmarks/bcast_calls.py)
+    steps = c_plan(_c, g, schedule, buf.nbytes) if _c_ready else None
     for comm in comms:
-        _plans[(id(comm), name, root, buf.nbytes)] = (run, comm)
+        _plans[(id(comm), name, root, buf.nbytes)] = (run, comm, steps)
 
 
 def _remember_auto_native(nbytes: int, comms) -> None:
@@ -235,6 +259,9 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
     ``algorithm="auto"`` picks one with ``select()``; options given here then
     override the chosen algorithm's defaults. A repeated call (same
     communicator, root, size, no options) runs its remembered plan at once.
+
+    Where ``fastpath`` built the C entry, ``bcast`` is that one, and this
+    function (``bcast_in_python``) runs every call it does not take.
     """
     if not options and type(buf) is _ndarray:  # the fast path, inlined: see _plans
         if algorithm == "mpi" or algorithm == "auto" and comm in _auto_native.get(buf.nbytes, ()):
@@ -271,6 +298,12 @@ def bcast(buf, root: int = 0, comm=None, algorithm: str = "auto", **options):
         _remember("auto", buf, root, (asked, comm),
                   g, schedule_of(decision.name, g, buf.nbytes, int(root), decision.options))
     return buf
+
+
+bcast_in_python = bcast
+if _c is not None:  # the C entry, which calls the Python one for every case it does not handle
+    _c.set_fallback(bcast_in_python, _c_configure)
+    bcast = _c.bcast
 
 
 def _entry(name: str) -> functools.partial:

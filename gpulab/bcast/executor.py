@@ -245,11 +245,14 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
 
 
 def host_bytes(buf: np.ndarray) -> memoryview | None:
-    """A writable C-contiguous host array's bytes as one flat memoryview, else None.
+    """A writable C-contiguous host array's bytes as one flat memoryview, else None (an array holding
+    Python objects too: its bytes are pointers, meaningless on another rank).
 
     One buffer export per call, which MPI then reuses: a byte view through numpy
     (``byte_view``) costs a reshape, a view and another export per message.
     """
+    if buf.dtype.hasobject:
+        return None
     try:
         view = memoryview(buf)
     except ValueError:  # a dtype with no buffer format (datetime64)
@@ -348,6 +351,18 @@ def runner(g: Group, schedule: tuple[Op, ...], nbytes: int):
         return True
 
     return run
+
+
+def c_plan(c, g: Group, schedule: tuple[Op, ...], nbytes: int):
+    """The C entry's copy of a schedule (``fastpath.c``), for what it runs as ``runner`` does: blocking
+    sends and receives of the whole buffer (or none: a one-rank communicator), no stager; None for
+    anything else."""
+    if c is None or g.stager is not None or nbytes > 2**31 - 1 or any(
+            op.kind not in (SEND, RECV) or (op.lo, op.hi) != (0, nbytes) for op in schedule):
+        return None
+    rank = g.comm.rank
+    return c.make_plan(g.comm, tuple((op.kind == SEND, op.peer, LAST_TAG if op.last else TAG) for op in schedule),
+                       nbytes, lambda step, got: _size_error(rank, schedule[step], got))
 
 
 def _complete(sends: list, sent_events: list) -> None:

@@ -29,16 +29,26 @@ def repeated_calls_keep_their_checks(world: MPI.Comm, algorithm: str) -> dict:
     read_only.flags.writeable = False
     strided = np.zeros(256)[::2]  # 1 KiB too, but not contiguous
     fortran = np.asfortranarray(np.zeros((8, 16)))  # 1 KiB, contiguous in memory, but not in C order
+    objects = np.array([object()] * 128)  # 1 KiB of pointers: they must never travel
     out = {"read_only": _raises(lambda: gpulab.bcast.bcast(read_only, 0, world, algorithm=algorithm)),
            "strided": _raises(lambda: gpulab.bcast.bcast(strided, 0, world, algorithm=algorithm)),
-           "fortran": _raises(lambda: gpulab.bcast.bcast(fortran, 0, world, algorithm=algorithm))}
+           "fortran": _raises(lambda: gpulab.bcast.bcast(fortran, 0, world, algorithm=algorithm)),
+           "objects": _raises(lambda: gpulab.bcast.bcast(objects, 0, world, algorithm=algorithm))}
     for dtype in ("float16", "datetime64[s]", "V8"):  # MPI maps the first, not the others: same bytes arrive
         source = np.frombuffer(expected.tobytes(), dtype=dtype)
         buf = source.copy() if world.rank == 0 else np.zeros_like(source)
         gpulab.bcast.bcast(buf, 0, world, algorithm=algorithm)
         out[dtype] = buf.tobytes() == expected.tobytes()
     out["package_attribute_kept"] = "bcast" in vars(gpulab.bcast)
+    out["entry"] = entry()
     return out
+
+
+def entry() -> str:
+    """Which entry ``gpulab.bcast.bcast`` is: "c" (fastpath.c, configured) or "python"."""
+    from gpulab.bcast import algorithms
+
+    return "c" if gpulab.bcast.bcast is not algorithms.bcast_in_python and algorithms._c_ready else "python"
 
 
 def ranks_on_different_paths_meet(world: MPI.Comm, algorithm: str) -> list[bool]:
@@ -56,7 +66,7 @@ def ranks_on_different_paths_meet(world: MPI.Comm, algorithm: str) -> list[bool]
         gpulab.bcast.bcast(buf, root, comm, algorithm=algorithm)
         ok.append(bytes(buf) == expected.tobytes())
     comm.Free()
-    return ok
+    return [*ok, entry()]
 
 
 def measure_with_options(world: MPI.Comm, algorithm: str, **kwargs) -> dict:
@@ -99,6 +109,7 @@ def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
     for _ in range(2):
         assert call().min() == 5, f"rank {world.rank}: wrong data after tracing"
     out["planned_after"] = len(algorithms._plans)
+    out["entry"] = entry()
     agreement.checking(True)
     try:
         call(root=world.rank % 2)
@@ -115,4 +126,19 @@ def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
         except BcastSizeError as error:
             out[name] = str(error)
         world.Barrier()
+    return out
+
+
+def plans_carry_their_c_copy(world: MPI.Comm) -> list[bool]:
+    """A plan made by a call of the Python entry (before any call of the C one) still gets the C copy of its
+    steps, so that the C entry runs it: per root, whether every remembered binomial plan has one."""
+    from gpulab.bcast import algorithms
+
+    out = []
+    for root in (0, world.size - 1):
+        for _ in range(2):
+            buf = np.arange(128.0) if world.rank == root else np.zeros(128)
+            algorithms.bcast_in_python(buf, root, world, algorithm="binomial")
+            assert np.array_equal(buf, np.arange(128.0)), f"rank {world.rank}: root {root}"
+        out.append(all(plan[2] is not None for key, plan in algorithms._plans.items() if key[2] == root))
     return out

@@ -10,24 +10,39 @@ import sys
 
 import pytest
 
+from gpulab.bcast import fastpath
 from tests.mpi_harness import ROOT, run_mpi
 
 pytestmark = pytest.mark.timeout(300)
 
+# Each test runs with the C entry (gpulab/bcast/fastpath.c) and with the Python one; C wherever an MPI
+# compiler wrapper is found (tests/bcast/test_c_entry.py checks that it then builds)
+ENTRIES = [pytest.param("c", marks=pytest.mark.skipif(fastpath.mpicc() is None, reason="no mpicc: no C entry")),
+           "python"]
 
+
+def _env(entry: str) -> dict:
+    return {"GPULAB_FASTPATH": entry}
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("algorithm", ["mpi", "binomial", "auto"])
-def test_repeated_calls_still_refuse_bad_buffers_and_move_any_dtype(algorithm):
+def test_repeated_calls_still_refuse_bad_buffers_and_move_any_dtype(algorithm, entry):
     for rank, out in enumerate(run_mpi(2, "tests.bcast.fast_path_cases:repeated_calls_keep_their_checks",
-                                       algorithm=algorithm, timeout=120)):
+                                       algorithm=algorithm, env=_env(entry), timeout=120)):
+        assert out["entry"] == entry, f"rank {rank}: {out}"
         assert out["read_only"] == out["strided"] == out["fortran"] == "ValueError", f"rank {rank}: {out}"
+        assert out["objects"] == "TypeError", f"rank {rank}: an object array's pointers: {out}"
         assert out["float16"] and out["datetime64[s]"] and out["V8"], f"rank {rank}: {out}"
         assert out["package_attribute_kept"], f"rank {rank}: gpulab.bcast.bcast is looked up on every call"
 
 
+@pytest.mark.parametrize("entry", ENTRIES)
 @pytest.mark.parametrize("algorithm", ["mpi", "auto"])
-def test_ranks_on_the_fast_and_the_checked_path_meet_in_mpi_bcast(algorithm):
-    rows = run_mpi(4, "tests.bcast.fast_path_cases:ranks_on_different_paths_meet", algorithm=algorithm, timeout=60)
-    assert rows == [[True] * 3] * 4, rows
+def test_ranks_on_the_fast_and_the_checked_path_meet_in_mpi_bcast(algorithm, entry):
+    rows = run_mpi(4, "tests.bcast.fast_path_cases:ranks_on_different_paths_meet", algorithm=algorithm,
+                   env=_env(entry), timeout=60)
+    assert rows == [[True] * 3 + [entry]] * 4, rows
 
 
 @pytest.mark.parametrize("back_to_back", [False, True])
@@ -66,8 +81,11 @@ def test_cli_options_and_versioned_schema(tmp_path):
     assert bad.returncode == 2 and "not whole numbers of float32" in bad.stderr
 
 
-def test_the_lean_loop_traces_obeys_checking_and_catches_other_sizes():
-    root, leaf = run_mpi(2, "tests.bcast.fast_path_cases:repeated_binomial_follows_switches", timeout=120)
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_the_lean_loop_traces_obeys_checking_and_catches_other_sizes(entry):
+    root, leaf = run_mpi(2, "tests.bcast.fast_path_cases:repeated_binomial_follows_switches", env=_env(entry),
+                         timeout=120)
+    assert root["entry"] == leaf["entry"] == entry, (root, leaf)
     assert root["traced"] == 3 and leaf["traced"] == 0, (root, leaf)  # the root's send, each of 3 calls
     assert root["planned_while_tracing"] == leaf["planned_while_tracing"] == 0, (root, leaf)
     assert root["planned_after"] > 0 and leaf["planned_after"] > 0, (root, leaf)  # the fast path again
