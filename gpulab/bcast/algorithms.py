@@ -187,16 +187,17 @@ def _check_root(root, comm) -> None:
 #
 # The other algorithms run a plan: ``_plans`` (id of the communicator as passed, algorithm as asked
 # ("auto" too), root, nbytes) -> (the executor's runner for the schedule, called with the array;
-# the communicator). Plans are forgotten when a communicator is freed, when this process's tuning
-# file changes ("auto" decides again), when argument checking across ranks is switched (no plan
-# is made and MPI_Bcast is not called directly while it is on) and when tracing starts or stops (no
-# plan is made while it is on: a plan's runner records nothing), so a call checks nothing of that.
+# the communicator; the C entry's copy of the steps, or None). Plans are forgotten when a
+# communicator is freed, when this process's tuning file changes ("auto" decides again), when
+# argument checking across ranks is switched (no plan is made and MPI_Bcast is not called directly
+# while it is on) and when tracing starts or stops (no plan is made while it is on: a plan's runner
+# records nothing), so a call checks nothing of that.
 # What is checked on every call: that the buffer is a writable C-contiguous host array (else the
 # full checks run and raise).
 #
 # The same fast path runs in C where ``fastpath`` could build it (``bcast`` is then the C entry,
 # which hands every other call to the Python function below): it reads these two dictionaries,
-# and a plan's third item, a C copy of its steps when every message is the whole buffer.
+# and a plan's third item (``executor.c_plan``: when every message is the whole buffer).
 _plans: dict = {}
 _auto_native: dict = {}
 _ndarray = np.ndarray
