@@ -44,8 +44,10 @@ def status() -> dict:
 
 def mpicc() -> str | None:
     """The MPI compiler wrapper the C entry is built with: $MPICC, the one next to Python, or PATH's."""
+    if os.environ.get("MPICC"):  # a name (MPICC=mpicc) or a path
+        return shutil.which(os.environ["MPICC"])
     here = Path(sys.executable).parent / "mpicc"
-    return os.environ.get("MPICC") or (str(here) if here.exists() else None) or shutil.which("mpicc")
+    return str(here) if here.exists() else shutil.which("mpicc")
 
 
 def _build(wrapper: str, target: Path) -> None:
@@ -74,7 +76,9 @@ def load():
         return None
     wrapper = mpicc()
     if wrapper is None:
-        _status.update(active=False, reason="no mpicc found (set MPICC to the MPI's compiler wrapper)")
+        asked = os.environ.get("MPICC")
+        _status.update(active=False, reason=f"MPICC={asked} is no command" if asked else
+                       "no mpicc found (set MPICC to the MPI's compiler wrapper)")
         return None
     try:
         import mpi4py

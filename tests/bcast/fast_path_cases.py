@@ -142,3 +142,24 @@ def plans_carry_their_c_copy(world: MPI.Comm) -> list[bool]:
             assert np.array_equal(buf, np.arange(128.0)), f"rank {world.rank}: root {root}"
         out.append(all(plan[2] is not None for key, plan in algorithms._plans.items() if key[2] == root))
     return out
+
+
+def report_entry_on_this_mpi() -> None:
+    """Run directly on the ranks of any MPI's launcher (tests/bcast/test_c_entry.py, Open MPI): broadcast
+    with mpi, binomial and auto, try an object array, and print one JSON line per rank."""
+    import json
+
+    from gpulab.bcast import algorithms, fastpath
+
+    world = MPI.COMM_WORLD
+    ok = []
+    for name in ("mpi", "binomial", "auto"):
+        for _ in range(3):
+            buf = np.arange(128.0) if world.rank == 0 else np.zeros(128)
+            gpulab.bcast.bcast(buf, 0, world, algorithm=name)
+            ok.append(bool(np.array_equal(buf, np.arange(128.0))))
+    print(json.dumps({"rank": world.rank, "library": MPI.Get_library_version(), "entry": entry(), "correct": all(ok),
+                      "objects": _raises(lambda: gpulab.bcast.bcast(np.array([object()] * 128), 0, world,
+                                                                      algorithm="binomial")),
+                      "c_plans": [plan[2] is not None for plan in algorithms._plans.values()],
+                      "reason": fastpath.status()["reason"]}), flush=True)

@@ -1,10 +1,13 @@
 """The broadcast entry in C (gpulab/bcast/fastpath.c): built where an MPI compiler wrapper is found, linked
-to no MPI library, refused when mpi4py's MPI has other handle sizes, and off with GPULAB_FASTPATH=python.
-What it does on every call is checked beside the Python entry in tests/bcast/test_fast_path.py."""
+to no MPI library, refused when mpi4py's MPI has other handle sizes, and off with GPULAB_FASTPATH=python;
+on Open MPI too. What it does on every call is checked beside the Python entry in
+tests/bcast/test_fast_path.py."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -44,3 +47,49 @@ def test_gpulab_fastpath_python_keeps_the_python_entry():
 @needs_mpicc
 def test_a_plan_made_by_the_python_entry_runs_in_c():
     assert run_mpi(3, "tests.bcast.fast_path_cases:plans_carry_their_c_copy", timeout=60) == [[True, True]] * 3
+
+
+@pytest.fixture(scope="module")
+def openmpi() -> Path:
+    """Debian's Open MPI (installed when missing, as tests/bcast/test_export.py does): its libmpi."""
+    from gpulab.cluster.apt import apt_install
+
+    if not all(shutil.which(b) for b in ("mpirun.openmpi", "mpicc.openmpi")) and \
+            (why := apt_install(["openmpi-bin", "libopenmpi-dev"])):
+        if os.environ.get("CI"):
+            pytest.fail(f"Open MPI could not be installed; its test must run in CI: {why}")
+        pytest.skip(f"Open MPI (Debian's openmpi-bin, libopenmpi-dev) is not installed and cannot be: {why}")
+    libdirs = subprocess.run(["mpicc.openmpi", "--showme:libdirs"], capture_output=True, text=True, check=True,
+                             timeout=60).stdout.split()
+    return next(Path(d, "libmpi.so").resolve() for d in libdirs if Path(d, "libmpi.so").exists())
+
+
+def _on_openmpi(libmpi: Path, cache: Path, mpicc: str | None) -> list[dict]:
+    """Each rank's report (fast_path_cases.report_entry_on_this_mpi) of a 2-rank Open MPI job whose mpi4py
+    runs on ``libmpi``, the C entry built with ``mpicc`` (None: the one beside Python, the mpich wheel's)."""
+    env = {**os.environ, "MPI4PY_LIBMPI": str(libmpi), "GPULAB_CACHE": str(cache), "PYTHONPATH": str(ROOT),
+           "GPULAB_TUNING_TABLE": str(cache / "absent.json")}
+    env.pop("MPICC", None)
+    if mpicc:
+        env["MPICC"] = mpicc
+    exported = [flag for name in ("MPI4PY_LIBMPI", "GPULAB_CACHE", "PYTHONPATH", "GPULAB_TUNING_TABLE", "PATH",
+                                  *(["MPICC"] if mpicc else [])) for flag in ("-x", name)]
+    code = "from tests.bcast.fast_path_cases import report_entry_on_this_mpi as report; report()"
+    run = subprocess.run(["mpirun.openmpi", "--allow-run-as-root", "--oversubscribe", *exported, "-n", "2",
+                          sys.executable, "-c", code],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    return sorted((json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")),
+                  key=lambda r: r["rank"])
+
+
+def test_on_open_mpi_it_runs_when_built_with_open_mpi_and_stays_off_when_built_with_mpich(openmpi, tmp_path):
+    own = _on_openmpi(openmpi, tmp_path / "own", "mpicc.openmpi")
+    assert [r["rank"] for r in own] == [0, 1], own
+    for r in own:
+        assert r["library"].startswith("Open MPI") and r["entry"] == "c" and r["correct"], r
+        assert r["objects"] == "TypeError" and r["c_plans"] == [True], r  # the binomial plan, in C
+    wheel = _on_openmpi(openmpi, tmp_path / "wheel", None)  # mpi.h of MPICH: other handle sizes
+    for r in wheel:
+        assert r["entry"] == "python" and r["correct"] and r["objects"] == "TypeError", r
+        assert "built with another MPI's mpi.h" in r["reason"], r
