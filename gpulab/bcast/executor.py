@@ -361,8 +361,10 @@ def c_plan(c, g: Group, schedule: tuple[Op, ...], nbytes: int):
             op.kind not in (SEND, RECV) or (op.lo, op.hi) != (0, nbytes) for op in schedule):
         return None
     rank = g.comm.rank
-    return c.make_plan(g.comm, tuple((op.kind == SEND, op.peer, LAST_TAG if op.last else TAG) for op in schedule),
-                       nbytes, lambda step, got: _size_error(rank, schedule[step], got))
+    # each step's tag as ``runner`` uses it: a send's own, TAG for every receive
+    steps = tuple((op.kind == SEND, op.peer, (LAST_TAG if op.last else TAG) if op.kind == SEND else TAG)
+                  for op in schedule)
+    return c.make_plan(g.comm, steps, nbytes, lambda step, got: _size_error(rank, schedule[step], got))
 
 
 def _complete(sends: list, sent_events: list) -> None:

@@ -28,8 +28,6 @@
 #include <numpy/arrayobject.h>
 #include <mpi4py/mpi4py.h>
 
-#define TAG 26466 /* executor.TAG: every receive of a remembered plan */
-
 static PyObject *fallback;    /* the Python bcast */
 static PyObject *configure_hook; /* called once, at the first call: it calls configure() */
 static int configured_once;
@@ -55,7 +53,7 @@ typedef struct {
     PyObject *comm;       /* the private duplicate, kept alive while the plan is */
     PyObject *size_error; /* size_error(step, count or None) -> the exception to raise */
     Py_ssize_t nbytes, nsteps;
-    int steps[][3];       /* is_send, peer, tag */
+    int steps[][3];       /* is_send, peer, tag (of the message sent or received) */
 } Plan;
 
 static void plan_free(PyObject *capsule) {
@@ -65,7 +63,7 @@ static void plan_free(PyObject *capsule) {
     PyMem_Free(plan);
 }
 
-/* make_plan(comm, steps, nbytes, size_error): steps is a tuple of (is_send, peer, tag). */
+/* make_plan(comm, steps, nbytes, size_error): steps is a tuple of (is_send, peer, tag), from executor.c_plan. */
 static PyObject *make_plan(PyObject *self, PyObject *args) {
     PyObject *comm, *steps, *size_error;
     Py_ssize_t nbytes;
@@ -123,7 +121,7 @@ static PyObject *run_plan(Plan *plan, PyArrayObject *a) {
         if (step[0]) {
             err = Send(data, n, byte, step[1], step[2], *comm);
         } else {
-            err = Recv(data, n, byte, step[1], TAG, *comm, &status);
+            err = Recv(data, n, byte, step[1], step[2], *comm, &status);
             if (err == MPI_SUCCESS)
                 Get_count(&status, byte, &count);
         }

@@ -54,7 +54,6 @@ def _build(wrapper: str, target: Path) -> None:
     import mpi4py
     import numpy
 
-    target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:  # then one rename: readers never see half a file
         out = Path(tmp) / target.name
         includes = [sysconfig.get_paths()["include"], numpy.get_include(), mpi4py.get_include()]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.bcast import algorithms, fastpath
+from tests.bcast.openmpi import require_openmpi
 from tests.mpi_harness import ROOT, run_mpi
 
 needs_mpicc = pytest.mark.skipif(fastpath.mpicc() is None, reason="no mpicc: no C entry")
@@ -51,14 +51,8 @@ def test_a_plan_made_by_the_python_entry_runs_in_c():
 
 @pytest.fixture(scope="module")
 def openmpi() -> Path:
-    """Debian's Open MPI (installed when missing, as tests/bcast/test_export.py does): its libmpi."""
-    from gpulab.cluster.apt import apt_install
-
-    if not all(shutil.which(b) for b in ("mpirun.openmpi", "mpicc.openmpi")) and \
-            (why := apt_install(["openmpi-bin", "libopenmpi-dev"])):
-        if os.environ.get("CI"):
-            pytest.fail(f"Open MPI could not be installed; its test must run in CI: {why}")
-        pytest.skip(f"Open MPI (Debian's openmpi-bin, libopenmpi-dev) is not installed and cannot be: {why}")
+    """Debian's Open MPI (installed when missing): its libmpi."""
+    require_openmpi()
     libdirs = subprocess.run(["mpicc.openmpi", "--showme:libdirs"], capture_output=True, text=True, check=True,
                              timeout=60).stdout.split()
     return next(Path(d, "libmpi.so").resolve() for d in libdirs if Path(d, "libmpi.so").exists())

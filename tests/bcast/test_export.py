@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
 
 from gpulab.bcast import export
+from tests.bcast.openmpi import require_openmpi
 from tests.mpi_harness import ROOT
 
 pytestmark = pytest.mark.timeout(300)
@@ -106,7 +106,6 @@ def test_openmpi_rules_follow_the_classic_format_and_map_the_algorithms():
                      (5, [(0, 0, 0, 0)])]  # p = 5 and up: Open MPI's fixed decision again
 
 
-OPENMPI = ("mpirun.openmpi", "mpicc.openmpi")
 BCAST_C = """#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,12 +124,7 @@ int main(int c, char **v) { int r, n = atoi(v[1]), bad = 0, rc, cls; unsigned ch
 @pytest.fixture(scope="module")
 def openmpi_bcast(tmp_path_factory):
     """A C program broadcasting argv[1] bytes, built with Debian's Open MPI (installed when missing)."""
-    from gpulab.cluster.apt import apt_install
-
-    if not all(shutil.which(b) for b in OPENMPI) and (why := apt_install(["openmpi-bin", "libopenmpi-dev"])):
-        if os.environ.get("CI"):
-            pytest.fail(f"Open MPI could not be installed; its test must run in CI: {why}")
-        pytest.skip(f"Open MPI (Debian's openmpi-bin, libopenmpi-dev) is not installed and cannot be: {why}")
+    require_openmpi()
     folder = tmp_path_factory.mktemp("openmpi")
     (folder / "bcast.c").write_text(BCAST_C)
     subprocess.run(["mpicc.openmpi", "-o", str(folder / "bcast"), str(folder / "bcast.c")], check=True, timeout=120)
