@@ -144,10 +144,12 @@ def plans_carry_their_c_copy(world: MPI.Comm) -> list[bool]:
     return out
 
 
-def report_entry_on_this_mpi() -> None:
+def report_entry_on_this_mpi(outdir: str) -> None:
     """Run directly on the ranks of any MPI's launcher (tests/bcast/test_c_entry.py, Open MPI): broadcast
-    with mpi, binomial and auto, try an object array, and print one JSON line per rank."""
+    with mpi, binomial and auto, try an object array, and write rank{r}.json into ``outdir`` (the ranks'
+    printed lines can interleave)."""
     import json
+    from pathlib import Path
 
     from gpulab.bcast import algorithms, fastpath
 
@@ -158,8 +160,8 @@ def report_entry_on_this_mpi() -> None:
             buf = np.arange(128.0) if world.rank == 0 else np.zeros(128)
             gpulab.bcast.bcast(buf, 0, world, algorithm=name)
             ok.append(bool(np.array_equal(buf, np.arange(128.0))))
-    print(json.dumps({"rank": world.rank, "library": MPI.Get_library_version(), "entry": entry(), "correct": all(ok),
-                      "objects": _raises(lambda: gpulab.bcast.bcast(np.array([object()] * 128), 0, world,
-                                                                      algorithm="binomial")),
-                      "c_plans": [plan[2] is not None for plan in algorithms._plans.values()],
-                      "reason": fastpath.status()["reason"]}), flush=True)
+    objects = _raises(lambda: gpulab.bcast.bcast(np.array([object()] * 128), 0, world, algorithm="binomial"))
+    report = {"rank": world.rank, "library": MPI.Get_library_version(), "entry": entry(), "correct": all(ok),
+              "objects": objects, "c_plans": [plan[2] is not None for plan in algorithms._plans.values()],
+              "reason": fastpath.status()["reason"]}
+    Path(outdir, f"rank{world.rank}.json").write_text(json.dumps(report))
