@@ -57,6 +57,11 @@ from gpulab.engine.perf.machines import NONBLOCKING
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
 
+# What the model prices by default at scale, AxoNN's way of training: every overlap but the weight cache,
+# gradients in buckets of 64 MiB (``gpulab model`` takes both as its defaults)
+DEFAULT_OVERLAP = "oar,ors,oag,buckets"
+DEFAULT_BUCKET_MB = 64.0
+
 # GPT sizes of the AxoNN experiments (Megatron-AxoNN examples/launch_per_comm_model.py,
 # model_configs); vocabulary 51200 as Megatron-LM's scaling runs pad GPT-2's 50257
 GPT_SIZES = {"gpt-5b": (24, 4096, 32), "gpt-10b": (32, 5120, 40), "gpt-20b": (32, 7168, 56),
