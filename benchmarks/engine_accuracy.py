@@ -419,7 +419,7 @@ def group_wait(paths: list[Path]) -> list[str]:
 
 def scored(rows: list[dict], machine) -> dict:
     """Measured rows priced on ``machine``: per overlap setting ("off", "on") the model's median error,
-    pick and rank correlation (``agreement.validate``)."""
+    pick and rank correlation (``pick_validation.validate``)."""
     from benchmarks.engine_grids import predict_row
     from gpulab.engine.perf.pick_validation import validate
 

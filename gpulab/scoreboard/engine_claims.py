@@ -13,7 +13,7 @@ TENSOR_GROUPS = ("row", "col", "depth")
 PAPER_RUN = {"model": "gpt-80b", "world": 1024, "machine": "perlmutter"}
 
 # Each time below is the best of its rounds (other jobs only add time), yet repeated quick runs still move
-# ratios by tens of percent under load (docs/scoreboard.md): a margin separates a win from a tie, not noise.
+# ratios under load (docs/scoreboard.md has how far): a margin separates a win from a tie, not noise.
 GROUP_MARGIN = 0.10  # the 3D grid must spend at least 10% less time communicating
 HIDE_MIN = 0.20  # overlap must take at least a fifth of the exposed communication off the critical path...
 SLOWER_BY = 0.05  # ...without making the iteration more than 5% slower (hidden but paid for elsewhere)
@@ -21,8 +21,8 @@ STRATEGY_MARGIN = 0.05  # AxoNN's pick must beat each baseline's best grid by at
 
 
 def engine_fit(bench):
-    """The performance model's machine: fitted now (full), or this machine's recorded fit (quick: a fit of
-    4 ranks takes about half a minute on 2 busy cores)."""
+    """The performance model's machine: fitted now (full), or this machine's recorded fit (quick: a fit
+    is MPI probes on every rank, slow on busy cores)."""
     if bench.quick:
         from gpulab.engine.perf.fitted_machine import FittedMachine
 

@@ -102,7 +102,7 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
 def group_wait_share(group_size: int, ranks: int) -> float:
     """The share of a wait calibrated on a group of all ``ranks`` that a group of ``group_size`` pays:
     (g - 1) / (p - 1), linear in the other ranks it waits for. Its square, its 1.5th power, log g / log p
-    and nothing below p, tried on the recorded runs, met the targets in fewer of them
+    and nothing below p meet the targets in fewer of the recorded runs
     (`python benchmarks/engine_accuracy.py group-wait`)."""
     return (group_size - 1) / (ranks - 1)
 
@@ -142,8 +142,8 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
     for row in comm_rows(config, shape, batch_size, T, overlap, distributed_optimizer=distributed_optimizer):
         count = row["count"] * (2 if recompute and row["phase"] == "forward" else 1)
         # the data-parallel buckets are in flight together (each started as backward fills it): one
-        # call's latency over all their bytes, each bucket its share; priced one by one, 8 ranks on 2
-        # cores paid 7 latencies of ~3 ms that the engine's timeline did not show
+        # call's latency over all their bytes, each bucket its share; priced one by one, each bucket
+        # would pay a latency of its own that the engine's timeline does not show
         whole = row["count"] if row["kind"] == "DP" else 1
         # what overlaps is issued non-blocking (MPI_Iallreduce...), whose algorithms MPICH selects apart
         op = row["op"] if row["kind"] is None else NONBLOCKING[row["op"]]
