@@ -7,7 +7,7 @@
 
 One MPI job on an emulated cluster (``gpulab.emulated``: --nodes network namespaces of
 --ranks-per-node ranks each, placed by --placement, joined by rate-limited links). In it:
-the performance model is fitted there (``gpulab.engine.perf.fit`` with
+the performance model is fitted there (``gpulab.engine.perf.fitted_machine`` with
 ``strided=True``: every collective is timed on contiguous groups, which stay in
 a node, and on groups of stride 2, which cross the link, so the model knows
 which of the engine's groups pay the link) once before and once after the
@@ -113,7 +113,7 @@ def job(args) -> None:
     from gpulab.emulated import link_bytes_per_s, rank_nodes
     from gpulab.engine import grid_shapes
     from gpulab.engine.perf.calibration import calibrated_on
-    from gpulab.engine.perf.fit import FittedMachine, fit
+    from gpulab.engine.perf.fitted_machine import FittedMachine, fit
     from gpulab.engine.perf.predict import predict
     from gpulab.engine.perf.timing import bench_config, measure
 

@@ -6,7 +6,7 @@
 
 Data-parallel training of the serial GPT (3.2 MB of float32 gradient) whose gradient
 synchronisation is Reduce to rank 0 followed by a broadcast
-(``gpulab.engine.training.reduce_bcast``), once with MPI_Bcast and once with gpulab's
+(``gpulab.workloads.reduce_bcast_training``), once with MPI_Bcast and once with gpulab's
 ``auto``, which decides from the cost model fitted on the same cluster (as experiment (d) of
 emulated_bcast.py). Each step is split into compute / reduce / broadcast, with a barrier
 between the phases so none absorbs another's waiting; the tables give the median over steps
@@ -51,7 +51,7 @@ def train_in_ranks(out: str, algorithm: str) -> None:
     from mpi4py import MPI
 
     from gpulab.bcast.auto import select
-    from gpulab.engine.training.reduce_bcast import train
+    from gpulab.workloads.reduce_bcast_training import train
 
     comm = MPI.COMM_WORLD
     params, records = train(comm, STEPS, algorithm, barriers=True)

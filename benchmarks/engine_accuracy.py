@@ -110,7 +110,7 @@ PNG = RESULTS / "engine_accuracy.png"
 sys.path.insert(0, str(ROOT))
 
 from gpulab.engine.perf.calibration import calibrated_on  # noqa: E402
-from gpulab.engine.perf.fit import FittedMachine  # noqa: E402
+from gpulab.engine.perf.fitted_machine import FittedMachine  # noqa: E402
 from gpulab.engine.perf.terms import stride  # noqa: E402
 from gpulab.engine.perf.trust import (  # noqa: E402
     COMPUTE_SHARE,
@@ -369,7 +369,7 @@ def repredict(paths: list[Path], overlap: str) -> list[str]:
     probe measured before ``probes.overlap_used``; its error and pick per setting, as the table gives them."""
     from dataclasses import replace
 
-    from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.engine.perf.fitted_machine import FittedMachine
 
     lines = []
     for path in paths:
@@ -419,9 +419,9 @@ def group_wait(paths: list[Path]) -> list[str]:
 
 def scored(rows: list[dict], machine) -> dict:
     """Measured rows priced on ``machine``: per overlap setting ("off", "on") the model's median error,
-    pick and rank correlation (``agreement.validate``)."""
+    pick and rank correlation (``pick_validation.validate``)."""
     from benchmarks.engine_grids import predict_row
-    from gpulab.engine.perf.agreement import validate
+    from gpulab.engine.perf.pick_validation import validate
 
     by_setting: dict = {}
     for r in rows:
@@ -434,7 +434,7 @@ def price(machine_path: Path, bench_path: Path) -> list[str]:
     runs that no accuracy record covers, such as arrays on a GPU: each grid's measured and predicted
     iteration, then the error and pick per overlap setting."""
     from benchmarks.engine_grids import predict_row
-    from gpulab.engine.perf.fit import load
+    from gpulab.engine.perf.fitted_machine import load
 
     machine, rows = load(machine_path), json.loads(bench_path.read_text())
     devices = sorted({r.get("device", "host") for r in rows})

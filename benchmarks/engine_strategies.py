@@ -5,7 +5,7 @@
     python benchmarks/engine_strategies.py report   # docs/results/engine_strategies.png + docs/axonn_vs_baselines.md
 
 One MPI job per world size: fit the performance model to this machine
-(``gpulab.engine.perf.fit``), let it pick each strategy's fastest grid
+(``gpulab.engine.perf.fitted_machine``), let it pick each strategy's fastest grid
 (``gpulab.engine.perf.live_plans.best_plans``: AxoNN, Megatron-LM TP x DP and TP x PP
 x DP, ZeRO-3, HSDP, DDP), then train a few iterations of each
 (``live_plans.measure_plan``) over ``--rounds`` interleaved rounds and keep each
@@ -53,7 +53,7 @@ def job(args) -> None:
     """Inside the MPI job: fit, pick, measure; rank 0 writes the JSON."""
     from mpi4py import MPI
 
-    from gpulab.engine.perf.fit import fit
+    from gpulab.engine.perf.fitted_machine import fit
     from gpulab.engine.perf.live_plans import best_plans, measure_plan
 
     comm = MPI.COMM_WORLD
@@ -149,7 +149,7 @@ def section(records) -> str:
              f"The strategies above, run for real on the engine: a GPT of {m['n_layer']} layers, width {m['n_embd']}, "
              f"{m['n_head']} heads, vocabulary {m['vocab_size']}, {first['batch']} sequences of {m['block_size']} "
              f"tokens per iteration, float32, overlap off. Per world size one MPI job fits the performance model to "
-             "the machine (`gpulab.engine.perf.fit`), lets it pick each strategy's fastest grid "
+             "the machine (`gpulab.engine.perf.fitted_machine`), lets it pick each strategy's fastest grid "
              "(`gpulab.engine.perf.live_plans.best_plans`; Megatron-LM once as TP x DP and once with a pipeline, "
              "`megatron-pp`, 2 micro-batches per stage, 1F1B; AxoNN's row is its best shape that no other strategy "
              "has, since its search includes all of theirs), then trains each grid for interleaved rounds of "

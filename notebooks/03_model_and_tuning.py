@@ -399,7 +399,7 @@ engines.stop()
 # abstract, CNTK's code) do not say how MVAPICH2-GDR ran it. The miniature
 # *assumes* that reduce + broadcast, so that a faster broadcast shortens every
 # iteration: `benchmarks/emulated_training.py` trains the serial GPT that way
-# on an emulated cluster (`gpulab.engine.training.reduce_bcast`), once with
+# on an emulated cluster (`gpulab.workloads.reduce_bcast_training`), once with
 # MPI_Bcast and once with `auto`; the recorded run is shown first
 # (`docs/emulated_training.md` has the command and the discussion), then a
 # short version runs live.
@@ -436,7 +436,7 @@ else:
 # set-up), made now: the broadcast model is fitted on them with ping-pongs
 # (`auto` decides from it), then the serial GPT trains `TRAIN_STEPS` steps
 # with MPI_Bcast and again with `auto`, through
-# `gpulab.engine.training.reduce_bcast.train` (the scoreboard's jobs run it;
+# `gpulab.workloads.reduce_bcast_training.train` (the scoreboard's jobs run it;
 # its code is below). Where this machine cannot make an emulated cluster (no
 # root, no user namespaces) the line below says so and the ranks run on this
 # machine: then there is no slow link, and `auto` has little to win.
@@ -452,7 +452,7 @@ else:
 # below prices that case.
 
 # %%
-show_code("engine/training/reduce_bcast.py", "train");
+show_code("workloads/reduce_bcast_training.py", "train");
 
 # %%
 from gpulab.scoreboard.jobs import Bench

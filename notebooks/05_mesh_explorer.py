@@ -71,7 +71,7 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # About 20 seconds: matmul and elementwise rates, how much slower a rank
 # computes when all ranks (and anything else) share the cores, and what each
 # collective costs right after a kernel, per group size
-# (`gpulab.engine.perf.fit`). It also runs three grids of the engine,
+# (`gpulab.engine.perf.fitted_machine`). It also runs three grids of the engine,
 # (1, N, 1, 1), (N, 1, 1, 1) and (1, 1, 1, N) of the model below, to calibrate
 # how long the ranks wait for each other at a col all-reduce, at a row
 # all-reduce and at the replicas' gradient all-reduce, which no timing of a

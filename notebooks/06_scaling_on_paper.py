@@ -266,8 +266,8 @@ print(f"perlmutter, {MODEL} on {WORLD} GPUs: communication only picks {tuple(onl
 
 # %%
 from gpulab.engine.gpt.config import GPTConfig
-from gpulab.engine.perf.agreement import spearman
-from gpulab.engine.perf.fit import FittedMachine
+from gpulab.engine.perf.fitted_machine import FittedMachine
+from gpulab.engine.perf.pick_validation import spearman
 from gpulab.scoreboard import recorded
 
 RECORDS = ["engine_grid_p4.json", "engine_grid_p8.json", "emulated_engine_100mbit.json"]

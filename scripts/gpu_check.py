@@ -208,7 +208,7 @@ def part_engine_model(until, state):
     import tempfile
 
     from benchmarks.engine_accuracy import scored
-    from gpulab.engine.perf.fit import load
+    from gpulab.engine.perf.fitted_machine import load
 
     if skip := missing("gpulab model fit"):
         return skip

@@ -27,17 +27,16 @@ from gpulab.backend import DEVICES
 from gpulab.cli import model_compare, model_memory
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.comm_only import comm_only_rank
-from gpulab.engine.perf.fit import FittedMachine
-from gpulab.engine.perf.fit import fit as fit_machine
+from gpulab.engine.perf.fitted_machine import FittedMachine
+from gpulab.engine.perf.fitted_machine import fit as fit_machine
 from gpulab.engine.perf.machines import MACHINES, machine
-from gpulab.engine.perf.predict import model_config, predict, rank
+from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, model_config, predict, rank
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
 from gpulab.lazy_mpi import lazy_mpi
 from gpulab.machines.resolver import ENV, resolve
 
 MPI = lazy_mpi(globals())
 
-DEFAULT_OVERLAP = "oar,ors,oag,buckets"
 DEFAULT_MACHINE = "perlmutter"
 MACHINE_HELP = (f"{', '.join(MACHINES)} (h100 = dgx-h100) or a fitted JSON "
                 f"(default: ${ENV}, else {DEFAULT_MACHINE})")
@@ -66,7 +65,7 @@ def add_parser(subparsers) -> None:
                        "(default: 512 sequences, or the world size if larger)")
         p.add_argument("--seq-len", type=int, default=None, help="default: the model's block size")
         p.add_argument("--overlap", default=DEFAULT_OVERLAP, help=f"none, all or a list (default {DEFAULT_OVERLAP})")
-        p.add_argument("--bucket-mb", type=float, default=64.0)
+        p.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB)
         p.add_argument("--no-recompute", action="store_true", help="keep all activations (no checkpointing)")
         p.add_argument("--no-flash", action="store_true", help="keep the T x T attention probabilities")
         p.add_argument("--json", action="store_true", help="print the predictions as JSON")

@@ -15,16 +15,11 @@ import json
 
 from gpulab.cli.checks import positive_int, usage_error
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.perf.compare import against_paper, assumptions, compare, paper_lines
+from gpulab.engine.perf.compare import DEFAULT_GLOBAL_BATCH, against_paper, assumptions, compare, paper_lines
 from gpulab.engine.perf.machines import MACHINES
-from gpulab.engine.perf.predict import model_config
+from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, model_config
 from gpulab.engine.strategies import TABLE
 from gpulab.machines.resolver import resolve
-
-# 1024 sequences of 2048 tokens (2.1 M tokens): the kit's default batch at 1024 GPUs; the paper's own
-# global batch for the 80B run is not stated in the material this kit was built from (docs/axonn_vs_baselines.md)
-DEFAULT_GLOBAL_BATCH = 1024
-DEFAULT_OVERLAP = "oar,ors,oag,buckets"
 
 
 def add_parser(sub) -> None:
@@ -38,7 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seq-len", type=positive_int, default=None, help="default: the model's block size")
     p.add_argument("--strategies", default=",".join(TABLE), help=f"subset of {','.join(TABLE)}")
     p.add_argument("--overlap", default=DEFAULT_OVERLAP, help=f"default {DEFAULT_OVERLAP}")
-    p.add_argument("--bucket-mb", type=float, default=64.0)
+    p.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB)
     p.add_argument("--distributed-optimizer", action="store_true",
                    help="shard AdamW's fp32 states over data replicas too (Megatron-LM's, ZeRO-1), every strategy")
     p.add_argument("--json", action="store_true", help="print the rows and assumptions as JSON")

@@ -21,9 +21,8 @@ from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.pipeline import SCHEDULES, check_pipeline
 from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.memory_model import KINDS, ZERO_STAGES, fit, machine_precision, memory_breakdown
-from gpulab.engine.perf.predict import model_config
+from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, model_config
 
-DEFAULT_OVERLAP = "oar,ors,oag,buckets"
 LABELS = {"weights": "weights", "gradients": "gradients", "optimizer": "optimizer state",
           "activations": "activations", "weight_cache": "gathered weights (overlap)",
           "working_set": "backward's working set", "comm_buffers": "communication buffers"}
@@ -46,7 +45,7 @@ def add_parser(sub) -> None:
     p.add_argument("--seq-len", type=positive_int, default=None, help="default: the model's block size")
     p.add_argument("--machine", default="perlmutter", help=f"one of {', '.join(MACHINES)}")
     p.add_argument("--overlap", default=DEFAULT_OVERLAP, help=f"none, all or a list (default {DEFAULT_OVERLAP})")
-    p.add_argument("--bucket-mb", type=float, default=64.0)
+    p.add_argument("--bucket-mb", type=float, default=DEFAULT_BUCKET_MB)
     p.add_argument("--no-flash", action="store_true", help="keep the T x T attention probabilities")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=main)

@@ -10,27 +10,27 @@
     gpulab train --mesh 2,1,1,2 --recompute selective --distributed-optimizer --sequence-parallel
     gpulab train --mesh 1,1,1,1 --pipe 2 --schedule interleaved --virtual-stages 2 --n-layer 4
 
-Outside an MPI job the command re-launches itself under ``mpiexec -n N``
-(``gpulab.launch.relaunch``); the loop itself is ``gpulab.engine.training.loop``.
+The flags become a ``TrainConfig`` (``gpulab.engine.training.config``), checked whole before
+anything launches; outside an MPI job the command then re-launches itself under ``mpiexec -n N``
+(``gpulab.launch.relaunch``), and every rank runs ``gpulab.engine.training.loop.train`` on it.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 
 from gpulab.backend import DEVICES
 from gpulab.cli.checks import nonnegative_float, nonnegative_int, output_path, positive_float, positive_int, usage_error
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine.gpt.config import GPTConfig
-from gpulab.engine.parallel.overlap import PROGRESS
-from gpulab.engine.parallel.pipeline import SCHEDULES, check_pipeline
+from gpulab.engine.parallel.overlap import PROGRESS, Overlap
+from gpulab.engine.parallel.pipeline import SCHEDULES
 from gpulab.engine.strategies import STRATEGIES, describe, pick_shape
 from gpulab.engine.training import checkpoint
+from gpulab.engine.training.config import NEW_MODEL, TrainConfig, TrainConfigError
 from gpulab.engine.training.loop import train
 from gpulab.launch import inside_mpi_job, relaunch, run_on_ranks
-
-# the model of a run that does not resume (the flags override each)
-NEW_MODEL = {"block_size": 64, "n_layer": 2, "n_head": 4, "n_embd": 64, "dtype": "float32"}
 
 # (flags, argparse keywords): one list drives the parser and the re-launch argv
 _OPTIONS = [
@@ -177,28 +177,41 @@ def main(args) -> int:
     if args.nprocs is not None and args.nprocs != n:
         raise SystemExit(f"gpulab train: -n {args.nprocs} does not match --mesh {','.join(map(str, shape))} "
                          f"--pipe {args.pipe} (row*col*depth*data*pipe = {n})")
-    check_stages(args, shape)
+    config = train_config(args, shape)
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress_mode == "mpich" else {}
         with topology_context(args):
             return relaunch(n, ["train", *_argv(args)], env=env)
-    return run_on_ranks(train, args, shape)
+    return run_on_ranks(train, config)
 
 
-def check_stages(args, shape) -> None:
-    """Refuse, before launching, stages that the model or the batch cannot feed (exit 2, one line)."""
-    if args.micro_batches is None:
-        args.micro_batches = args.pipe
-    _, _, depth, data = shape
-    slice_batch = args.batch_size // (depth * data) if args.batch_size % (depth * data) == 0 else None
+# TrainConfig's fields that are flags of the same name (the others: --mesh, --overlap, --no-progress)
+_SAME_NAME = [f.name for f in fields(TrainConfig) if f.name not in ("shape", "overlap", "progress_bar")]
+
+
+def train_config(args, shape) -> TrainConfig:
+    """The run the flags describe; values that cannot train together (stages the model or the batch
+    cannot feed, a grid that cannot split the model) end the command before launching: exit 2, one
+    line naming the flags."""
     try:
-        check_pipeline(args.n_layer, args.pipe, args.micro_batches, args.schedule, local_batch=slice_batch,
-                       virtual=args.virtual_stages)
+        overlap = Overlap.parse(args.overlap, progress=args.progress_mode, bucket_bytes=args.bucket_kb << 10)
     except ValueError as err:
-        usage_error(f"gpulab train: --pipe {args.pipe} --micro-batches {args.micro_batches}: {err}")
-    if args.sequence_parallel and args.block_size % shape[0]:
-        usage_error(f"gpulab train: --sequence-parallel: --block-size {args.block_size} must be divisible by "
-                    f"row ({shape[0]}): each row rank holds block-size/row positions")
+        usage_error(f"gpulab train: --overlap {args.overlap}: {err}")
+    try:
+        return TrainConfig(shape=shape, overlap=overlap, progress_bar=not args.no_progress,
+                           **{name: getattr(args, name) for name in _SAME_NAME})
+    except TrainConfigError as err:
+        usage_error(f"gpulab train: {' '.join(_flag(k, v) for k, v in err.values.items())}: {err.reason}")
+
+
+def _flag(field: str, value) -> str:
+    """A TrainConfig field and its value as the flag that sets it."""
+    if field == "shape":
+        return "--mesh " + ",".join(map(str, value))
+    if field == "progress_bar":
+        return "--no-progress"
+    flag = "--" + field.replace("_", "-")
+    return flag if isinstance(value, bool) else f"{flag} {value}"
 
 
 def resolve_model(args) -> None:

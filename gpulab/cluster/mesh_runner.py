@@ -18,7 +18,7 @@ from functools import cached_property
 from gpulab.cluster.bcast_runner import engine_devices
 from gpulab.engine import GPTConfig
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.perf.fit import FittedMachine, fit
+from gpulab.engine.perf.fitted_machine import FittedMachine, fit
 from gpulab.engine.perf.timing import measure
 from gpulab.launch import first_ranks
 from gpulab.lazy_mpi import lazy_mpi
@@ -68,8 +68,8 @@ class MeshRunner:
         return rows[0]
 
     def fit_machine(self, reps: int = 3, device: str = "host"):
-        """This computer fitted on all the engines (``gpulab.engine.perf.fit``), with arrays on ``device``:
+        """This computer fitted on all the engines (``gpulab.engine.perf.fitted_machine``), with arrays on ``device``:
         it prices the runs on that device."""
         raw = self.engines.run(_fit_on_engine, reps, device, timeout=self.timeout,
-                               what=f"perf.fit.fit(device={device!r})")[0]
+                               what=f"perf.fitted_machine.fit(device={device!r})")[0]
         return FittedMachine.from_dict(raw)

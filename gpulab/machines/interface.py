@@ -4,7 +4,7 @@ Three classes model different things and stay apart: the broadcast's
 Hockney machine (``gpulab.bcast.model.Machine``: per-message latency and
 bandwidth of two link levels, from a profile or a ping-pong fit), and the
 engine's machines (``gpulab.engine.perf.machines.GPUMachine`` from a profile,
-``gpulab.engine.perf.fit.FittedMachine`` fitted on this computer: compute,
+``gpulab.engine.perf.fitted_machine.FittedMachine`` fitted on this computer: compute,
 memory and collectives). ``Profile`` is what all three offer; ``LinkMachine``
 and ``ComputeMachine`` are everything the broadcast's and the engine's model
 read, so a new kind of machine knows what it must provide. ``isinstance``

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from gpulab.bcast.model import Machine, load_machine
 from gpulab.bcast.profiles import profile
-from gpulab.engine.perf.fit import load as load_fitted
+from gpulab.engine.perf.fitted_machine import load as load_fitted
 from gpulab.engine.perf.machines import machine as gpu_machine
 
 ENV = "GPULAB_MACHINE"

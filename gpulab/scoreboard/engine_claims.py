@@ -10,11 +10,10 @@ SHAPE_3D, SHAPE_1D = (2, 1, 2, 1), (4, 1, 1, 1)  # AxoNN's own 4-rank grid (row 
 # over all 4 ranks (Megatron-LM's TP4): the same tensor-parallel degree, in groups of 2 against one group of 4
 OVERLAP_SHAPE = (1, 1, 2, 2)  # depth and data: both kinds of collective that overlap can hide
 TENSOR_GROUPS = ("row", "col", "depth")
-PAPER_RUN = {"model": "gpt-80b", "world": 1024, "machine": "perlmutter",
-             "bucket_bytes": 64 << 20}  # gradient buckets as `gpulab model compare` sizes them by default
+PAPER_RUN = {"model": "gpt-80b", "world": 1024, "machine": "perlmutter"}
 
 # Each time below is the best of its rounds (other jobs only add time), yet repeated quick runs still move
-# ratios by tens of percent under load (docs/scoreboard.md): a margin separates a win from a tie, not noise.
+# ratios under load (docs/scoreboard.md has how far): a margin separates a win from a tie, not noise.
 GROUP_MARGIN = 0.10  # the 3D grid must spend at least 10% less time communicating
 HIDE_MIN = 0.20  # overlap must take at least a fifth of the exposed communication off the critical path...
 SLOWER_BY = 0.05  # ...without making the iteration more than 5% slower (hidden but paid for elsewhere)
@@ -22,10 +21,10 @@ STRATEGY_MARGIN = 0.05  # AxoNN's pick must beat each baseline's best grid by at
 
 
 def engine_fit(bench):
-    """The performance model's machine: fitted now (full), or this machine's recorded fit (quick: a fit of
-    4 ranks takes about half a minute on 2 busy cores)."""
+    """The performance model's machine: fitted now (full), or this machine's recorded fit (quick: a fit
+    is MPI probes on every rank, slow on busy cores)."""
     if bench.quick:
-        from gpulab.engine.perf.fit import FittedMachine
+        from gpulab.engine.perf.fitted_machine import FittedMachine
 
         try:
             name = f"engine_machine_p{RANKS}.json"
@@ -60,15 +59,14 @@ def _by_shape(rows):
 def paper_scale(bench) -> list[dict]:
     """``gpulab model compare`` at the paper's run: each strategy's best predicted configuration."""
     def run():
-        from gpulab.cli.model_compare import DEFAULT_GLOBAL_BATCH, DEFAULT_OVERLAP
         from gpulab.engine.parallel.overlap import Overlap
-        from gpulab.engine.perf.compare import compare
+        from gpulab.engine.perf.compare import DEFAULT_GLOBAL_BATCH, compare
         from gpulab.engine.perf.machines import machine
-        from gpulab.engine.perf.predict import model_config
+        from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, model_config
 
         return compare(model_config(PAPER_RUN["model"]), PAPER_RUN["world"], DEFAULT_GLOBAL_BATCH,
                        machine(PAPER_RUN["machine"]),
-                       Overlap.parse(DEFAULT_OVERLAP, bucket_bytes=PAPER_RUN["bucket_bytes"]))
+                       Overlap.parse(DEFAULT_OVERLAP, bucket_bytes=int(DEFAULT_BUCKET_MB * 2**20)))
     return bench.cached("paper scale", run)
 
 

@@ -73,7 +73,7 @@ def overlap_recorded() -> dict:
 
 
 def overlap_model(bench) -> dict:
-    from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.engine.perf.fitted_machine import FittedMachine
 
     fit = FittedMachine(**rec.read(f"engine_machine_p{RANKS}.json"))
     return overlap_predicted(fit, _recorded_overlap()[0], rec.source(f"engine_machine_p{RANKS}.json"))
@@ -90,7 +90,7 @@ def overlap_judge(v: dict, model: dict | None) -> tuple[str, str]:
 
 # (g) ---------------------------------------------------------------------------------------------------------
 def pick_value(rows: list[dict]) -> dict:
-    from gpulab.engine.perf.agreement import validate
+    from gpulab.engine.perf.pick_validation import validate
 
     v = validate(rows)
     return {k: v[k] for k in ("shapes", "spearman", "model_pick", "measured_best", "pick_over_best")}
@@ -121,7 +121,7 @@ def pick_model(bench) -> dict:
 
 
 def pick_judge(v: dict, model: dict | None) -> tuple[str, str]:
-    from gpulab.engine.perf.agreement import PICK_WITHIN
+    from gpulab.engine.perf.pick_validation import PICK_WITHIN
 
     ok = v["pick_over_best"] <= PICK_WITHIN
     return (HOLDS if ok else DOES_NOT_HOLD), (

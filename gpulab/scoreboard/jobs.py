@@ -123,7 +123,7 @@ class Bench:
 
     def engine_fit(self, ranks: int):
         """The performance model of the engine fitted on this machine's ``ranks`` ranks, once per run."""
-        from gpulab.engine.perf.fit import FittedMachine
+        from gpulab.engine.perf.fitted_machine import FittedMachine
 
         return self.cached(("engine", ranks), lambda: FittedMachine(
             **self.cli(ranks, ["model", "fit", "--reps", "1" if self.quick else "3"])))

@@ -2,7 +2,7 @@
 
 TASK is ``fit`` (the two-level ping-pong fit of ``gpulab.bcast.experiments``), ``times``
 (``measure_bcast`` of each [algorithm, bytes, options] point, ``auto`` included) or ``train``
-(``gpulab.engine.training.reduce_bcast.train`` once per broadcast algorithm); ARGS is JSON;
+(``gpulab.workloads.reduce_bcast_training.train`` once per broadcast algorithm); ARGS is JSON;
 rank 0 writes the result to OUT as JSON.
 """
 
@@ -48,7 +48,7 @@ def train(comm, args: dict):
     """Each broadcast trains the same steps; per step the slowest rank's compute + reduce + broadcast."""
     import numpy as np
 
-    from gpulab.engine.training.reduce_bcast import train as train_steps
+    from gpulab.workloads.reduce_bcast_training import train as train_steps
 
     out = {}
     for algorithm in args["algorithms"]:

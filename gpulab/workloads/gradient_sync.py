@@ -3,7 +3,7 @@
 CNTK, the framework of the broadcast paper's training result (Awan et al. 2018), sums gradients with an
 allreduce (its SimpleDistGradAggregator calls MPI_Allreduce or NCCL's all-reduce); the miniature *assumes*
 the MPI library runs that allreduce as a reduce followed by a broadcast, so that a better broadcast shortens
-every iteration. The measured version is ``gpulab.engine.training.reduce_bcast``.
+every iteration. The measured version is ``gpulab.workloads.reduce_bcast_training``.
 
     from gpulab.bcast.profiles import profile
     predicted_sync(553 << 20, 128, profile("kesch"))   # {"reduce_ms", "mpi_bcast_ms", "tuned_bcast_ms", ...}

@@ -5,12 +5,11 @@ import json
 import pytest
 
 from gpulab.cli import main
-from gpulab.cli.model_memory import DEFAULT_OVERLAP
 from gpulab.engine.parallel.collectives import wire_bytes
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.machines import machine
 from gpulab.engine.perf.memory_model import machine_precision, memory_breakdown
-from gpulab.engine.perf.predict import gpt_config
+from gpulab.engine.perf.predict import DEFAULT_OVERLAP, gpt_config
 
 ISSUE = ["model", "memory", "--model", "gpt-80b", "--mesh", "8,1,4,8", "--pipe", "4", "--micro-batches", "16",
          "--schedule", "1f1b", "--recompute", "full", "--zero", "1", "--global-batch", "1024",

@@ -6,10 +6,10 @@ from dataclasses import replace
 import pytest
 
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.perf.agreement import validate
 from gpulab.engine.perf.calibration import calibrated_on, calibration_shape, skipped, waits, waits_charged
-from gpulab.engine.perf.fit import FittedMachine
+from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.machines import machine as named_machine
+from gpulab.engine.perf.pick_validation import validate
 from gpulab.engine.perf.predict import predict, wait_s
 from gpulab.engine.perf.terms import comm_rows
 from gpulab.engine.perf.timing import bench_config

@@ -76,7 +76,7 @@ def test_ranking_covers_the_full_models_candidates_and_says_where_each_stands(ca
 def test_a_machine_fitted_here_gives_each_group_its_fitted_all_reduce_rate():
     """No bandwidth table: a group's rate is the ring all-reduce's wire bytes over the fitted seconds per byte."""
     from gpulab.engine.perf.comm_only import wire_bandwidth
-    from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.engine.perf.fitted_machine import FittedMachine
     from gpulab.engine.perf.machines import ring
     from tests.engine.util import tiny_config
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.engine import grid_shapes
-from gpulab.engine.perf.fit import FittedMachine
+from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.probes import collective_key, group_layouts, strided_group
 from gpulab.engine.perf.terms import stride
 
@@ -154,7 +154,7 @@ def test_the_wait_at_the_gradient_norm_is_read_from_the_timeline_and_priced_by_t
     import json
 
     from benchmarks.engine_accuracy import by_sync, runs, sync_call
-    from gpulab.engine.perf.fit import FittedMachine
+    from gpulab.engine.perf.fitted_machine import FittedMachine
 
     record = json.loads((ROOT / "docs" / "results" / "engine_accuracy_1x4_machine_run1.json").read_text())
     machine = FittedMachine.from_dict(record["machine"])

@@ -4,7 +4,7 @@ whose bytes per group are the volume model's (``gpulab.engine.perf.live_plans``)
 import pytest
 
 from gpulab.engine.perf.compare import evaluate
-from gpulab.engine.perf.fit import FittedMachine
+from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.live_plans import best_plans, configurations, live_names
 from gpulab.engine.strategies import strategy_of
 from tests.engine.live_plans_cases import BATCH, CFG

@@ -17,7 +17,7 @@ import pytest
 
 from gpulab.engine import grid_shapes
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.perf.fit import FittedMachine, load
+from gpulab.engine.perf.fitted_machine import FittedMachine, load
 from gpulab.engine.perf.flops import model_flops, params_count, rank_work
 from gpulab.engine.perf.machines import MACHINES, machine, ring
 from gpulab.engine.perf.predict import GPT_SIZES, candidate_shapes, gpt_config, predict, rank

@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from gpulab.engine.perf.fit import FittedMachine
+from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.trust import LIMITS, combine, conditions, fit_to_fit, stolen, verdict
 
 

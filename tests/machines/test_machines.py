@@ -8,7 +8,7 @@ from gpulab.bcast import tuning
 from gpulab.bcast.fit import _lsq, fit_machine
 from gpulab.bcast.model import Machine, dumps
 from gpulab.bcast.profiles import PROFILES, profile
-from gpulab.engine.perf.fit import FittedMachine
+from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.machines import MACHINES, GPUMachine, machine
 from gpulab.engine.perf.probes import fit_line
 from gpulab.machines.interface import ComputeMachine, LinkMachine, Profile

@@ -95,6 +95,15 @@ def test_the_broadcast_never_imports_the_workloads():
                 and any(t.startswith("gpulab.workloads") for t in graph[m])]
 
 
+def test_the_engine_imports_neither_the_broadcast_nor_the_workloads():
+    """The engine and the broadcast are side by side; a workload that uses both (reduce + broadcast
+    training) sits above them, in gpulab.workloads."""
+    graph = _imports()
+    wrong = {m: sorted(t for t in targets if _within(t, ["gpulab.bcast", "gpulab.workloads"]))
+             for m, targets in graph.items() if _within(m, ["gpulab.engine"])}
+    assert not {m: t for m, t in wrong.items() if t}
+
+
 def test_no_public_name_of_the_broadcast_is_shadowed_by_a_module():
     """``from gpulab.bcast import select`` must give the function even after the module that defines
     it was imported (Python binds an imported submodule to its package under the module's name)."""
@@ -105,6 +114,16 @@ def test_no_public_name_of_the_broadcast_is_shadowed_by_a_module():
 
 def _within(module: str, packages) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+def test_the_command_line_sits_on_top():
+    """``gpulab.cli`` parses and prints: the library never imports it (at the top or inside a function)."""
+    graph = _imports()
+    assert "gpulab.engine.training.loop" in graph["gpulab.cli.train"]  # the graph sees the command's imports
+    upward = {m: sorted(t for t in targets if _within(t, ["gpulab.cli"]))
+              for m, targets in graph.items() if not _within(m, ["gpulab.cli"])}
+    upward = {m: t for m, t in upward.items() if t}
+    assert not upward, f"modules below the command line that import it (move what they use into the library): {upward}"
 
 
 # The floor: what every MPI rank and the emulated cluster's keeper import, beneath everything else.

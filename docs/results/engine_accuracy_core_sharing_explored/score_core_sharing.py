@@ -25,9 +25,9 @@ from benchmarks.engine_accuracy import PICK, TARGET, overlap_setting  # noqa: E4
 from benchmarks.engine_grids import predict_row  # noqa: E402
 from gpulab.engine import GPTConfig  # noqa: E402
 from gpulab.engine.perf import predict as model  # noqa: E402
-from gpulab.engine.perf.agreement import validate  # noqa: E402
 from gpulab.engine.perf.calibration import calibrated_on  # noqa: E402
-from gpulab.engine.perf.fit import FittedMachine  # noqa: E402
+from gpulab.engine.perf.fitted_machine import FittedMachine  # noqa: E402
+from gpulab.engine.perf.pick_validation import validate  # noqa: E402
 from gpulab.engine.perf.terms import comm_rows, stride  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"

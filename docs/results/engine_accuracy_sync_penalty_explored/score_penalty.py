@@ -23,7 +23,7 @@ from benchmarks.engine_accuracy import overlap_setting  # noqa: E402
 from benchmarks.engine_grids import predict_row  # noqa: E402
 from gpulab.engine import GPTConfig  # noqa: E402
 from gpulab.engine.parallel.overlap import Overlap  # noqa: E402
-from gpulab.engine.perf.fit import FittedMachine  # noqa: E402
+from gpulab.engine.perf.fitted_machine import FittedMachine  # noqa: E402
 from gpulab.engine.perf.terms import comm_rows  # noqa: E402
 
 share = {2: float(sys.argv[1]), 4: float(sys.argv[2]), 8: float(sys.argv[3])}

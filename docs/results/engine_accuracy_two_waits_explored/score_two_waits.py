@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.engine_accuracy import TARGET, overlap_setting  # noqa: E402
 from benchmarks.engine_grids import predict_row  # noqa: E402
-from gpulab.engine.perf.fit import FittedMachine  # noqa: E402
+from gpulab.engine.perf.fitted_machine import FittedMachine  # noqa: E402
 
 SETTINGS = ("1x4_machine", "1x8_machine", "2x2_block_100mbit", "2x2_round-robin_100mbit", "2x2_block_1gbit",
             "2x2_round-robin_1gbit", "4x2_block_100mbit", "4x2_round-robin_100mbit", "4x2_block_1gbit",

@@ -13,7 +13,8 @@ residual stream x (b, T, C/col), copied over row; QKV and FC1 are plain 3D
 layers (out split over row), attention-out and FC2 transposed ones (back to
 C/col); attention runs on the row's n_head/row heads; the tied wte is a plain
 layer [V/row, C/col] used twice (vocab-parallel lookup, LM head). Backward
-mirrors forward call by call (one transformer block's both: ``block``). Gradients go to a ``GradSync``
+mirrors forward call by call (one pipeline stage's both: ``stage``; one
+transformer block's: ``block``). Gradients go to a ``GradSync``
 (``overlap_grads``), which sums weight shards over data and every copied
 parameter (biases, LayerNorm, wpe) over depth x data: after backward, or in
 buckets during it. ``overlap`` (``gpulab.engine.parallel.overlap.Overlap``) switches
@@ -72,18 +73,15 @@ from contextlib import contextmanager
 
 from gpulab.backend import array_module, to_device, to_host
 from gpulab.engine.gpt.config import accum_dtype, squared_sum
-from gpulab.engine.gpt.model import WPE, WTE, ModelCache
+from gpulab.engine.gpt.model import WPE, WTE
 from gpulab.engine.parallel import block as one_block
 from gpulab.engine.parallel import collectives as coll
-from gpulab.engine.parallel import p2p
-from gpulab.engine.parallel import tp_layers as TP
-from gpulab.engine.parallel.memory import block_sizes
+from gpulab.engine.parallel import p2p, stage
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.parallel.overlap_grads import BucketLayout, GradSync, grad_order
 from gpulab.engine.parallel.overlap_weights import WeightFetcher, backward_uses, forward_uses
 from gpulab.engine.parallel.pipeline import check_pipeline, chunk_layers, schedule, stage_params, stage_uses
 from gpulab.engine.parallel.pipeline_step import GradAccumulator, neighbours, run_micro_batches
-from gpulab.engine.parallel.sequence import all_gather_seq, local_positions
 from gpulab.engine.parallel.shards import assemble, local_piece, owns, param_specs
 from gpulab.engine.parallel.timeline import phase
 from gpulab.engine.parallel.tp3d import Linear3D
@@ -271,42 +269,9 @@ class ParallelGPT:
                      for v, layers in enumerate(self.chunks)]
         return [u for op, _, *rest in ops for u in per_chunk[rest[0] if rest else 0][op == "B"]]
 
-    def stage_forward(self, idx, fetch: WeightFetcher | None = None, x=None, chunk: int = 0):
-        """This stage's forward of one micro-batch through its model chunk ``chunk`` (one unless
-        interleaved): token ids (the model's first chunk) or the previous chunk's output ``x`` in;
-        logits (the last chunk) or the residual stream out, and the ``ModelCache`` for the backward
-        (fields of parts it does not hold are None)."""
-        fetch = fetch or self._fetcher(self._uses([("F", 0, chunk)]))
-        params, m, lin = self.params, self.mesh, self.linears
-        C, T = self.config.n_embd, idx.shape[1]
-        c_tok = c_lnf = c_head = None
-        if self._starts(chunk):
-            x, c_tok = TP.embedding_forward(idx, fetch.get(WTE), self.vocab_lo, m.row_comm,
-                                            self.sequence_parallel)  # (b, T, C/c); SP: (b, T/R, C/c)
-            x = x + params[WPE][self._positions(T)]  # wpe is split over col like x
-        blocks = []
-        for i in self.chunks[chunk]:
-            x_in = x
-            x, block = self._block_forward(i, x, fetch.get)
-            if self.recompute == "full":  # keep the input; backward rebuilds the cache (its working set)
-                self.rebuilt_block = block_sizes(self, block)
-            blocks.append(x_in if self.recompute == "full" else block)
-        if self._ends(chunk):
-            xf, c_lnf = TP.layernorm_forward(
-                x, params["transformer.ln_f.weight"], params["transformer.ln_f.bias"], m.col_comm, C)
-            x, c_head = lin[WTE].forward(xf, params[WTE], W=fetch.get(WTE))  # logits (b, T, V/R)
-        return x, ModelCache(c_tok, blocks, c_lnf, c_head)
-
-    def _positions(self, T: int) -> slice:
-        """The positions of the residual stream this rank holds: all, or its T/row with SP."""
-        return local_positions(T, self.mesh.row_comm) if self.sequence_parallel else slice(0, T)
-
-    _block_forward = one_block.forward  # one transformer block: its forward and cache (``block``)
-    _block_backward = one_block.backward
-
-    def stage_loss(self, logits, targets):
-        """The last stage's cross-entropy of one micro-batch, summed over its tokens, and its cache."""
-        return TP.cross_entropy_forward(logits, targets, self.vocab_lo, self.mesh.row_comm)
+    # one pipeline stage on one micro-batch (``stage``), and one transformer block inside it (``block``)
+    stage_forward, stage_loss, stage_backward = stage.forward, stage.loss, stage.backward
+    _block_forward, _block_backward = one_block.forward, one_block.backward
 
     def _global_loss(self, loss_sum, n_tokens):
         xp = array_module(self._any_param)
@@ -396,51 +361,6 @@ class ParallelGPT:
             else:
                 self.grads[n] = summed.reshape(self.grads[n].shape)
             offset += part.size
-
-    def stage_backward(self, T, dloss, cache: ModelCache, c_ce, fetch, sync, dy=None, chunk: int = 0):
-        """This stage's backward of one micro-batch, in exact reverse order of ``stage_forward``;
-        gradients go to ``sync`` as they appear. ``dy``: the next stage's gradient of this
-        stage's output (None on the last stage, which starts from the loss). Returns the
-        gradient of the input (to send back; None on the first stage) and of the tied wte
-        block held here (None where the stage holds no wte), not yet reduce-scattered."""
-        lin, ov = self.linears, self.overlap
-        m = self.mesh
-
-        def linear(name, dy, cache):
-            dx, d = lin[name + ".weight"].backward(dy, cache, W=fetch.get(name + ".weight"),
-                                                   oar=ov.oar, ors=ov.ors)
-            put(name, d)
-            return dx
-
-        def put(prefix, dparams):
-            for key, value in dparams.items():
-                sync.add(f"{prefix}.{key}", value)
-
-        dwte = None
-        dx = dy
-        if self._ends(chunk):
-            dlogits, _ = TP.cross_entropy_backward(dloss, c_ce)
-            dxf, d = lin[WTE].backward(dlogits, cache.logits, scatter=False, W=fetch.get(WTE),
-                                       oar=ov.oar)  # keep the block: wte is tied
-            dwte = d["weight"]
-            dx, d = TP.layernorm_backward(dxf, cache.lnf)
-            put("transformer.ln_f", d)
-        for i, block in zip(reversed(self.chunks[chunk]), reversed(cache.blocks)):
-            if self.recompute == "full":  # the block's forward again, from its saved input
-                with phase("recompute", block=i):
-                    _, block = self._block_forward(i, block, fetch.get)
-            dx = self._block_backward(i, dx, block, linear, put)
-        if not self._starts(chunk):
-            return dx, dwte
-        xp = array_module(dx)
-        dwpe = xp.zeros_like(self.params[WPE])
-        dwpe[self._positions(T)] = dx.sum(axis=0)  # (T, C/c); SP: this rank's positions, summed over row later
-        sync.add(WPE, dwpe)
-        if self.sequence_parallel:
-            dx = all_gather_seq(dx, m.row_comm)  # the vocabulary slice's rows take every position's gradient
-        _, d = TP.embedding_backward(dx, cache.encoded)
-        dwte = d["weight"] if dwte is None else dwte + d["weight"]  # one reduce-scatter for both uses
-        return None, dwte
 
     def grad_norm(self) -> float:
         """Global L2 norm of the full gradient, each value counted once across the grid."""

@@ -2,9 +2,9 @@
 
 The fit times each collective with every rank starting it together. In training the ranks reach a
 row or col all-reduce out of step, after a layer's work, and on ranks that share cores the first to
-arrive spin on the cores the others still compute on: on one 2-core machine at 8 ranks the engine's
-tensor all-reduces took 3.3-3.7x the fit's price in grids without a depth dimension
-(docs/engine_model_accuracy.md), a wait no microbenchmark of the call alone shows. So the fit
+arrive spin on the cores the others still compute on: the engine's tensor all-reduces then take
+several times the fit's price (docs/engine_model_accuracy.md has the runs), a wait no
+microbenchmark of the call alone shows. So the fit
 measures three grids of the engine's reference model (each twice, at its start and at its end, the
 faster kept), and what each iteration took beyond the model is a wait:
 
@@ -17,18 +17,17 @@ faster kept), and what each iteration took beyond the model is a wait:
 The model charges a col (row) all-reduce over g ranks (g - 1) / (W - 1) of that group's wait, as a
 ring's steps grow, and the gradient all-reduce over a data group of any size the whole data wait,
 once an iteration however many buckets carry it: the replicas drift apart over a whole backward
-with nothing between them to keep them in step, and charged whole whatever the group's size it priced
+with nothing between them to keep them in step, and charged whole whatever the group's size it prices
 the recorded runs better than scaled as a ring's steps (docs/results/engine_accuracy_data_wait_explored/).
-The three grids are left out when the model is scored (``agreement.validate``), so the other
+The three grids are left out when the model is scored (``pick_validation.validate``), so the other
 grids stay out of sample.
 
 Why a wait per group: the kinds of call wait differently. A col all-reduce follows a layer's matmuls
-on every rank; a row all-reduce sits where the ranks are already in step. Charging row calls the col
-grid's wait priced (8, 1, 1, 1) 42% long on one machine at 8 ranks, and on the emulated clusters,
-where a col group crosses the links, it made the picks at 2 x 2 block, 100 Mbit/s, 1.15-1.18 (its
-row groups wait nothing there: 0.0-0.1 ms a call). Without a data wait every grid with data
-parallelism came out 10-20 ms short at 4 x 2, 1 Gbit/s, where the fastest grids are data-parallel
-(docs/engine_model_accuracy.md has the runs).
+on every rank; a row all-reduce sits where the ranks are already in step (on the emulated clusters,
+where a col group crosses the links, row groups wait next to nothing). Charged the col grid's wait,
+row calls price row-heavy grids long and the picks get worse; without a data wait every grid with
+data parallelism comes out short, and on fast links the fastest grids are data-parallel
+(docs/engine_model_accuracy.md has the runs and their numbers).
 """
 
 from __future__ import annotations
@@ -52,11 +51,11 @@ def calibration_shape(world: int, group: str = "col") -> tuple[int, int, int, in
 
 def calibrated_on(machine) -> list[tuple[int, int, int, int]]:
     """The grids a fitted ``machine`` measured itself, which scoring it leaves out ([] where it charges no
-    wait: older fits on several nodes, named machines)."""
+    wait: a fit not calibrated, a named machine)."""
     found = {g: getattr(machine, field, None) for g, field in FIELDS.items()}
     if not any(found.values()):
         return []
-    # older fits calibrated only col (row_wait, data_wait None), or col and row (data_wait None)
+    # a fit may hold waits of some groups only (the others None): their grids alone were measured
     return [calibration_shape(machine.ranks, g) for g, wait in found.items() if wait is not None]
 
 
@@ -85,8 +84,8 @@ def skipped(world: int, config: GPTConfig) -> str:
 def measure_grids(comm, device: str = "host") -> dict | None:
     """Collective: one iteration of each calibration grid (the median of ``ITERS``), {group: s} on rank 0;
     None where the fit does not calibrate (``skipped``) and on the other ranks. The fit measures them
-    twice, at its start and at its end, and keeps the faster: one measurement came out 1.8x and 2.6x
-    the other fits' (and the benchmark's own) in two jobs of six, at 4 and at 8 ranks."""
+    twice, at its start and at its end, and keeps the faster: a single measurement can come out far
+    slower than other fits' and the benchmark's own (docs/engine_model_accuracy.md)."""
     from gpulab.engine.perf.timing import bench_config, measure
 
     config = bench_config()

@@ -12,7 +12,7 @@ terms twice), in bf16 bytes, over the bandwidth that the machine's table
 gives that group (``Machine.bandwidth``: AxoNN's measured table where the
 profile has one, keyed by the group's size and by how many ranks apart its
 members sit; else the link's bandwidth), summed over the groups and times
-the layers; a machine fitted here (``fit.FittedMachine``, no table) gives
+the layers; a machine fitted here (``fitted_machine.FittedMachine``, no table) gives
 each group the rate its fitted all-reduce sends at (``wire_bandwidth``).
 No latency, no computation, no overlap: what the full model (``predict``)
 adds. Shapes must split the model and the batch, and fit in

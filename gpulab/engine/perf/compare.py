@@ -43,6 +43,9 @@ from gpulab.engine.perf.terms import activation_bytes, state_bytes
 from gpulab.engine.strategies import TABLE, describe, lookup, shapes_for
 
 SYNC_GROUPS = ("data", "batch")  # the gradient synchronisation, once per iteration
+# 1024 sequences of 2048 tokens (2.1 M tokens): the kit's default batch at 1024 GPUs; the paper's own
+# global batch for the 80B run is not stated in the material this kit was built from (docs/axonn_vs_baselines.md)
+DEFAULT_GLOBAL_BATCH = 1024
 
 
 def powers_of_two(limit: int) -> list[int]:

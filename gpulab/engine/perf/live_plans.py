@@ -1,6 +1,6 @@
 """AxoNN against its baselines on this machine: each strategy's best grid, predicted, then measured.
 
-    machine = fit(comm)                                   # gpulab.engine.perf.fit, inside an MPI job
+    machine = fit(comm)                                   # gpulab.engine.perf.fitted_machine, inside an MPI job
     plans = best_plans(cfg, world=4, batch_size=16, machine=machine)   # no MPI: the model only
     rows = [measure_plan(comm, cfg, p, batch_size=16) for p in plans]  # every rank; rows on rank 0
 

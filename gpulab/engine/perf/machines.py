@@ -20,7 +20,7 @@ reduce-scatter half that. Its link is the node's if the group fits in one
 node (stride * size <= GPUs per node), else the network's. Concurrent groups
 are assumed not to share links (each GPU has its own NIC on these machines).
 The machine fitted on this computer by measurement is
-``gpulab.engine.perf.fit.FittedMachine``; both offer what the model reads
+``gpulab.engine.perf.fitted_machine.FittedMachine``; both offer what the model reads
 (``gpulab.machines.interface.ComputeMachine``).
 """
 

@@ -57,6 +57,11 @@ from gpulab.engine.perf.machines import NONBLOCKING
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
 
+# What the model prices by default at scale, AxoNN's way of training: every overlap but the weight cache,
+# gradients in buckets of 64 MiB (``gpulab model`` takes both as its defaults)
+DEFAULT_OVERLAP = "oar,ors,oag,buckets"
+DEFAULT_BUCKET_MB = 64.0
+
 # GPT sizes of the AxoNN experiments (Megatron-AxoNN examples/launch_per_comm_model.py,
 # model_configs); vocabulary 51200 as Megatron-LM's scaling runs pad GPT-2's 50257
 GPT_SIZES = {"gpt-5b": (24, 4096, 32), "gpt-10b": (32, 5120, 40), "gpt-20b": (32, 7168, 56),
@@ -97,7 +102,7 @@ def _compute_parts(config, shape, batch_size, T, machine, recompute):
 def group_wait_share(group_size: int, ranks: int) -> float:
     """The share of a wait calibrated on a group of all ``ranks`` that a group of ``group_size`` pays:
     (g - 1) / (p - 1), linear in the other ranks it waits for. Its square, its 1.5th power, log g / log p
-    and nothing below p, tried on the recorded runs, met the targets in fewer of them
+    and nothing below p meet the targets in fewer of the recorded runs
     (`python benchmarks/engine_accuracy.py group-wait`)."""
     return (group_size - 1) / (ranks - 1)
 
@@ -137,8 +142,8 @@ def predict(config, shape, batch_size: int, machine, overlap=None, *, seq_len: i
     for row in comm_rows(config, shape, batch_size, T, overlap, distributed_optimizer=distributed_optimizer):
         count = row["count"] * (2 if recompute and row["phase"] == "forward" else 1)
         # the data-parallel buckets are in flight together (each started as backward fills it): one
-        # call's latency over all their bytes, each bucket its share; priced one by one, 8 ranks on 2
-        # cores paid 7 latencies of ~3 ms that the engine's timeline did not show
+        # call's latency over all their bytes, each bucket its share; priced one by one, each bucket
+        # would pay a latency of its own that the engine's timeline does not show
         whole = row["count"] if row["kind"] == "DP" else 1
         # what overlaps is issued non-blocking (MPI_Iallreduce...), whose algorithms MPICH selects apart
         op = row["op"] if row["kind"] is None else NONBLOCKING[row["op"]]

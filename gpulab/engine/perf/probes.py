@@ -1,4 +1,4 @@
-"""The microbenchmarks ``fit.fit`` makes this computer's model from, each with its arrays where the
+"""The microbenchmarks ``fitted_machine.fit`` makes this computer's model from, each with its arrays where the
 runs it will price keep them (``device``: host numpy, CuPy on each rank's GPU, or the fake device).
 
 - compute: rank 0 alone (the others sleep) times matmuls of several sizes
@@ -12,19 +12,19 @@ runs it will price keep them (``device``: host numpy, CuPy on each rank's GPU, o
   on fewer cores; a rank waiting in MPI spins) and with whatever else runs.
   ``share`` = (a compute loop on all ranks at once) / (the same loop on one
   rank alone), the best of several pairs, says how much the sharing costs
-  (it multiplied every compute time in fits made before the profile ran on
-  every rank);
+  (it multiplies every compute time of a fit whose profile ran on rank 0
+  alone, ``contended`` False);
 - collectives: for each op and each group size g dividing p, the ranks form
   p/g groups that all run the collective together, each call right after a
   short compute kernel, as in training: its cost is the time it adds to the
   kernel (on shared cores that includes waiting for the peers to be
   scheduled, which back-to-back collectives never see), timed per (op, g)
-  at 1 KiB .. 4 MiB. The model interpolates these points (``fit``);
+  at 1 KiB .. 4 MiB. The model interpolates these points (``fitted_machine``);
   each also as its non-blocking twin started and waited for at once (key "iop/g[@s]": the
   MPI_Iallreduce, MPI_Iallgather and MPI_Ireduce_scatter_block the engine issues when it overlaps),
-  because MPICH selects those algorithms apart from the blocking ones: on the emulated 2 x 2 cluster,
-  round-robin placement, 1 Gbit/s, a 6 MiB MPI_Iallreduce over all ranks took 1.6x MPI_Allreduce, and
-  on 4 x 2, block placement, 0.6x (docs/engine_model_accuracy.md);
+  because MPICH selects those algorithms apart from the blocking ones: on the emulated clusters a large
+  MPI_Iallreduce over all ranks is slower than MPI_Allreduce on one placement and faster on another
+  (docs/engine_model_accuracy.md);
   With ``strided`` also per stride s > 1 (members s ranks apart, key
   "op/g@s"): on a cluster of nodes these groups cross the links while the
   contiguous ones stay inside a node, and the engine's groups have strides
@@ -99,12 +99,12 @@ def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5, devi
 
     The rates come from kernels at their best (large matmuls, contiguous arrays, one rank alone); the
     engine's step also runs small matmuls, transposes and Python between them, and an optimizer step,
-    which the rates do not see: on a 2-core machine it took 5 ms + 3.1 ms per sequence of the reference
-    GPT where the rates said 1.45 ms per sequence. Simulators of training profile a model's own
-    operations on one device for the same reason. Here every rank runs the serial step of the kit's
-    reference GPT (``timing.bench_config``) at ``batches`` sequences at the same time, as in training,
-    where the ranks compute on shared cores: timed that way the step came out within 7% over four
-    repetitions, where rank 0's step alone times the kernel loop's ``share`` moved by 40%. The mean over
+    which the rates do not see, so it takes a fixed cost and about twice the rates' time per sequence
+    (docs/engine_model_accuracy.md). Simulators of training profile a model's own operations on one
+    device for the same reason. Here every rank runs the serial step of the kit's reference GPT
+    (``timing.bench_config``) at ``batches`` sequences at the same time, as in training, where the
+    ranks compute on shared cores: timed that way the step repeats closely, where rank 0's step alone
+    times the kernel loop's ``share`` moves a lot from run to run. The mean over
     ranks gives a line t = a + b x sequences: ``scale`` = b / the rates' time per sequence multiplies the
     work (matmuls, elementwise), ``kernel_overhead`` = a / the step's array operations is the fixed cost
     of each; both include the sharing of the cores (``contended``)."""
@@ -288,13 +288,11 @@ def node_ranks_and_cores(comm) -> tuple[int, int]:
 def overlap_used(measured: dict, node_ranks: int, node_cores: int) -> tuple[dict, str]:
     """The overlap efficiency the model uses per progress mode, and why, from the probe's ``measured``.
     Where a node's ranks outnumber its cores, the copies, reductions and polling of a collective in
-    flight run on the cores the compute needs: overlap hides nothing, 0 for every mode. Measured so
-    on 4 and 8 ranks of one 2-core machine (the probe moved from fit to fit, 0 to 0.44; overlapping
-    cost 0.5-2.5 ms a window, benchmarks/overlap_loss.py; the engine's iterations with overlap on
-    took as long as with it off), and on 2 emulated nodes of 2 ranks at 1 Gbit/s, each node on its
-    own core, where the probe measured 0.06-0.49 and the model priced with it predicted the
-    iterations with overlap on 16% and 24% too short (median over grids, two runs), with 0 13% and
-    18% (docs/engine_model_accuracy.md): a probe value above 0 predicted gains that did not come."""
+    flight run on the cores the compute needs: overlap hides nothing, 0 for every mode. So the runs
+    show, on one machine whose ranks outnumber its cores and on emulated nodes of one core each: the
+    probe moves from fit to fit, overlapping costs time of its own (benchmarks/overlap_loss.py), the
+    engine's iterations take as long with overlap on as off, and a probe value above 0 predicts gains
+    that do not come (docs/engine_model_accuracy.md has the numbers)."""
     if node_ranks > node_cores:
         text = ", ".join(f"{mode} {eta:.2f}" for mode, eta in measured.items())
         return ({mode: 0.0 for mode in measured},

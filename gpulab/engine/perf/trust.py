@@ -11,8 +11,8 @@ the predictions inherit it. Three signs of that can be had for free: the
 repetitions of each timed collective disagree (``spread``), two fits of the
 same machine disagree (``fit_to_fit``), and the load average at the end of
 the fit exceeds the job's own ranks, or the hypervisor stole CPU time. The
-limits are where the engine benchmarks' errors grew past 10%
-(docs/engine_model_accuracy.md has the runs they come from).
+limits are where the engine benchmarks' errors grow large
+(docs/engine_model_accuracy.md has the runs they come from, and their errors).
 """
 
 from __future__ import annotations
@@ -21,9 +21,8 @@ import os
 import statistics
 
 LIMITS = {"spread": 0.5, "fit_to_fit": 0.25, "other_load_per_core": 0.5, "steal": 0.10}
-# on ranks sharing cores, predictions whose compute is at least this share of the iteration were off by a median
-# of 5.8% on the emulated clusters and 12.6% on one machine in the recorded runs, those below it by 5.1%
-# (docs/engine_model_accuracy.md): compute and short collectives move with the scheduler
+# on ranks sharing cores, predictions whose compute is at least this share of the iteration are off by more than
+# those below it (docs/engine_model_accuracy.md): compute and short collectives move with the scheduler
 COMPUTE_SHARE = 0.2
 
 
@@ -105,8 +104,8 @@ def caveat(machine, compute_s: float, iter_s: float, overlap=None) -> str | None
     """A warning for one prediction on a fitted machine whose ranks share cores (None otherwise, and on
     machine profiles): when its compute is ``COMPUTE_SHARE`` of the iteration or more, and when it
     overlaps communication where the fit priced overlap as hiding nothing because a node's ranks
-    share its cores (``probes.overlap_used``), since the engine measured overlapping there anywhere
-    from 22% faster to 24% slower than not (docs/engine_model_accuracy.md)."""
+    share its cores (``probes.overlap_used``), since overlapping there measures anywhere from faster to
+    slower than not (docs/engine_model_accuracy.md)."""
     ranks, cores = getattr(machine, "ranks", 0), getattr(machine, "cores", 0)
     notes = []
     if compute_bound_on_shared_cores(ranks, cores, compute_s, iter_s):

@@ -1,1 +1,3 @@
-"""Training the GPT: optim (AdamW, loss scaling, a step), checkpoint (save/load on any grid), loop (gpulab train)."""
+"""Training the GPT: config (TrainConfig, what a run is), loop (running one on every rank), report (its
+summary), optim (AdamW, loss scaling, a step), zero1 (the distributed optimizer), checkpoint (save/load on
+any grid)."""

@@ -12,7 +12,7 @@ broadcast algorithm matters, and per-layer messages on an emulated link would
 measure Python's per-call overhead more than the broadcast. The cost model's
 price of the same synchronisation at scale is ``gpulab.workloads.gradient_sync``.
 
-    from gpulab.engine.training.reduce_bcast import train
+    from gpulab.workloads.reduce_bcast_training import train
     params, steps = train(comm, steps=5, algorithm="mpi")   # steps: [{"loss", "compute_s", "reduce_s", "bcast_s"}]
 """
 

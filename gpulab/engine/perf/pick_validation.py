@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 PICK_WITHIN = 1.10  # the model's pick counts as right when it measures within 10% of the measured best
-# (benchmarks/engine_grids.py's criterion since its first record): near-ties between grids are not mistakes
+# (benchmarks/engine_grids.py's criterion too): near-ties between grids are not mistakes
 
 
 def spearman(a, b) -> float:

@@ -59,31 +59,30 @@ class FittedMachine:
     usable_memory: float = 0.9
     host_progress: bool = True
     sources: dict = field(default_factory=dict)
-    # "op/g" -> [[bytes, s], ...] as timed; fits saved before they were kept have none (the line is used)
+    # "op/g" -> [[bytes, s], ...] as timed; a fit file without them is priced by the line
     collective_points: dict = field(default_factory=dict)
-    # how far to trust it (``perf.trust``): its timings' spread, the load they saw; {} in older fits
+    # how far to trust it (``perf.trust``): its timings' spread, the load they saw; {} where a file has none
     trust: dict = field(default_factory=dict)
-    # how much slower than the rates the engine's work runs (``probes.engine_profile``); 1 in older fits
+    # how much slower than the rates the engine's work runs (``probes.engine_profile``); 1 where unprofiled
     scale: float = 1.0
     # scale and kernel_overhead profiled with every rank computing at once (the sharing included, so
     # ``share`` is not applied again); False in fits whose profile ran on rank 0 alone
     contended: bool = False
-    # the overlap probe's efficiency per progress mode before ``probes.overlap_used``; {} in older fits
+    # the overlap probe's efficiency per progress mode, as probed, ahead of ``probes.overlap_used``; {} if absent
     overlap_probe: dict = field(default_factory=dict)
     # the node whose ranks most outnumber its cores (``probes.node_ranks_and_cores``): overlap hides
-    # nothing where node_ranks > node_cores (``probes.overlap_used``); 0 in older fits
+    # nothing where node_ranks > node_cores (``probes.overlap_used``); 0: not known
     node_ranks: int = 0
     node_cores: int = 0
     # where the arrays lived while it was measured ("host", "cupy", "fake"): it prices runs on that device
     device: str = "host"
     # s each col all-reduce over all ranks waits in training beyond its timed cost, calibrated on one
-    # measured grid (``perf.calibration``); 0 in older fits and, in fits before 2026-12-05, on several nodes
+    # measured grid (``perf.calibration``); 0: not calibrated
     call_wait: float = 0.0
-    # the same for a row all-reduce, on its own grid; None in fits before 2026-12-05, which charged row
-    # calls the col wait (priced as they were)
+    # the same for a row all-reduce, on its own grid; None: not calibrated apart, row calls pay the col wait
     row_wait: float | None = None
-    # the same for the data group's gradient all-reduce, once an iteration, on a third grid; None in fits
-    # before 2026-12-05 04:30 UTC, which charged it nothing
+    # the same for the data group's gradient all-reduce, once an iteration, on a third grid; None: not
+    # calibrated, the gradient all-reduce waits nothing beyond its cost
     data_wait: float | None = None
 
     def __post_init__(self):
@@ -120,8 +119,8 @@ class FittedMachine:
 
     def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float:
         """One call of ``op`` ("all_reduce", or its non-blocking twin "iall_reduce"...) over ``size`` ranks
-        ``stride`` apart on a buffer of ``nbytes``; fits that timed no non-blocking twin (before 2026-12-05
-        08:30 UTC) price it as the blocking call."""
+        ``stride`` apart on a buffer of ``nbytes``; a fit that timed no non-blocking twin prices it as the
+        blocking call."""
         if size <= 1:
             return 0.0
         if op not in self._timed_ops and op in BLOCKING_OF:
@@ -138,13 +137,12 @@ class FittedMachine:
         # Between timed sizes: straight lines; past the largest, its last segment's slope. One line through
         # every size (fitted on relative error) cannot follow both regimes of a slow link: messages below
         # its burst and the sockets' buffers pass faster than the link's rate, and the line then comes out
-        # twice as fast as the link for the large ones (docs/emulated_engine.md).
+        # faster than the link for the large ones (docs/emulated_engine.md).
         x, t = (np.array(v, float) for v in zip(*self.collective_points[key]))
         # More bytes never cost less: a point above a larger size's is a rank descheduled while it was
-        # timed (8 ranks on 2 cores: an all-gather over 4 timed at 5.5 ms at 64 KiB and 0.75 ms at 256 KiB),
-        # so each point is held to the least at its size or above. Scored on the recorded runs it took
-        # one machine at 8 ranks from 20.2/17.0% to 17.4/14.3% (Spearman 0.80/0.89 to 0.97/0.97) and moved
-        # no emulated verdict (docs/engine_model_accuracy.md).
+        # timed (where ranks outnumber cores a small all-gather can time several times a larger one), so
+        # each point is held to the least at its size or above (its effect on the recorded runs:
+        # docs/engine_model_accuracy.md).
         t = np.minimum.accumulate(t[::-1])[::-1]
         if nbytes <= x[-1] or len(x) < 2:
             return float(np.interp(nbytes, np.r_[0.0, x], np.r_[alpha, t]))

@@ -4,20 +4,20 @@ import types
 
 import pytest
 
-from tests.engine.reduce_bcast_cases import BROADCASTS
 from tests.mpi_harness import MPIJobFailed, run_mpi
+from tests.workloads.reduce_bcast_training_cases import BROADCASTS
 
 
 @pytest.mark.parametrize("n", [3, 4])
 def test_reduce_then_bcast_equals_allreduce(n):
-    worst = run_mpi(n, "tests.engine.reduce_bcast_cases:check_sync_equals_allreduce", timeout=120)
+    worst = run_mpi(n, "tests.workloads.reduce_bcast_training_cases:check_sync_equals_allreduce", timeout=120)
     for rank, per_algorithm in enumerate(worst):
         assert set(per_algorithm) == {a for a, _ in BROADCASTS}, f"rank {rank} checked {sorted(per_algorithm)}"
 
 
 @pytest.mark.parametrize("n", [3, 4])
 def test_every_broadcast_trains_identically(n):
-    results = run_mpi(n, "tests.engine.reduce_bcast_cases:check_training_identical", timeout=240)
+    results = run_mpi(n, "tests.workloads.reduce_bcast_training_cases:check_training_identical", timeout=240)
     assert len({r["digest"] for r in results}) == 1, results
     assert all(r["serial_rel_error"] < 1e-4 for r in results), results
 
@@ -28,7 +28,7 @@ def test_every_broadcast_trains_identically(n):
     (dict(steps=1, batch_size=0), r"batch_size \(0\) must be a positive multiple"),
 ])
 def test_bad_arguments(kwargs, message):
-    from gpulab.engine.training.reduce_bcast import train
+    from gpulab.workloads.reduce_bcast_training import train
 
     with pytest.raises(ValueError, match=message):
         train(types.SimpleNamespace(size=3, rank=0), **kwargs)
@@ -37,7 +37,7 @@ def test_bad_arguments(kwargs, message):
 def test_unknown_broadcast_fails_on_every_rank():
     # every rank raises; the first to do so aborts the job, so which rank is named varies
     with pytest.raises(MPIJobFailed, match="(?s)rank [01] raised:.*no_such_bcast"):
-        run_mpi(2, "tests.engine.reduce_bcast_cases:train_with", algorithm="no_such_bcast", timeout=60)
+        run_mpi(2, "tests.workloads.reduce_bcast_training_cases:train_with", algorithm="no_such_bcast", timeout=60)
 
 
 def test_model_prices_both_broadcasts_with_the_same_reduce():

@@ -1,4 +1,4 @@
-"""Rank-side checks of reduce + broadcast gradient synchronisation (run by test_reduce_bcast.py)."""
+"""Rank-side checks of reduce + broadcast gradient synchronisation (run by test_reduce_bcast_training.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 from mpi4py import MPI
 
 from gpulab.engine.gpt.model import loss_and_grads
-from gpulab.engine.training import reduce_bcast
+from gpulab.workloads import reduce_bcast_training
 
 # (algorithm, options) every check runs: MPI_Bcast, auto and what the tuner picks from (hierarchical
 # with two emulated nodes of 2 ranks, so both its levels run on one machine)
@@ -37,7 +37,7 @@ def check_sync_equals_allreduce(comm) -> dict:
         noisy = {"w": rng.standard_normal((257, 33)).astype(np.float32), "b": rng.standard_normal(3).astype(np.float32)}
         worst = 0.0
         for grads, rtol in ((exact, 0.0), (noisy, 1e-6)):
-            flat, _, _ = reduce_bcast.sync_gradients(grads, comm, algorithm, **options)
+            flat, _, _ = reduce_bcast_training.sync_gradients(grads, comm, algorithm, **options)
             local = np.concatenate([g.ravel() for g in grads.values()])
             oracle = np.empty_like(local)
             comm.Allreduce(local, oracle, op=MPI.SUM)
@@ -58,7 +58,7 @@ def check_training_identical(comm, steps: int = 3) -> dict:
     digests = {}
     for algorithm, options in BROADCASTS:
         # barriers (timing only) must not change the result: on for one of the broadcasts
-        params, records = reduce_bcast.train(comm, steps, algorithm, shape=TINY, barriers=algorithm == "chain",
+        params, records = reduce_bcast_training.train(comm, steps, algorithm, shape=TINY, barriers=algorithm == "chain",
                                              **options)
         flat = np.concatenate([p.ravel() for p in params.values()])
         assert _all_equal(comm, flat), f"{algorithm}: parameters differ between ranks"
@@ -79,7 +79,7 @@ def _first_step_against_serial(comm) -> float:
     params = init_params(config, 0)
     x, y = get_batch(tok.encode(text), 4 * comm.size, TINY["block_size"], np.random.default_rng([0, 0]))
     _, shard = loss_and_grads(params, x[comm.rank::comm.size], y[comm.rank::comm.size], config)
-    flat, _, _ = reduce_bcast.sync_gradients(shard, comm, "chain", chunk_bytes=4096)
+    flat, _, _ = reduce_bcast_training.sync_gradients(shard, comm, "chain", chunk_bytes=4096)
     _, full = loss_and_grads(params, x, y, config)
     serial = np.concatenate([full[name].ravel() for name in shard])
     np.testing.assert_allclose(flat / comm.size, serial, rtol=1e-4, atol=1e-6)
@@ -87,4 +87,4 @@ def _first_step_against_serial(comm) -> float:
 
 
 def train_with(comm, algorithm: str) -> None:
-    reduce_bcast.train(comm, 1, algorithm, shape=TINY)
+    reduce_bcast_training.train(comm, 1, algorithm, shape=TINY)
