@@ -71,7 +71,10 @@ def job(args) -> None:
                     best[plan["strategy"]] = row
                 best[plan["strategy"]]["iter_s_rounds"] = rounds
     if comm.rank == 0:
-        record = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        from gpulab.cli.records import provenance
+
+        record = {"provenance": provenance(__doc__, args.command),
+                  "command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "world": comm.size, "cluster": args.cluster, "load_before": args.load_before,
                   "load_after": os.getloadavg(), "cpus": os.cpu_count(), "batch": BATCH,
                   "model": model().to_dict(), "machine": {k: v for k, v in asdict(machine).items() if k != "sources"},

@@ -159,6 +159,9 @@ def main(argv=None) -> int:
         print(f"{name}: gpulab {med['gpulab']:.0f} tokens/s, PyTorch {med['torch']:.0f} tokens/s, "
               f"ratio {med['gpulab'] / med['torch']:.2f} ({args.threads} threads)", flush=True)
     results["load_after"] = os.getloadavg()[0]
+    from gpulab.cli.records import provenance
+
+    results = {"provenance": provenance(__doc__), **results}
     if args.out:
         with open(args.out, "w") as f:
             json.dump(results, f, indent=1)
