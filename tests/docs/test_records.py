@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.cli.records import provenance
+from gpulab.cli.records import provenance, write_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
@@ -80,6 +80,16 @@ def test_what_the_kit_writes_is_a_header_the_schema_takes():
     assert wrong == ["what must be one non-empty line", "date 'yesterday' is not a UTC date and time"]
 
 
+def test_a_record_in_a_fixed_format_gets_its_header_beside_it(tmp_path):
+    """``python -m gpulab.cli.records FILE --what ... --command ...``: a fitted machine, a tuning table, a list."""
+    record = tmp_path / "fit_p2.json"
+    record.write_text("[1, 2]")
+    sidecar = write_sidecar(record, "a fit on 2 ranks", "gpulab model fit -n 2 --out fit_p2.json")
+    assert sidecar == tmp_path / f"fit_p2{SIDECAR}"
+    h = json.loads(sidecar.read_text())
+    assert not problems(h) and h["command"] == "gpulab model fit -n 2 --out fit_p2.json"
+
+
 def test_every_sidecar_belongs_to_a_record():
     names = {p.name for p in RESULTS.iterdir()}
     stems = {stem(p) for p in records()}
@@ -97,26 +107,31 @@ def corpus(*, guides_only: bool = False) -> str:
     return "\n".join(p.read_text() for p in (guides if guides_only else guides + code))
 
 
-def cited(name: str, text: str) -> bool:
-    """``name`` appears in ``text``, or a pattern there names it (``engine_accuracy_*_run*.json``: a glob whose
-    fixed start is at least 6 characters, so that ``*.json`` names nothing)."""
-    if name in text:
-        return True
-    globs = {m for m in re.findall(r"[\w.*-]*\*[\w.*-]*", text) if len(m.split("*")[0]) >= 6}
-    return any(fnmatch(name, g) for g in globs)
+def globs_in(text: str) -> set[str]:
+    """The patterns ``text`` names records by (``engine_accuracy_*_run*.json``): globs whose fixed start is at
+    least 6 characters, so that ``*.json`` names nothing."""
+    return {m for m in re.findall(r"[\w.*-]*\*[\w.*-]*", text) if len(m.split("*")[0]) >= 6}
+
+
+def cited(name: str, text: str, globs: set[str]) -> bool:
+    """``name`` appears in ``text``, or one of its ``globs`` matches it."""
+    return name in text or any(fnmatch(name, g) for g in globs)
 
 
 def test_every_record_is_read_or_cited():
     """docs/results holds what the kit reads (the scoreboard, the notebooks, a test, a benchmark's report) or a
     guide cites: a record nothing names is an exploration, and lives in git history."""
     text = corpus()
-    assert not [p.name for p in records() if not cited(p.name, text)]
+    globs = globs_in(text)
+    assert not [p.name for p in records() if not cited(p.name, text, globs)]
 
 
 def test_every_plot_is_shown_or_cited_by_a_guide():
     """A plot is in a guide, or beside a record of its stem that a guide cites (a series' plots go with it)."""
     text = corpus(guides_only=True)
-    assert not [p.name for p in RESULTS.glob("*.png") if not (cited(p.name, text) or cited(f"{stem(p)}.json", text))]
+    globs = globs_in(text)
+    assert not [p.name for p in RESULTS.glob("*.png")
+                if not (cited(p.name, text, globs) or cited(f"{stem(p)}.json", text, globs))]
 
 
 def test_records_of_repeated_runs_are_numbered_only_within_one_series():
