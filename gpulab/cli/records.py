@@ -58,7 +58,7 @@ def _args() -> list[str]:
 
 
 def system() -> dict:
-    """Cores this process may use, CPU model, memory, OS, Python, the MPI library if one is loaded, load average."""
+    """Cores this process may use, CPU model, OS, Python, the MPI library if one is loaded, the load average."""
     out = {"cores": len(os.sched_getaffinity(0)), "cpu": _cpu_model(), "os": platform.platform(),
            "python": platform.python_version(), "load": [round(x, 2) for x in os.getloadavg()]}
     if "mpi4py.MPI" in sys.modules:  # never starts MPI: a record written outside a job names no library
@@ -72,11 +72,13 @@ def kit_commit() -> str:
     def git(*argv):
         return subprocess.run(["git", "-C", str(CHECKOUT), *argv], capture_output=True, text=True, timeout=30)
 
-    try:
-        head = git("rev-parse", "--short", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-    except (OSError, subprocess.TimeoutExpired):
-        head = None
+    head = None
+    if (CHECKOUT / ".git").exists():  # not an installed gpulab inside some other repository
+        try:
+            head = git("rev-parse", "--short", "HEAD")
+            dirty = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            head = None
     if head is None or head.returncode:
         from gpulab import __version__
 

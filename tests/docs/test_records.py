@@ -2,7 +2,10 @@
 (UTC) and the kit's commit (the schema: docs/results/README.md), and each is read by the kit or cited by a guide."""
 
 import json
+import os
 import re
+import subprocess
+import sys
 from fnmatch import fnmatch
 from pathlib import Path
 
@@ -78,6 +81,27 @@ def test_what_the_kit_writes_is_a_header_the_schema_takes():
     assert not problems(h), problems(h)
     wrong = problems({**h, "what": "two\nlines", "date": "yesterday"})
     assert wrong == ["what must be one non-empty line", "date 'yesterday' is not a UTC date and time"]
+
+
+def test_the_scoreboard_record_carries_the_header():
+    from gpulab.scoreboard.board import record
+
+    h = record([], quick=True, seconds=1.0)["provenance"]
+    assert not problems(h) and "scoreboard" in h["what"]
+
+
+@pytest.mark.timeout(180)
+def test_a_gpulab_bench_record_carries_the_header(tmp_path):
+    """`gpulab bench bcast --json` on 2 ranks (the job's own timeout names a rank that hangs)."""
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--algorithms", "mpi",
+                           "--sizes", "1K", "--iters", "5", "--warmup", "1", "--quiet", "--json", str(out)],
+                          capture_output=True, text=True, timeout=150, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    h = json.loads(out.read_text())["provenance"]
+    assert not problems(h), problems(h)
+    assert h["command"].startswith("gpulab bench bcast -n 2") and h["system"]["mpi"].startswith("MPICH")
 
 
 def test_a_record_in_a_fixed_format_gets_its_header_beside_it(tmp_path):
