@@ -125,7 +125,10 @@ def main() -> int:
             if r["nbytes"] in side_by_side:
                 pair = side_by_side[r["nbytes"]]
                 rows[-1]["interleaved"] = {**pair, "ratio": pair["auto"] / pair["bare"]}
-    result = {"command": " ".join(["gpulab bench bcast"] + command[5:-2]) + f" (on {args.nodes} emulated nodes "
+    from gpulab.cli.records import provenance
+
+    result = {"provenance": provenance(__doc__),
+              "command": " ".join(["gpulab bench bcast"] + command[5:-2]) + f" (on {args.nodes} emulated nodes "
                                    f"x 1, {args.link}, no tuning file; {args.rounds} rounds, each point's median)",
               "load_before": load_before, "load_after": os.getloadavg(), "cpus": os.cpu_count(),
               "metadata": bench["metadata"], "rows": rows, "records": records}

@@ -195,7 +195,10 @@ def main() -> int:
     single = front_end(args.calls, args.rounds, args.bytes)
     print("one rank (COMM_SELF), us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in single.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"command": "python benchmarks/bcast_calls.py " + " ".join(sys.argv[1:]),
+    from gpulab.cli.records import provenance
+
+    args.out.write_text(json.dumps({"provenance": provenance(__doc__),
+                                    "command": "python benchmarks/bcast_calls.py " + " ".join(sys.argv[1:]),
                                     "rows": rows, "one_rank_us": single}, indent=1))
     print(f"wrote {args.out}")
     return 0

@@ -116,7 +116,10 @@ def main() -> int:
         print("  " + ", ".join(f"{p['nbytes'] / 1e3:.0f} KB: fit's way {p['fit_way_s'] * 1e3:.2f} ms, back to back "
                                f"{p['back_to_back_s'] * 1e3:.2f} ms" for p in points), flush=True)
     rate = link_bytes_per_s(link)
-    record = {"command": "python benchmarks/emulated_allreduce_drift.py " + " ".join(sys.argv[1:]),
+    from gpulab.cli.records import provenance
+
+    record = {"provenance": provenance(__doc__),
+              "command": "python benchmarks/emulated_allreduce_drift.py " + " ".join(sys.argv[1:]),
               "cluster": "emulated: 2 nodes x 2 ranks, block placement", "link": link, "cpus": os.cpu_count(),
               "floor_s_per_byte": 1 / rate if rate else None, "jobs": jobs}
     args.out.parent.mkdir(parents=True, exist_ok=True)

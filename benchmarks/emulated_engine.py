@@ -153,7 +153,10 @@ def job(args) -> None:
             pred = predict(cfg, shape, BATCH, m, overlap_for(setting), seq_len=cfg.block_size)
             row[key] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
         rows.append(row)
-    record = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    from gpulab.cli.records import provenance
+
+    record = {"provenance": provenance(__doc__, args.command),
+              "command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
               "cluster": args.cluster, "link": args.link, "world": comm.size, "cpus": os.cpu_count(),
               "nodes": args.nodes, "ranks_per_node": args.ranks_per_node, "placement": args.placement,
               "rank_cpus": rank_cpus, "tcp_congestion": tcp_congestion(),

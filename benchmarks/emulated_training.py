@@ -106,7 +106,10 @@ def measure(nodes: int, rpn: int, link: str) -> dict:
             runs.append(run)
     if runs[0]["digest"] != runs[1]["digest"]:
         raise SystemExit("the two broadcasts trained different parameters: the synchronisation is wrong")
-    return {"command": f"python benchmarks/emulated_training.py {nodes}x{rpn} {link}", "topology": topology,
+    from gpulab.cli.records import provenance
+
+    return {"provenance": provenance(__doc__, f"python benchmarks/emulated_training.py {nodes}x{rpn} {link}"),
+            "command": f"python benchmarks/emulated_training.py {nodes}x{rpn} {link}", "topology": topology,
             "model": machine, "steps": STEPS, "warmup": WARMUP, "identical_parameters": True,
             "predicted_bcast_ms": predicted_bcast(machine, runs, ranks, topology), "runs": runs}
 
@@ -210,7 +213,11 @@ def main(argv: list[str]) -> int:
         print(f"usage: emulated_training.py {{{','.join(CONFIGS)},scale}} [LINK, default 100mbit]", file=sys.stderr)
         return 2
     scale = at_scale()
-    (RESULTS / "emulated_training_scale.json").write_text(json.dumps({"paper": PAPER, "rows": scale}, indent=1))
+    from gpulab.cli.records import provenance
+
+    header = provenance(__doc__, "python benchmarks/emulated_training.py scale")
+    (RESULTS / "emulated_training_scale.json").write_text(json.dumps({"provenance": header, "paper": PAPER,
+                                                                     "rows": scale}, indent=1))
     print(scale_table(scale))
     results = []
     if argv[0] != "scale":

@@ -59,7 +59,10 @@ def run(rounds: int = 5) -> None:
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     rows = json.loads(raw.read_text())
     raw.unlink()
+    from gpulab.cli.records import provenance
+
     OUT.write_text(json.dumps({
+        "provenance": provenance(__doc__, "python benchmarks/engine_ablation.py run"),
         "command": "python benchmarks/engine_ablation.py run  (runs: gpulab " + " ".join(cmd[3:-1])
                    + f" {raw.relative_to(ROOT)})",
         "date": time.strftime("%Y-%m-%d %H:%M"), "load_before": load_before, "load_after": os.getloadavg(),

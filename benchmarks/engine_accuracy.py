@@ -3,7 +3,7 @@
     python benchmarks/engine_accuracy.py      # docs/engine_model_accuracy.md + docs/results/engine_accuracy.png
     python benchmarks/engine_accuracy.py repredict --overlap zero|probe RECORD.json ...   # another overlap rule
     python benchmarks/engine_accuracy.py price --machine FIT.json BENCH.json   # a fit against `gpulab bench engine`
-    python benchmarks/engine_accuracy.py table FOLDER   # the table's rows for runs kept apart (another MPI setting)
+    python benchmarks/engine_accuracy.py table FOLDER   # the table's rows for the runs in another folder
 
 Reads the records of repeated runs (docs/results/engine_accuracy_*.json), each written by
     python benchmarks/emulated_engine.py run --nodes N --ranks-per-node R --placement P --link L \\
@@ -25,87 +25,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 DOC = ROOT / "docs" / "engine_model_accuracy.md"
-# runs of the model as it was before, newest first: (folder, what that model did)
-BEFORE = [(RESULTS / "engine_accuracy_before_reno",
-           "With BBR in the emulated nodes",
-           "the emulated runs recorded 2026-12-05 08:03-15:04 UTC, with TCP's congestion control in the nodes "
-           "the machine's own, BBR, under which MPICH's all-reduce between nodes varied by up to half from one "
-           "step to the next (\"What makes (1, 1, 1, 8) vary\" below). The table above has every emulated "
-           "setting measured again with reno in the nodes, the default since 19:34 UTC: 4 x 2 block at both "
-           "rates and 2 x 2 block at 1 Gbit/s from 17:39 UTC with `GPULAB_TCP_CONGESTION=reno` named, the "
-           "others from 19:34 UTC; the one-machine runs use no emulated network and stay as they were."),
-          (RESULTS / "engine_accuracy_before_nonblocking",
-           "Before overlapped calls were priced as non-blocking",
-           "the runs of 2026-12-05 04:30-07:58 UTC, whose fits timed only the blocking collectives and "
-           "priced every call, overlapped or not, as blocking. The table above has every setting measured "
-           "again from 08:01 UTC with the fit timing each collective's non-blocking twin too and the model "
-           "pricing what overlaps as the twin (`gpulab.engine.perf.probes`)."),
-          (RESULTS / "engine_accuracy_before_data_wait",
-           "Before the replicas' wait was calibrated",
-           "the runs of 2026-12-05 01:04-04:26 UTC, whose fits calibrated the col wait on (1, W, 1, 1) and the "
-           "row wait on (W, 1, 1, 1) and charged the data group's gradient all-reduce no wait. The table above "
-           "has every setting measured again from 04:30 UTC with the fit calibrating the data wait on "
-           "(1, 1, 1, W) too (`gpulab.engine.perf.calibration`)."),
-          (RESULTS / "engine_accuracy_before_row_wait",
-           "Before each tensor group's wait was calibrated on its own grid",
-           "the runs of 2026-12-04 (2 x 2 14:56-15:32 UTC, one machine 20:47-20:57 UTC, 4 x 2 22:24-23:58 UTC), "
-           "whose fits calibrated one wait, on (1, W, 1, 1), only where every rank ran on one node, and charged "
-           "it to row and col all-reduces alike; on the emulated clusters they charged none. The table above "
-           "has every setting measured again on 2026-12-05 with the fit calibrating the col wait on (1, W, 1, 1) "
-           "and the row wait on (W, 1, 1, 1), on every cluster (`gpulab.engine.perf.calibration`)."),
-          (RESULTS / "engine_accuracy_4x2_slower_machine",
-           "The 4 x 2 runs before, on a slower machine",
-           "4 x 2 measured on 2026-12-03 (18:53-23:07 UTC) and one run on 2026-12-04 (04:19 UTC), all but that one "
-           "on a machine whose fits measured a matmul rate of 84-97 GFLOP/s a rank (the table's measure 112-126). "
-           "Re-predicted from their own fits with today's model, no error moves by more than 0.6 points and no "
-           "pick changes: what differs from the table above is the measurements. The table above has the four "
-           "settings measured again on 2026-12-04 from 22:24 UTC."),
-          (RESULTS / "engine_accuracy_call_wait_points_as_timed",
-           "The wait calibrated, each collective priced as timed",
-           "the one-machine runs of 2026-12-04 20:11-20:21 UTC, with the ranks' wait calibrated as now but "
-           "each timed collective priced as timed, where now a point is held to the least time at its size "
-           "or above (`FittedMachine.collective_s`); re-predicted that way, 8 ranks' run 1 goes from 20.2/17.0% "
-           "to 17.4/14.3% and meets."),
-          (RESULTS / "engine_accuracy_call_wait_measured_once",
-           "The wait calibrated on one measurement of the grid",
-           "the one-machine runs of 2026-12-04 19:59-20:07 UTC, whose fits charged the ranks' wait "
-           "(`perf.calibration`) from one measurement of the calibration grid each, at the fit's end; in two "
-           "of the six jobs one fit measured it 1.8x and 2.6x the other fits and the benchmark (165 against "
-           "91-96 ms at 4 ranks, 500 against 191-216 ms at 8), and those runs missed by 30% and 48%: the fits "
-           "now measure it at their start and at their end and keep the faster."),
-          (RESULTS / "engine_accuracy_before_call_wait",
-           "Before the fit calibrated the ranks' wait",
-           "the one-machine runs of 2026-12-04 13:48-13:56 UTC, whose fits charged no wait at the row and col "
-           "all-reduces (`perf.calibration`): every grid priced from the microbenchmarks alone."),
-          (RESULTS / "engine_accuracy_nodes_sharing_cores",
-           "Before each emulated node had its own core",
-           "the 2 x 2 runs of 2026-12-03 (17:47-22:13 UTC), each node's ranks free to run on both cores "
-           "(`EmulatedCluster(own_cores=False)` now) and overlap priced with the probe's efficiency; in the "
-           "table above each node of the 2 x 2 cluster runs on a core of its own and a node's 2 ranks share "
-           "it, so overlap hides nothing there (`probes.overlap_used`)."),
-          (RESULTS / "engine_accuracy_overlap_probed_on_one_node",
-           "Before overlap hid nothing on one machine's shared cores",
-           "the one-machine runs of 2026-12-03 22:40-22:53 UTC, whose fits priced overlap with the probe's "
-           "efficiency (0 to 0.44) where the table above uses 0 (`probes.overlap_used`); re-predicted from "
-           "their own fits with 0, their errors with overlap on become 12.6, 20.4, 17.2% (4 ranks) and "
-           "19.9, 13.6, 10.5% (8 ranks), the picks unchanged."),
-          (RESULTS / "engine_accuracy_bucket_per_call",
-           "Before the buckets were priced as in flight together",
-           "the one-machine runs of 21:44-22:17 UTC, with each data-parallel bucket priced as a call of its "
-           "own (one latency each); the emulated runs above were measured with that pricing too, and "
-           "re-predicted from their own fits with today's pricing, none moves by more than 0.7 points."),
-          (RESULTS / "engine_accuracy_same_model_earlier",
-           "Earlier the same day",
-           "1 Gbit/s and one machine, 17:31-18:38 UTC, with the model of the first table before the bucket "
-           "pricing; the later series replaced them above (\"What the runs say\" compares the two)."),
-          (RESULTS / "engine_accuracy_rank0_profile",
-           "Before the profile ran on every rank at once",
-           "compute from the engine's serial step timed on rank 0 alone, times the slowdown of a small kernel "
-           "loop run on every rank (`share`), which moved by up to 40% from fit to fit."),
-          (RESULTS / "engine_accuracy_rates_only",
-           "Before the model profiled the engine's own step",
-           "compute from the microbenchmarks' rates alone, which the engine's serial step runs about 2.7x "
-           "slower than.")]
 PNG = RESULTS / "engine_accuracy.png"
 sys.path.insert(0, str(ROOT))
 
@@ -115,8 +34,6 @@ from gpulab.engine.perf.terms import stride  # noqa: E402
 from gpulab.engine.perf.trust import (  # noqa: E402
     COMPUTE_SHARE,
     compute_bound_on_shared_cores,
-    fit_to_fit,
-    other_load,
     verdict,
 )
 
@@ -176,18 +93,8 @@ def overlap_setting(row: dict) -> str:
 
 
 def trust_of(record: dict) -> dict:
-    """The fit's trust record; for runs recorded before fits kept one, what the record still shows."""
-    trust = record["machine"].get("trust")
-    if trust:
-        return trust
-    cpus, world = record.get("cpus", 2), record.get("world", 4)
-    trust = {"fits": len(record.get("fits", [])),
-             "other_load_per_core": other_load(record["load_after"][0], world, cpus)}
-    if record.get("cpu_steal") is not None:
-        trust["steal"] = record["cpu_steal"]
-    if "fit_each" in record:
-        trust["fit_to_fit"] = fit_to_fit([f["collective_points"] for f in record["fit_each"]])
-    return trust
+    """What the fit knows about itself before any grid is measured (``gpulab.engine.perf.trust``)."""
+    return record["machine"]["trust"]
 
 
 def meets(row: dict) -> bool:
@@ -302,10 +209,6 @@ def main() -> None:
     plot(rows)
     head = (HEAD + "\n".join(table(rows)) + "\n" + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
             + SIGN_HEAD + "\n".join(by_sign(rows)) + "\n" + SYNC_HEAD + "\n".join(by_sync(rows)) + "\n")
-    for folder, title, what in BEFORE:
-        if before := runs(folder):
-            head += (f"\n### {title}\n\nThe same settings with the model as it was then "
-                     f"(docs/results/{folder.name}/): {what}\n\n" + "\n".join(table(before)) + "\n")
     old = DOC.read_text() if DOC.exists() else ""
     DOC.write_text(head + (old[old.index(READING):] if READING in old else ""))
     print(f"wrote {DOC.relative_to(ROOT)} and {PNG.relative_to(ROOT)}")
@@ -336,7 +239,7 @@ CAVEAT_HEAD = f"""
 ### Which predictions to trust
 
 Every grid of the runs above (each overlap setting), by whether its prediction carries the caveat the
-model now prints (`trust.caveat`): on ranks that share cores, a prediction whose compute is
+model prints (`trust.caveat`): on ranks that share cores, a prediction whose compute is
 {COMPUTE_SHARE:.0%} of the iteration or more.
 
 """
@@ -349,9 +252,8 @@ group, right after backward. What it took in the engine's timeline (rank 0, over
 price for it is how long rank 0 waited there for the slowest rank of its group: the ranks reach a call
 out of step. Negative correlation: the longer that wait, the further the model predicts the iteration
 short. The fit times each collective with the ranks starting together, so no timed call contains this
-wait; the fit now calibrates a share of it at the row and col all-reduces on two grids, and at the
-replicas' gradient all-reduce on a third (`gpulab.engine.perf.calibration`; in the runs before the
-row and col waits every setting's correlation was negative, -0.10 to -0.81).
+wait; the fit calibrates a share of it at the row and col all-reduces on two grids, and at the
+replicas' gradient all-reduce on a third (`gpulab.engine.perf.calibration`).
 
 """
 
@@ -465,7 +367,7 @@ def cli(argv: list[str]) -> None:
     one.add_argument("records", nargs="*", type=Path, help="default: the table's runs")
     one.set_defaults(lines=lambda a: group_wait(a.records or sorted(RESULTS.glob("engine_accuracy_*_run*.json"))))
     one = sub.add_parser("table", description="The table's rows for the runs in FOLDER.")
-    one.add_argument("folder", type=Path, help="e.g. docs/results/engine_accuracy_allreduce_ring")
+    one.add_argument("folder", type=Path, help="a folder of engine_accuracy_*_runK.json, e.g. a series of your own")
     one.set_defaults(lines=lambda a: table(runs(a.folder)))
     one = sub.add_parser("price", description=price.__doc__)
     one.add_argument("--machine", type=Path, required=True, help="a fit (gpulab model fit --out)")

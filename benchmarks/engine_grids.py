@@ -81,8 +81,11 @@ def run(args) -> None:
         pred = predict_row(r, machine)
         r["prediction"] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
         r.pop("per_rank", None)
-    out = {"world": p, "command": f"python benchmarks/engine_grids.py run --world {p} --iters {args.iters} "
-                                  f"--rounds {args.rounds}" + (f" --out {args.out}" if args.out else ""),
+    from gpulab.cli.records import provenance
+
+    command = (f"python benchmarks/engine_grids.py run --world {p} --iters {args.iters} --rounds {args.rounds}"
+               + (f" --out {args.out}" if args.out else ""))
+    out = {"provenance": provenance(__doc__, command), "world": p, "command": command,
            "cpus": os.cpu_count(),
            "load_before": load_before, "load_after": os.getloadavg(), "minutes": (time.time() - start) / 60,
            "date": time.strftime("%Y-%m-%d %H:%M"), "machine": json.loads(machine_path.read_text()),

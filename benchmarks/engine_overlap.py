@@ -60,7 +60,10 @@ def run(args) -> None:
             records.append({"setting": label, "load_before": before, "load_after": os.getloadavg()[0], **r})
         raw.unlink()
         print(f"{label}: done (load {before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
-    record = {"date": time.strftime("%Y-%m-%d %H:%M"), "iters": args.iters, "rounds": args.rounds, "records": records}
+    from gpulab.cli.records import provenance
+
+    record = {"provenance": provenance(__doc__), "date": time.strftime("%Y-%m-%d %H:%M"), "iters": args.iters,
+              "rounds": args.rounds, "records": records}
     (Path(args.out) if args.out else OUT).write_text(json.dumps(record, indent=1))
 
 
@@ -153,6 +156,14 @@ are copies done by the same cores that compute, so what overlap can hide is wait
 that is still computing, or not scheduled) rather than data movement; on GPUs the collectives run
 on NVLink/NIC hardware while the SMs compute, and the performance model's GPU profiles assume
 they hide fully behind the computation they overlap.
+
+The progress thread waits on an event (blocking, without the GIL) while no collective is in flight,
+and probes only while one is: each wake-up takes the GIL from the main thread, and with more ranks
+than cores the main thread can then wait until the thread gets a core. What no progress mode removes
+here: with overlap on, the timeline's compute grows, because on shared cores the collectives' copies
+and reductions take the cycles the kernels would have used; hidden communication is not free on this
+machine (docs/engine_model_accuracy.md measures what an overlapped call costs, and why the model
+prices overlap on shared cores as hiding nothing).
 """
 
 

@@ -87,7 +87,10 @@ def write(rows, kept, args) -> None:
     from gpulab.engine.parallel.timeline_plot import gantt
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    record = {"command": "python benchmarks/engine_pipeline.py", "model": {"n_layer": 2 * PIPE, "vocab_size": VOCAB,
+    from gpulab.cli.records import provenance
+
+    record = {"provenance": provenance(__doc__, "python benchmarks/engine_pipeline.py"),
+              "command": "python benchmarks/engine_pipeline.py", "model": {"n_layer": 2 * PIPE, "vocab_size": VOCAB,
               "n_embd": args.n_embd, "block_size": 64, "batch": args.batch, "dtype": "float32"},
               "load_before": args.load_before, "load_after": os.getloadavg()[0], "cpus": os.cpu_count(), "rows": rows}
     (RESULTS / "engine_pipeline_p4.json").write_text(json.dumps(record, indent=1) + "\n")

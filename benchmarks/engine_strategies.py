@@ -71,7 +71,10 @@ def job(args) -> None:
                     best[plan["strategy"]] = row
                 best[plan["strategy"]]["iter_s_rounds"] = rounds
     if comm.rank == 0:
-        record = {"command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        from gpulab.cli.records import provenance
+
+        record = {"provenance": provenance(__doc__, args.command),
+                  "command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "world": comm.size, "cluster": args.cluster, "load_before": args.load_before,
                   "load_after": os.getloadavg(), "cpus": os.cpu_count(), "batch": BATCH,
                   "model": model().to_dict(), "machine": {k: v for k, v in asdict(machine).items() if k != "sources"},
@@ -155,16 +158,17 @@ def section(records) -> str:
              "has, since its search includes all of theirs), then trains each grid for interleaved rounds of "
              f"{first['rows'][0]['iters']} iterations and keeps each strategy's best round (median iteration; "
              "every round's median in brackets, the min-max of the kept round's iterations after it). "
-             "Bytes are what each group's collectives "
-             "moved per rank in the median iteration (`collectives.trace`, full buffers: the summed array, the "
-             "gathered block, the array to reduce-scatter); for every grid without a pipeline they equal the volume "
-             "model's count exactly (`tests/engine/test_live_plans.py`). "
+             "Bytes (the KiB columns) are the **buffer sizes** of each group's collectives per rank in the median "
+             "iteration (`collectives.trace`, full buffers: the summed array, the gathered block, the array to "
+             "reduce-scatter), not the bytes each rank puts on the wire; for every grid without a pipeline they "
+             "equal the volume model's buffer count exactly (`tests/engine/test_live_plans.py`). "
              "![live comparison](results/engine_strategies.png)\n"]
     for data in records:
         load = ", ".join(f"{x:.1f}" for x in data["load_before"])
         after = ", ".join(f"{x:.1f}" for x in data["load_after"])
         lines += [f"**{data['world']} ranks**, {data['cluster']}: `{data['command']}`, {data['date']}, "
-                  f"{data['cpus']} cores, `cat /proc/loadavg` {load} before, {after} after.\n",
+                  f"{data['cpus']} cores, `cat /proc/loadavg` {load} before, {after} after "
+                  f"([record](results/{out_path(data['world']).name})).\n",
                   "| strategy | grid | ms/iter (rounds) | min-max ms | predicted ms | exposed comm ms | "
                   + " | ".join(f"{g} KiB" for g in GROUPS) + " |",
                   "|---|---|---|---|---|---|" + "---|" * len(GROUPS)]

@@ -66,7 +66,10 @@ def main() -> int:
             ranks = [result[i] for result in per_rank]
             rows.append(max(ranks, key=lambda r: r["traced_peak"] / r["accounted"]["total"]))
     out = ROOT / "docs" / "results" / "memory_check.json"
-    out.write_text(json.dumps({"command": "python benchmarks/memory_check.py", "rows": rows}, indent=1))
+    from gpulab.cli.records import provenance
+
+    out.write_text(json.dumps({"provenance": provenance(__doc__, "python benchmarks/memory_check.py"),
+                               "command": "python benchmarks/memory_check.py", "rows": rows}, indent=1))
     print(table(rows))
     print(f"\nwrote {out.relative_to(ROOT)}")
     return 0

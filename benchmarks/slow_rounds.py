@@ -6,9 +6,9 @@ the TCP segments the nodes retransmitted during it.
     MPIR_CVAR_ALLREDUCE_INTRA_ALGORITHM=ring python benchmarks/slow_rounds.py --link 100mbit --nodes 4
     GPULAB_TCP_CONGESTION=bbr python benchmarks/slow_rounds.py --link 100mbit --nodes 4   # if the machine allows it
 
-At 4 x 2 block, 100 Mbit/s, the engine model's pick with overlap off, the data-parallel grid
-(1, 1, 1, 8), measured 261-398 ms an iteration from round to round (docs/engine_model_accuracy.md),
-while (2, 1, 2, 2) stayed within 4 ms. Each emulated link is a ``tbf`` that queues at most 50 ms of
+At 4 x 2 block, 100 Mbit/s, under TCP's BBR, the data-parallel grid (1, 1, 1, 8) comes out up to
+100 ms apart from round to round while (2, 1, 2, 2) stays steady (docs/engine_model_accuracy.md,
+"The emulated nodes run TCP reno"). Each emulated link is a ``tbf`` that queues at most 50 ms of
 its rate and drops what comes beyond (``gpulab.emulated.netns``); a lost segment costs TCP a
 retransmission and its sender a smaller window. For ``ROUNDS`` rounds, alternating, each rank times
 one grid as the accuracy benchmark does (``perf.timing.measure``, overlap off, the median of 3

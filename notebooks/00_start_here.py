@@ -212,7 +212,7 @@ engines.stop()
 from IPython.display import display
 
 from gpulab.scoreboard import load, show, table
-from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
+from gpulab.scoreboard.recorded import results_dir  # docs/results, or an installed gpulab's copy of it
 
 recorded = results_dir() / "scoreboard_quick.json"
 print(f"recorded: {recorded}")

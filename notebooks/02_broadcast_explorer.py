@@ -173,7 +173,7 @@ assert patterns.events, "the traced broadcast sent no messages"
 
 # %%
 from gpulab.scoreboard import load, show, table
-from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
+from gpulab.scoreboard.recorded import results_dir  # docs/results, or an installed gpulab's copy of it
 
 print("recorded (docs/results/scoreboard_quick.json):")
 display(table([row for row in load(results_dir() / "scoreboard_quick.json") if row["id"] in ("a", "b")]))

@@ -39,7 +39,6 @@ CHUNKS = [1 << 14, 1 << 16, 1 << 18, 1 << 20]
 TUNE_SIZES = [1 << 10, 1 << 16, 1 << 20]                    # live tuning tables for p = 2..N_ENGINES
 NETWORKS = ["vgg16", "gpt2"]                               # start-up broadcast of real networks
 WORKLOAD_ALGORITHMS = ["mpi", "binomial", "auto"]
-RECORDS = "../docs/results"                                # recorded full runs, shown when present
 NODES = 2              # emulated nodes where this machine can make them (None: the single machine)
 LINK = "1gbit"         # each node's link: 100mbit, 200mbit, 1gbit, 10gbit, unlimited
 PLACEMENT = "block"    # ranks to nodes: block or round-robin
@@ -61,14 +60,16 @@ from gpulab.bcast.profiles import PROFILES, profile
 from gpulab.bcast.profiles import table as profile_table
 from gpulab.bcast.tuning import update
 from gpulab.bcast.tuning_plots import accuracy_plot, fit_plot, heatmap, scale_plot, workload_plot
+from gpulab.scoreboard.recorded import results_dir
 from gpulab.widgets import Table, as_image, notebook_engines, show_code
 
 # a private tuning file for this notebook: the engines' algorithm="auto" reads it (they inherit the variable)
 TABLE = Path(tempfile.mkdtemp(prefix="gpulab-03-")) / "bcast_tuning.json"
 os.environ["GPULAB_TUNING_TABLE"] = str(TABLE)
-RECORDED = {name: json.loads((Path(RECORDS) / f"{name}.json").read_text())
-            for name in ("bcast_accuracy", "bcast_tuning", "bcast_compare")
-            if (Path(RECORDS) / f"{name}.json").exists()}
+RECORDS = results_dir()  # the recorded full runs (docs/results, or an installed gpulab's copy), shown when present
+RECORDED = {path.stem: json.loads(path.read_text())
+            for path in (RECORDS / "bcast_accuracy.json", RECORDS / "bcast_tuning.json")
+            if path.exists()}
 engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 cluster  # what the engines run on: nodes, ranks, link; after a restart, re-run the cells below
 
@@ -411,7 +412,7 @@ engines.stop()
 # %%
 from gpulab.workloads.gradient_sync import predicted_sync
 
-recorded = Path(RECORDS, "emulated_training_4x1.json")
+recorded = RECORDS / "emulated_training_4x1.json"
 if recorded.exists():
     run = json.loads(recorded.read_text())
     names = [f"auto ({r['chose']['algorithm']})" if r["chose"] else "MPI_Bcast" for r in run["runs"]]
@@ -506,7 +507,7 @@ assert all(r["tuned_bcast_ms"] <= r["mpi_bcast_ms"] for r in sync)
 
 # %%
 from gpulab.scoreboard import load, show, table
-from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
+from gpulab.scoreboard.recorded import results_dir  # docs/results, or an installed gpulab's copy of it
 
 print("recorded (docs/results/scoreboard_quick.json):")
 display(table([row for row in load(results_dir() / "scoreboard_quick.json") if row["id"] in ("b", "d", "i")]))

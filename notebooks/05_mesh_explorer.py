@@ -224,11 +224,12 @@ assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predict
 
 # %%
 import json
-from pathlib import Path
 
 from matplotlib.figure import Figure  # not pyplot: the inline backend would show its figures a second time
 
-records = sorted(Path("../docs/results").glob("emulated_engine_*.json"), key=lambda p: p.stat().st_mtime)
+from gpulab.scoreboard.recorded import results_dir  # docs/results, or an installed gpulab's copy of it
+
+records = sorted(results_dir().glob("emulated_engine_*.json"), key=lambda p: p.stat().st_mtime)
 if records:
     record = json.loads(records[-1].read_text())
     grids = {}
@@ -255,7 +256,7 @@ if records:
               f"model's pick {tuple(v['model_pick'])} at {v['pick_over_best']:.2f}x the measured best "
               f"{tuple(v['measured_best'])}")
 else:
-    print("no recorded run in ../docs/results: python benchmarks/emulated_engine.py run --link 100mbit")
+    print(f"no recorded run in {results_dir()}: python benchmarks/emulated_engine.py run --link 100mbit")
 
 # %% [markdown]
 # ## Questions

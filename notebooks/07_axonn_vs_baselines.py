@@ -488,7 +488,7 @@ assert steps[1 + saved_at_scale.index(max(saved_at_scale))] == "+OAG"  # the ans
 
 # %%
 from gpulab.scoreboard import load, show, table
-from gpulab.scoreboard.recorded import results_dir  # docs/results of the installed checkout
+from gpulab.scoreboard.recorded import results_dir  # docs/results, or an installed gpulab's copy of it
 
 print("recorded (docs/results/scoreboard_quick.json):")
 display(table([row for row in load(results_dir() / "scoreboard_quick.json") if row["id"] == "h"]))

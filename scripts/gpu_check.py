@@ -1,4 +1,4 @@
-"""The GPU check: one command, under 8 minutes on a one-GPU machine, results in docs/gpu_check.json.
+"""The GPU check: one command, under 8 minutes on a one-GPU machine, results in docs/results/gpu_check.json.
 
     python scripts/gpu_check.py                      # from the repository root; no network needed
     python scripts/gpu_check.py --budget 300 --out /tmp/check.json
@@ -269,16 +269,20 @@ def summary_lines(report: dict) -> list[str]:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--budget", type=float, default=420, help="seconds for everything (default 420)")
-    parser.add_argument("--out", default=str(ROOT / "docs" / "gpu_check.json"))
+    parser.add_argument("--out", default=str(ROOT / "docs" / "results" / "gpu_check.json"))
     parser.add_argument("--only", default="", help="comma-separated part names (default: all)")
     parser.add_argument("--device", choices=("cupy", "fake"), default="cupy",
                         help="fake: a CPU dry run of the broadcast and engine-equivalence parts (gpulab.fakedevice)")
     parser.add_argument("--sizes", default="4K,256K,4M,64M", help="broadcast timing sizes (default 4K,256K,4M,64M)")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.budget
-    report = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget_s": args.budget, "parts": {}}
     from gpulab.bcast.sizes import size_range
+    from gpulab.cli.records import provenance
+
+    report = {"provenance": provenance("the GPU check: environment, broadcasts on the device, matmul peaks, the "
+                                       "engine on the device, training, staging timings"),
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "budget_s": args.budget, "parts": {}}
 
     state: dict = {"device": args.device, "sizes": size_range(args.sizes)}
     report["device"] = args.device

@@ -40,7 +40,7 @@ from gpulab.cli.checks import (
     sizes,
     usage_error,
 )
-from gpulab.cli.records import metadata
+from gpulab.cli.records import metadata, provenance
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
 from gpulab.engine.parallel.overlap import PROGRESS, Overlap
@@ -258,6 +258,7 @@ def format_table(records: list[dict]) -> str:
 
 # the records' format (docs/bench_schema.md); the version changes whenever a field changes meaning or goes
 SCHEMA = {"name": "gpulab-bench-bcast", "version": 2}
+WHAT = "gpulab bench bcast: time per broadcast call, per algorithm and message size"
 CSV_FIELDS = ("schema_version", "algorithm", "entry", "nbytes", "dtype", "count", "p", "root", "iters", "warmup",
               "mode", "avg_us", "min_us", "max_us", "p50_us", "p90_us", "p99_us", "algbw_GBps", "busbw_GBps",
               "check", "errors", "valid", "device", "path", "options", "chose")
@@ -266,7 +267,8 @@ CSV_FIELDS = ("schema_version", "algorithm", "entry", "nbytes", "dtype", "count"
 def _write_outputs(args, records: list[dict], p: int, meta: dict) -> None:
     if args.json_path:
         with open(args.json_path, "w") as f:
-            json.dump({"schema": SCHEMA, "metadata": meta, "records": records}, f, indent=1)
+            json.dump({"schema": SCHEMA, "provenance": provenance(WHAT, meta["command"]), "metadata": meta,
+                       "records": records}, f, indent=1)
     if args.csv_path:
         with open(args.csv_path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")

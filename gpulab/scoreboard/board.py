@@ -115,7 +115,12 @@ def format_rows(rows: list[dict]) -> str:
 
 def record(rows: list[dict], quick: bool, seconds: float) -> dict:
     """The JSON record of a run (``SCHEMA_VERSION`` says how to read it)."""
-    return {"schema_version": SCHEMA_VERSION, "quick": quick, "seconds": round(seconds, 1),
+    from gpulab.cli.records import provenance
+
+    return {"schema_version": SCHEMA_VERSION,
+            "provenance": provenance(f"the scoreboard's rows ({'quick' if quick else 'full'} mode): each claim of "
+                                     "the two papers measured here, recorded, modelled, judged"),
+            "quick": quick, "seconds": round(seconds, 1),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "host": platform.node(), "rows": rows}
 

@@ -1,6 +1,8 @@
-"""The recorded measurements the scoreboard reads: docs/results/*.json of this checkout, never numbers typed in code.
+"""The recorded measurements the scoreboard and the notebooks read: docs/results/*.json of this checkout, never
+numbers typed in code.
 
-An installed wheel carries the same folder as gpulab/recorded_results (pyproject's force-include).
+An installed wheel carries the records in ``SHIPPED``, and nothing else of docs/, as gpulab/recorded_results
+(pyproject's force-include lists the same files; tests/docs/test_wheel.py checks both).
 """
 
 from __future__ import annotations
@@ -13,6 +15,13 @@ from gpulab.scoreboard.claim import NotMeasured
 
 ENV_RESULTS = "GPULAB_RESULTS"  # another folder of records (a course's own runs); default: this checkout's docs/results
 PACKAGE = Path(__file__).resolve().parents[1]
+SHIPPED = (  # every record read at run time: by the scoreboard's claims and by the notebooks (00, 02, 03, 05, 06, 07)
+    "scoreboard_quick.json",
+    "emulated_crossover.json", "emulated_chunks.json", "emulated_placement.json", "emulated_auto.json",
+    "emulated_training_4x1.json", "emulated_engine_100mbit.json",
+    "engine_machine_p4.json", "engine_grid_p4.json", "engine_grid_p8.json", "engine_overlap_p4.json",
+    "bcast_accuracy.json", "bcast_tuning.json",
+)
 
 
 def results_dir() -> Path:

@@ -128,24 +128,20 @@ def test_strided_fit_times_groups_across_the_stride():
 
 
 def test_accuracy_records_have_both_settings_and_render():
-    """docs/engine_model_accuracy.md's records: every run both ways, every grid with its error, one table row each
-    (the table's, the models' before, and the runs kept apart that ``engine_accuracy.py table`` renders)."""
-    from benchmarks.engine_accuracy import BEFORE, by_caveat, runs, table
+    """docs/engine_model_accuracy.md's records: every run both ways, every grid with its error, one table row each."""
+    from benchmarks.engine_accuracy import by_caveat, runs, table
 
-    apart = [ROOT / "docs" / "results" / f"engine_accuracy_{name}" for name in ("fit_reps4", "allreduce_ring")]
-    for folder in (ROOT / "docs" / "results", *(f for f, _, _ in BEFORE), *apart):
-        rows = runs(folder)
-        assert rows, folder
-        for r in rows:
-            assert set(r["accuracy"]) == {"off", "on"}, r["setting"]
-            world = 4 if r["setting"].startswith(("2x2", "1x4")) else 8
-            assert len(r["grids"]) == 2 * len(grid_shapes(world)), (r["setting"], r["run"])
-            assert all(g["error"] >= 0 for g in r["grids"])
-            # the grids the fit measured itself (none, the col grid, col and row, or col, row and data), each
-            # with both settings
-            assert sum(g["calibration"] for g in r["grids"]) in (0, 2, 4, 6), (r["setting"], r["run"])
-        assert len(table(rows)) == 2 + len(rows)
-    assert len(by_caveat(runs())) >= 3  # the head and at least one kind of prediction
+    rows = runs()
+    assert rows
+    for r in rows:
+        assert set(r["accuracy"]) == {"off", "on"}, r["setting"]
+        world = 4 if r["setting"].startswith(("2x2", "1x4")) else 8
+        assert len(r["grids"]) == 2 * len(grid_shapes(world)), (r["setting"], r["run"])
+        assert all(g["error"] >= 0 for g in r["grids"])
+        # the grids the fit measured itself (the col, row and data grids), each with both settings
+        assert sum(g["calibration"] for g in r["grids"]) == 6, (r["setting"], r["run"])
+    assert len(table(rows)) == 2 + len(rows)
+    assert len(by_caveat(rows)) >= 3  # the head and at least one kind of prediction
 
 
 def test_the_wait_at_the_gradient_norm_is_read_from_the_timeline_and_priced_by_the_fit():
@@ -198,7 +194,7 @@ def test_other_shares_of_the_wait_reprice_the_records_without_changing_a_fit():
     for g, p in ((2, 4), (2, 8), (4, 8)):
         assert rules[0](g, p) == group_wait_share(g, p)
     assert all(rule(p, p) == 1.0 for rule in rules for p in (4, 8))
-    path = ROOT / "docs" / "results" / "engine_accuracy_before_reno" / "engine_accuracy_2x2_block_100mbit_run1.json"
+    path = ROOT / "docs" / "results" / "engine_accuracy_2x2_block_100mbit_run1.json"
     validation = json.loads(path.read_text())["validation"]
     largest = max(validation[s]["stride-aware"]["median_abs_rel_error"] for s in ("off", "on"))
     lines = group_wait([path])

@@ -68,19 +68,3 @@ def test_a_missing_record_is_a_reason(tmp_path, monkeypatch):
     for claim in all_claims().values():
         with pytest.raises(NotMeasured, match="no recorded"):
             claim.recorded()
-
-
-def test_an_installed_wheel_reads_its_own_copy(tmp_path, monkeypatch):
-    """Installed from a wheel there is no checkout beside the package: the records come from the copy the
-    wheel carries (pyproject's force-include), so notebooks on a class hub show the recorded board."""
-    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
-
-    forced = tomllib.loads((DOCS.parents[1] / "pyproject.toml").read_text())["tool"]["hatch"]["build"]["targets"][
-        "wheel"]["force-include"]
-    assert forced["docs/results"] == "gpulab/recorded_results"
-    site = tmp_path / "site-packages"
-    shutil.copytree(DOCS, site / "gpulab" / "recorded_results")
-    monkeypatch.delenv(recorded.ENV_RESULTS, raising=False)
-    monkeypatch.setattr(recorded, "PACKAGE", site / "gpulab")
-    assert recorded.results_dir() == site / "gpulab" / "recorded_results"
-    assert recorded.read("scoreboard_quick.json") == load("scoreboard_quick.json")

@@ -44,6 +44,7 @@ import psutil
 
 from gpulab.cluster.slurm_testbed import free_port
 from gpulab.emulated.netns import CLONE_NEWNET, SUBNET
+from gpulab.scoreboard.recorded import SHIPPED
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_PACKAGES = {"jupyterhub": "jupyterhub", "batchspawner": "batchspawner",
@@ -173,8 +174,10 @@ class UserPython:
                                                  Path(d) == Path(sys.prefix) and n in ("bin", "lib64")])
         shutil.rmtree(target / "gpulab", ignore_errors=True)
         shutil.copytree(ROOT / "gpulab", target / "gpulab", ignore=shutil.ignore_patterns("__pycache__"))
-        # what the wheel carries beside the package (pyproject's force-include)
-        shutil.copytree(ROOT / "docs" / "results", target / "gpulab" / "recorded_results")
+        # what the wheel carries beside the package (pyproject's force-include of recorded.SHIPPED)
+        (target / "gpulab" / "recorded_results").mkdir()
+        for name in SHIPPED:
+            shutil.copy2(ROOT / "docs" / "results" / name, target / "gpulab" / "recorded_results" / name)
         self.bin = venv / "bin"
         for src in Path(sys.executable).parent.iterdir():  # console scripts: point them at the new python
             if src.name.startswith(("python", "activate", "Activate", "pip")) or (self.bin / src.name).exists():

@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import pwd
-import shutil
 import stat
 import subprocess
 import threading
@@ -37,7 +36,6 @@ from gpulab.procfs import MPI_SCRATCH
 from tests.notebooks.nbrun import NOTEBOOKS, inject_parameters
 from tests.notebooks.parameters import PARAMETERS
 from tests.slurm.hub import (
-    ROOT,
     Hub,
     TestUser,
     UserPython,
@@ -245,8 +243,8 @@ def test_learners_run_notebooks_02_and_05_side_by_side(classroom, slurm_env):
 WHOLE = ("02_broadcast_explorer", "05_mesh_explorer")
 SIDE_BY_SIDE = LEARNERS  # running the whole notebooks at once: 3 x (4 + 8) busy-polling ranks in notebook 02
 CELL_S = 180  # tests/notebooks' bound per cell: above the notebooks' own 120 s bound on an engine call
-# the kernel's folder as in a course copy (~/gpulab/notebooks beside ~/gpulab/docs/results, which notebook 05's
-# recorded plot reads), and the probes of START, for the check before the notebook's last cell
+# the kernel's folder as in a course copy (~/gpulab/notebooks; the records come with the installed gpulab),
+# and the probes of START, for the check before the notebook's last cell
 OPEN = """
 import json, os, time
 os.chdir(os.path.expanduser("~/gpulab/notebooks"))
@@ -263,11 +261,9 @@ print(json.dumps([{"banner": panel.banner.value, "mode": getattr(panel.emulated,
 
 
 def course_copy(learner) -> None:
-    """~/gpulab/notebooks and ~/gpulab/docs/results, the learner's, as a course would hand them out."""
+    """~/gpulab/notebooks, the learner's, as a course would hand it out."""
     course = learner.user.home / "gpulab"
     (course / "notebooks").mkdir(parents=True, exist_ok=True)
-    if not (course / "docs" / "results").exists():
-        shutil.copytree(ROOT / "docs" / "results", course / "docs" / "results")
     subprocess.run(["chown", "-R", f"{learner.user.name}:", str(course)], check=True, timeout=30)
 
 

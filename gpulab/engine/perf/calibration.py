@@ -17,8 +17,8 @@ faster kept), and what each iteration took beyond the model is a wait:
 The model charges a col (row) all-reduce over g ranks (g - 1) / (W - 1) of that group's wait, as a
 ring's steps grow, and the gradient all-reduce over a data group of any size the whole data wait,
 once an iteration however many buckets carry it: the replicas drift apart over a whole backward
-with nothing between them to keep them in step, and charged whole whatever the group's size it prices
-the recorded runs better than scaled as a ring's steps (docs/results/engine_accuracy_data_wait_explored/).
+with nothing between them to keep them in step, and charged whole whatever the group's size it priced
+the recorded runs better than scaled as a ring's steps (docs/engine_model_accuracy.md).
 The three grids are left out when the model is scored (``pick_validation.validate``), so the other
 grids stay out of sample.
 
