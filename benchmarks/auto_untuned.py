@@ -125,7 +125,7 @@ def main() -> int:
             if r["nbytes"] in side_by_side:
                 pair = side_by_side[r["nbytes"]]
                 rows[-1]["interleaved"] = {**pair, "ratio": pair["auto"] / pair["bare"]}
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     result = {"provenance": provenance(__doc__),
               "command": " ".join(["gpulab bench bcast"] + command[5:-2]) + f" (on {args.nodes} emulated nodes "

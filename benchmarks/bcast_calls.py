@@ -195,7 +195,7 @@ def main() -> int:
     single = front_end(args.calls, args.rounds, args.bytes)
     print("one rank (COMM_SELF), us per call: " + ", ".join(f"{k} {v:.2f}" for k, v in single.items()))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     args.out.write_text(json.dumps({"provenance": provenance(__doc__),
                                     "command": "python benchmarks/bcast_calls.py " + " ".join(sys.argv[1:]),

@@ -87,7 +87,7 @@ def main() -> int:
                      "rounds_us": {label: times[label][n] for label in CONFIGS},
                      "chosen": range_of(table, n)["algorithm"]})
     ok = rows[-1]["speedup"] >= 1.5 and all(r["speedup"] >= 1 / 1.1 for r in rows)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     record = {"provenance": provenance(__doc__), "command": "python benchmarks/bcast_export.py",
               "cluster": "4 emulated nodes x 1 rank, 1 Gbit/s, node k on core k mod cores",

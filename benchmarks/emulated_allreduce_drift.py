@@ -116,7 +116,7 @@ def main() -> int:
         print("  " + ", ".join(f"{p['nbytes'] / 1e3:.0f} KB: fit's way {p['fit_way_s'] * 1e3:.2f} ms, back to back "
                                f"{p['back_to_back_s'] * 1e3:.2f} ms" for p in points), flush=True)
     rate = link_bytes_per_s(link)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     record = {"provenance": provenance(__doc__),
               "command": "python benchmarks/emulated_allreduce_drift.py " + " ".join(sys.argv[1:]),

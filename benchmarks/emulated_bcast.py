@@ -214,7 +214,7 @@ def main(argv: list[str]) -> int:
             print(f"model's best chunk at {nbytes} B: {run['best_chunk']} B")
     out = RESULTS / f"emulated_{name}.json"
     out.write_text(json.dumps(runs, indent=1))
-    from gpulab.cli.records import write_sidecar
+    from gpulab.records import write_sidecar
 
     write_sidecar(out, f"{name}: {__doc__}", f"python benchmarks/emulated_bcast.py {' '.join(argv)}")
     plot(runs, RESULTS / f"emulated_{name}.png", f"broadcast on an emulated cluster ({name})", spec["x"])

@@ -153,7 +153,7 @@ def job(args) -> None:
             pred = predict(cfg, shape, BATCH, m, overlap_for(setting), seq_len=cfg.block_size)
             row[key] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
         rows.append(row)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     record = {"provenance": provenance(__doc__, args.command),
               "command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

@@ -106,7 +106,7 @@ def measure(nodes: int, rpn: int, link: str) -> dict:
             runs.append(run)
     if runs[0]["digest"] != runs[1]["digest"]:
         raise SystemExit("the two broadcasts trained different parameters: the synchronisation is wrong")
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     return {"provenance": provenance(__doc__, f"python benchmarks/emulated_training.py {nodes}x{rpn} {link}"),
             "command": f"python benchmarks/emulated_training.py {nodes}x{rpn} {link}", "topology": topology,
@@ -213,7 +213,7 @@ def main(argv: list[str]) -> int:
         print(f"usage: emulated_training.py {{{','.join(CONFIGS)},scale}} [LINK, default 100mbit]", file=sys.stderr)
         return 2
     scale = at_scale()
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     header = provenance(__doc__, "python benchmarks/emulated_training.py scale")
     (RESULTS / "emulated_training_scale.json").write_text(json.dumps({"provenance": header, "paper": PAPER,

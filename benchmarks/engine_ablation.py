@@ -59,7 +59,7 @@ def run(rounds: int = 5) -> None:
     subprocess.run(cmd, check=True, env=env, cwd=ROOT)
     rows = json.loads(raw.read_text())
     raw.unlink()
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     OUT.write_text(json.dumps({
         "provenance": provenance(__doc__, "python benchmarks/engine_ablation.py run"),

@@ -81,7 +81,7 @@ def run(args) -> None:
         pred = predict_row(r, machine)
         r["prediction"] = {k: pred[k] for k in ("iter_s", "compute_s", "exposed_comm_s", "hidden_comm_s")}
         r.pop("per_rank", None)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     command = (f"python benchmarks/engine_grids.py run --world {p} --iters {args.iters} --rounds {args.rounds}"
                + (f" --out {args.out}" if args.out else ""))

@@ -60,7 +60,7 @@ def run(args) -> None:
             records.append({"setting": label, "load_before": before, "load_after": os.getloadavg()[0], **r})
         raw.unlink()
         print(f"{label}: done (load {before:.1f} -> {os.getloadavg()[0]:.1f})", flush=True)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     record = {"provenance": provenance(__doc__), "date": time.strftime("%Y-%m-%d %H:%M"), "iters": args.iters,
               "rounds": args.rounds, "records": records}

@@ -87,7 +87,7 @@ def write(rows, kept, args) -> None:
     from gpulab.engine.parallel.timeline_plot import gantt
 
     RESULTS.mkdir(parents=True, exist_ok=True)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     record = {"provenance": provenance(__doc__, "python benchmarks/engine_pipeline.py"),
               "command": "python benchmarks/engine_pipeline.py", "model": {"n_layer": 2 * PIPE, "vocab_size": VOCAB,

@@ -71,7 +71,7 @@ def job(args) -> None:
                     best[plan["strategy"]] = row
                 best[plan["strategy"]]["iter_s_rounds"] = rounds
     if comm.rank == 0:
-        from gpulab.cli.records import provenance
+        from gpulab.records import provenance
 
         record = {"provenance": provenance(__doc__, args.command),
                   "command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),

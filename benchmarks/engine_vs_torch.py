@@ -159,7 +159,7 @@ def main(argv=None) -> int:
         print(f"{name}: gpulab {med['gpulab']:.0f} tokens/s, PyTorch {med['torch']:.0f} tokens/s, "
               f"ratio {med['gpulab'] / med['torch']:.2f} ({args.threads} threads)", flush=True)
     results["load_after"] = os.getloadavg()[0]
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     results = {"provenance": provenance(__doc__), **results}
     if args.out:

@@ -66,7 +66,7 @@ def main() -> int:
             ranks = [result[i] for result in per_rank]
             rows.append(max(ranks, key=lambda r: r["traced_peak"] / r["accounted"]["total"]))
     out = ROOT / "docs" / "results" / "memory_check.json"
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     out.write_text(json.dumps({"provenance": provenance(__doc__, "python benchmarks/memory_check.py"),
                                "command": "python benchmarks/memory_check.py", "rows": rows}, indent=1))

@@ -104,7 +104,7 @@ def small_benchmark(script: str, doc: str, in_ranks, timeout: float = 900) -> di
     load_before = os.getloadavg()[0]
     with cluster:
         measured = rank0_json(script, ranks, ["--in-ranks"], timeout=timeout)
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     return {"provenance": provenance(doc, typed_command(script)), "command": typed_command(script),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "setting": setting,

@@ -277,7 +277,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.budget
     from gpulab.bcast.sizes import size_range
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     report = {"provenance": provenance("the GPU check: environment, broadcasts on the device, matmul peaks, the "
                                        "engine on the device, training, staging timings"),

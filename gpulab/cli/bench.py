@@ -40,7 +40,6 @@ from gpulab.cli.checks import (
     sizes,
     usage_error,
 )
-from gpulab.cli.records import metadata, provenance
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
 from gpulab.engine.parallel.overlap import PROGRESS, Overlap
@@ -48,6 +47,7 @@ from gpulab.engine.perf.timing import bench_config, measure
 from gpulab.jobsite import record_topology
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.records import metadata, provenance
 
 MPI = lazy_mpi(globals())
 

@@ -53,7 +53,7 @@ def run_jobs(args, algorithms: list[str], native: list[str], report) -> int:
 def measure_variant(comm, args, algorithms: list[str], native: list[str], report) -> int:
     """Inside a variant's job: time MPI_Bcast, which MPICH's control variables force to the variant."""
     from gpulab.bcast.measure import sweep
-    from gpulab.cli.records import metadata
+    from gpulab.records import metadata
 
     forced = os.environ.get(native_variants.ENV)
     name = native[0]

@@ -15,9 +15,9 @@ import sys
 from gpulab.bcast import experiments, export, report
 from gpulab.bcast.sizes import format_size
 from gpulab.bcast.tuning import build_table
-from gpulab.cli.records import metadata
 from gpulab.jobsite import record_topology
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.records import metadata
 from gpulab.workloads.startup import broadcast_model
 from gpulab.workloads.startup import report as workload_report
 

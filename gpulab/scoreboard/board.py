@@ -115,7 +115,7 @@ def format_rows(rows: list[dict]) -> str:
 
 def record(rows: list[dict], quick: bool, seconds: float) -> dict:
     """The JSON record of a run (``SCHEMA_VERSION`` says how to read it)."""
-    from gpulab.cli.records import provenance
+    from gpulab.records import provenance
 
     return {"schema_version": SCHEMA_VERSION,
             "provenance": provenance(f"the scoreboard's rows ({'quick' if quick else 'full'} mode): each claim of "

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpulab.cli.records import provenance, write_sidecar
+from gpulab.records import provenance, write_sidecar
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "results"
@@ -76,7 +76,7 @@ def test_every_record_says_what_how_where_when_and_at_which_commit(path):
 
 
 def test_what_the_kit_writes_is_a_header_the_schema_takes():
-    """``gpulab.cli.records.provenance``, which the commands and benchmarks put in every new record."""
+    """``gpulab.records.provenance``, which the commands and benchmarks put in every new record."""
     h = provenance("a one-line description", "gpulab bench bcast -n 2")
     assert not problems(h), problems(h)
     wrong = problems({**h, "what": "two\nlines", "date": "yesterday"})
@@ -105,7 +105,7 @@ def test_a_gpulab_bench_record_carries_the_header(tmp_path):
 
 
 def test_a_record_in_a_fixed_format_gets_its_header_beside_it(tmp_path):
-    """``python -m gpulab.cli.records FILE --what ... --command ...``: a fitted machine, a tuning table, a list."""
+    """``python -m gpulab.records FILE --what ... --command ...``: a fitted machine, a tuning table, a list."""
     record = tmp_path / "fit_p2.json"
     record.write_text("[1, 2]")
     sidecar = write_sidecar(record, "a fit on 2 ranks", "gpulab model fit -n 2 --out fit_p2.json")

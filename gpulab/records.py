@@ -4,7 +4,7 @@
 ``tests/docs/test_records.py`` checks them); ``metadata(ranks)`` is the fuller description a `gpulab`
 job's JSON keeps beside it (MPI library, topology).
 
-    python -m gpulab.cli.records FILE --what "..." --command "..."   # FILE's sidecar, FILE-stem.meta.json
+    python -m gpulab.records FILE --what "..." --command "..."   # FILE's sidecar, FILE-stem.meta.json
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from gpulab.jobsite import topology_metadata
 from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
-CHECKOUT = Path(__file__).resolve().parents[2]  # the kit's git checkout, where gpulab runs from one
+CHECKOUT = Path(__file__).resolve().parents[1]  # the kit's git checkout, where gpulab runs from one
 
 
 def metadata(ranks: int) -> dict:
