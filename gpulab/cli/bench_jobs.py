@@ -2,7 +2,7 @@
 
 ``run_jobs`` (outside any job) starts a job for gpulab's own algorithms and a
 job per ``mpi:<MPICH algorithm>``, each with the control variables that force
-it (``gpulab.bcast.native_variants.environment``); ``measure_variant`` is what
+it (``gpulab.bcast.measurement.native_variants.environment``); ``measure_variant`` is what
 a variant's job runs: the plain MPI_Bcast, under the name of the variant.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 
-from gpulab.bcast import native_variants
+from gpulab.bcast.measurement import native_variants
 from gpulab.launch import relaunch
 from gpulab.lazy_mpi import lazy_mpi
 
@@ -52,7 +52,7 @@ def run_jobs(args, algorithms: list[str], native: list[str], report) -> int:
 
 def measure_variant(comm, args, algorithms: list[str], native: list[str], report) -> int:
     """Inside a variant's job: time MPI_Bcast, which MPICH's control variables force to the variant."""
-    from gpulab.bcast.measure import sweep
+    from gpulab.bcast.measurement.measure import sweep
     from gpulab.cli.records import metadata
 
     forced = os.environ.get(native_variants.ENV)

@@ -12,9 +12,9 @@ import json
 import os
 import sys
 
-from gpulab.bcast import experiments, export, report
+from gpulab.bcast.measurement import experiments, export, report
+from gpulab.bcast.selection.tuning import build_table
 from gpulab.bcast.sizes import format_size
-from gpulab.bcast.tuning import build_table
 from gpulab.cli.records import metadata
 from gpulab.jobsite import record_topology
 from gpulab.lazy_mpi import lazy_mpi
@@ -99,7 +99,7 @@ def outer(args, results: dict) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        from gpulab.bcast import tuning_plots as plots
+        from gpulab.bcast.plots import tuning_plots as plots
 
         plots.for_command(args.what, results).savefig(args.plot_path, dpi=110)
         print(f"wrote {args.plot_path}")
