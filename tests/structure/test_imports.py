@@ -100,7 +100,8 @@ def test_no_public_name_of_the_broadcast_is_shadowed_by_a_module():
     it was imported (Python binds an imported submodule to its package under the module's name)."""
     import gpulab.bcast
 
-    assert not [name for name in gpulab.bcast.__all__ if (PACKAGE / "bcast" / f"{name}.py").exists()]
+    assert not [name for name in gpulab.bcast.__all__
+                if (PACKAGE / "bcast" / f"{name}.py").exists() or (PACKAGE / "bcast" / name).is_dir()]
 
 
 def _within(module: str, packages) -> bool:

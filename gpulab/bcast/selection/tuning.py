@@ -11,7 +11,8 @@ JSON file that ``select()`` (and so ``bcast(..., algorithm="auto")``) reads:
 
 The file is found at an explicit path, else $GPULAB_TUNING_TABLE, else
 ~/.cache/gpulab/bcast_tuning.json. Every rank reads the same file, so every
-rank makes the same choice; nothing here communicates.
+rank makes the same choice; nothing here communicates. ``load_machine`` gives
+the fit it holds as the cost model's ``Machine``.
 """
 
 from __future__ import annotations
