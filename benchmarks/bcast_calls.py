@@ -11,7 +11,7 @@ call is the slowest rank's loop time / calls. Variants are interleaved in
 round is kept. The reference, ``bare``, is ``comm.Bcast`` on the user's own
 communicator: what a program gets with no gpulab at all. ``mpi``, ``binomial`` and
 ``auto`` call ``gpulab.bcast.bcast``, the C entry where it is built (the record's
-``entry``); the ``_py`` rows call the Python entry it falls back to.
+``bcast_entry``); the ``_py`` rows call the Python entry it falls back to.
 """
 
 from __future__ import annotations
@@ -87,10 +87,12 @@ def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
     from mpi4py import MPI
 
     import gpulab.bcast
-    from gpulab.bcast import algorithms, auto, fastpath, tuning
+    from gpulab.bcast import entry
+    from gpulab.bcast.runtime import fastpath
+    from gpulab.bcast.selection import auto, tuning
 
     comm, status = MPI.COMM_WORLD, MPI.Status()
-    python_entry = algorithms.bcast_in_python  # the Python function, which the C entry calls for what it leaves
+    python_entry = entry.bcast_in_python  # the Python function, which the C entry calls for what it leaves
     buf = np.zeros(nbytes, dtype=np.uint8)
     if comm.rank == 0:
         buf[:] = 7
@@ -123,7 +125,7 @@ def in_ranks(calls: int, rounds: int, nbytes: int) -> None:
         print(json.dumps({"p": comm.size, "nbytes": nbytes, "calls": calls, "rounds": rounds,
                           "tuning_file": str(tuning.table_path()),
                           "auto_chose": {"algorithm": decision.name, "source": decision.source},
-                          "entry": "c" if algorithms._c_ready else "python", "fastpath": fastpath.status(),
+                          **entry.entry_record(), "fastpath": fastpath.status(),
                           "us": {k: statistics.median(v) * 1e6 for k, v in times.items()},
                           "rounds_us": {k: [t * 1e6 for t in v] for k, v in times.items()}}))
 
@@ -138,10 +140,10 @@ def front_end(calls: int, rounds: int, nbytes: int) -> dict:
     from mpi4py import MPI
 
     import gpulab.bcast
-    from gpulab.bcast import algorithms
+    from gpulab.bcast import entry
 
     comm, buf = MPI.COMM_SELF, np.zeros(nbytes, dtype=np.uint8)
-    python_entry = algorithms.bcast_in_python
+    python_entry = entry.bcast_in_python
     runs = {"bare": lambda: comm.Bcast(buf, 0),
             "python_call": lambda: python_call(buf, 0, comm, algorithm="mpi"),
             "python_call_checked": lambda: python_call_checked(buf, 0, comm, algorithm="mpi"),

@@ -4,7 +4,7 @@
 
 On COMM_SELF a rank sends to itself: an Isend then a checked Recv per message
 pair, zero bytes, so MPI's own work is as small as it gets and the difference
-per message is what ``gpulab.bcast.executor.execute`` adds in Python. That is the
+per message is what ``gpulab.bcast.runtime.executor.execute`` adds in Python. That is the
 per-message overhead the cost model charges (``Machine.overhead``, see
 docs/bcast_model.md). Best of 5 rounds of 2000 pairs.
 """
@@ -16,7 +16,7 @@ import time
 import numpy as np
 from mpi4py import MPI
 
-from gpulab.bcast.executor import ISEND, RECV, TAG, Group, Op, execute
+from gpulab.bcast.runtime.executor import ISEND, RECV, TAG, Group, Op, execute
 
 PAIRS, ROUNDS = 2000, 5
 

@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpulab.bcast.tuning import range_of  # noqa: E402
+from gpulab.bcast.selection.tuning import range_of  # noqa: E402
 
 RESULTS = ROOT / "docs" / "results"
 SIZES = "1K,16K,256K,1M,4M,8M,32M"

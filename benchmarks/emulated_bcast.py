@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
-from gpulab.bcast.link_floor import at_most_link_rate  # noqa: E402
+from gpulab.bcast.cost.link_floor import at_most_link_rate  # noqa: E402
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.engine.perf.trust import cpu_ticks, stolen  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
@@ -60,7 +60,7 @@ def fit_in_ranks(out: str) -> None:
     """Inside the MPI job: the two-level fit, written by rank 0."""
     from mpi4py import MPI
 
-    from gpulab.bcast import experiments
+    from gpulab.bcast.measurement import experiments
 
     machine = experiments.fit(MPI.COMM_WORLD, FIT_SIZES, time_budget=0.01)
     if MPI.COMM_WORLD.rank == 0:
@@ -85,7 +85,7 @@ def label(record: dict) -> str:
 def predictions(machine: dict, records: list[dict], rank_nodes: list[int]) -> None:
     """Each record's predicted time (what auto chose, for auto), by the model fitted on the same cluster,
     with each message of a flat tree or chain priced at the link its ranks' placement gives it."""
-    from gpulab.bcast.model import Machine, predict
+    from gpulab.bcast.cost.hockney import Machine, predict
 
     m = Machine.from_dict(machine)
     for r in records:
@@ -110,7 +110,7 @@ def measure(spec: dict, placement: str) -> dict:
         ranks = spec["ranks"]
         subprocess.run(mpiexec_command(ranks, [__file__, "fit", fit_out]), check=True, env=env, cwd=ROOT)
         machine = at_most_link_rate(json.loads(Path(fit_out).read_text()), cluster.topology(ranks)["link_bytes_per_s"])
-        # auto decides from this cluster's fit (the "model" source of gpulab.bcast.auto)
+        # auto decides from this cluster's fit (the "model" source of gpulab.bcast.selection.auto)
         Path(tuning).write_text(json.dumps({"version": 1, "models": {str(ranks): machine}, "tables": {}}))
         env["GPULAB_TUNING_TABLE"] = tuning
         commands, records, metadata = [], [], None
@@ -206,7 +206,7 @@ def main(argv: list[str]) -> int:
     spec["link"] = argv[1] if len(argv) == 2 else spec["link"]
     runs = [measure(spec, placement) for placement in spec["placements"]]
     if spec["x"] == "chunk":
-        from gpulab.bcast.model import Machine, best_chunk
+        from gpulab.bcast.cost.hockney import Machine, best_chunk
 
         for run in runs:
             nbytes, p = run["records"][0]["nbytes"], run["records"][0]["p"]

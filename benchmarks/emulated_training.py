@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import emulated_bcast  # noqa: E402  (the benchmark next to this one: its fit)
 
-from gpulab.bcast.link_floor import at_most_link_rate  # noqa: E402
+from gpulab.bcast.cost.link_floor import at_most_link_rate  # noqa: E402
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
 
@@ -50,7 +50,7 @@ def train_in_ranks(out: str, algorithm: str) -> None:
     """Inside the MPI job: train, then rank 0 writes every rank's records, the digest and auto's decision."""
     from mpi4py import MPI
 
-    from gpulab.bcast.auto import select
+    from gpulab.bcast.selection.auto import select
     from gpulab.workloads.reduce_bcast_training import train
 
     comm = MPI.COMM_WORLD
@@ -116,7 +116,7 @@ def measure(nodes: int, rpn: int, link: str) -> dict:
 
 def predicted_bcast(machine: dict, runs: list[dict], p: int, topology: dict) -> dict:
     """The fitted model's time for each run's broadcast of the gradient (what auto chose, for auto)."""
-    from gpulab.bcast.model import Machine, predict
+    from gpulab.bcast.cost.hockney import Machine, predict
 
     m = Machine.from_dict(machine)
     out = {}

@@ -6,7 +6,7 @@ imported lazily: importing gpulab must never initialise CUDA, because each
 MPI rank has to pick its GPU first (see ``gpulab.cluster``).
 
 Communication code that must move device memory itself (host staging in
-``gpulab.bcast.staging``) talks to a *device* object, ``device_of(x)``: CuPy's
+``gpulab.bcast.runtime.staging``) talks to a *device* object, ``device_of(x)``: CuPy's
 (``CupyDevice``) or the fake GPU of ``gpulab.fakedevice`` that CPU-only tests
 use. Both offer the same few calls: new streams and events, pinned host
 buffers, and asynchronous device<->host copies.

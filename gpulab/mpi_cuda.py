@@ -5,7 +5,7 @@ Two paths, named in broadcast results, trace events and engine timelines:
 - "cuda-aware": the MPI library reads and writes GPU memory itself (Open MPI
   or MPICH built with CUDA, MVAPICH2-GDR, Cray MPICH with GPU support on).
 - "staged": it cannot, so the bytes go through pinned host memory
-  (``gpulab.bcast.staging`` pipelines a broadcast in chunks;
+  (``gpulab.bcast.runtime.staging`` pipelines a broadcast in chunks;
   ``gpulab.engine.parallel.exchange`` stages the engine's collectives whole).
 
 ``choose_path``: an explicit ``path=``, else ``GPULAB_CUDA_AWARE=1`` / ``=0``,

@@ -24,15 +24,16 @@ MPI = lazy_mpi(globals())
 CHECKOUT = Path(__file__).resolve().parents[1]  # the kit's git checkout, where gpulab runs from one
 
 
-def metadata(ranks: int) -> dict:
-    """Date, command line (without the internal ``--inner-out``), ranks, host, CPU and cores, Python, MPI, topology.
+def metadata(ranks: int, **more) -> dict:
+    """Date, command line (without the internal ``--inner-out``), ranks, host, CPU and cores, Python, MPI,
+    what the caller adds (``more``: a broadcast's entry, "c" or "python"), topology.
 
     Call it inside the MPI job (it asks the MPI library for its version).
     """
     return {"date": utc_now(), "command": " ".join(["gpulab", *_args()]), "ranks": ranks, "host": platform.node(),
             "cpu": platform.processor() or platform.machine(), "cores": len(os.sched_getaffinity(0)),
             "python": platform.python_version(), "mpi": " ".join(MPI.Get_library_version().split()[:3]),
-            **topology_metadata()}
+            **more, **topology_metadata()}
 
 
 def provenance(what: str, command: str | None = None, *, date: str | None = None) -> dict:

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -51,7 +51,7 @@ engines
 # **binomial**: every rank that has the data sends it on, so the number of
 # holders doubles each round: `ceil(log2 p)(a + n·b)`. Ranks are renumbered
 # relative to the root (`vr = (me - root) % p`), so any root works the same
-# way. MPICH's generic rule (Thakur et al. 2005, in `gpulab.bcast.mpich.mpir_rule`)
+# way. MPICH's generic rule (Thakur et al. 2005, in `gpulab.bcast.cost.mpich.mpir_rule`)
 # uses it below 12 KiB and on fewer than 8 processes.
 #
 # **What `MPI_Bcast` runs is not always that rule.** MPICH 5's ch4 device
@@ -88,8 +88,8 @@ engines
 # many arrows leave one rank in one step.
 
 # %%
-show_code("bcast/trees.py", "linear", "binomial", "knomial");
-show_code("bcast/tree_shapes.py", "knomial_tree");
+show_code("bcast/algorithms/trees.py", "linear", "binomial", "knomial");
+show_code("bcast/algorithms/tree_shapes.py", "knomial_tree");
 
 # %%
 show_patterns(runner, ["linear", "binomial", "knomial"], N_ENGINES, **TRACE);
@@ -110,7 +110,7 @@ show_patterns(runner, ["linear", "binomial", "knomial"], N_ENGINES, **TRACE);
 # each half of the message down one subtree, then pairs swap halves.
 
 # %%
-show_code("bcast/pipelined.py", "forward_chunks", "chain");
+show_code("bcast/algorithms/pipelined.py", "forward_chunks", "chain");
 
 # %%
 show_patterns(runner, ["chain", "binary_tree", "split_binary_tree"], N_ENGINES, **TRACE);
@@ -126,13 +126,13 @@ show_patterns(runner, ["chain", "binary_tree", "split_binary_tree"], N_ENGINES, 
 #
 # MPICH's generic rule uses them only from 8 processes up: from 12 KiB,
 # recursive doubling when `p` is a power of two and the message is below
-# 512 KiB, the ring otherwise (`gpulab.bcast.mpich.mpir_rule` says why
+# 512 KiB, the ring otherwise (`gpulab.bcast.cost.mpich.mpir_rule` says why
 # for any size and `p`). On these 4 engines, on one node, `MPI_Bcast` is a
 # binomial tree at every size; across nodes it is the node-aware composition
 # of section 1.
 
 # %%
-show_code("bcast/scatter_allgather.py", "binomial_scatter", "scatter_allgather_ring");
+show_code("bcast/algorithms/scatter_allgather.py", "binomial_scatter", "scatter_allgather_ring");
 
 # %%
 show_patterns(runner, ["scatter_allgather_rd", "scatter_allgather_ring"], N_ENGINES, **TRACE);
@@ -148,14 +148,14 @@ show_patterns(runner, ["scatter_allgather_rd", "scatter_allgather_ring"], N_ENGI
 # `ranks_per_node=2` makes ranks {0,1} one "node" and {2,3} another.
 
 # %%
-from gpulab.bcast.profiles import PROFILES, profile
+from gpulab.bcast.cost.profiles import PROFILES, profile
 
 link_ratio = {name: profile(name).inter.small.beta / profile(name).intra.small.beta for name in PROFILES}
 for name, ratio in link_ratio.items():
     print(f"{name:>10}: the node's links carry {ratio:.1f}x the bandwidth of its network link")
 
 # %%
-show_code("bcast/hierarchical.py", "hierarchical");
+show_code("bcast/algorithms/hierarchical.py", "hierarchical");
 
 # %%
 show_patterns(runner, ["hierarchical", "binomial"], N_ENGINES, **TRACE);

@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -52,14 +52,14 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-from gpulab.bcast import report
-from gpulab.bcast.experiments import accuracy, chunk_scan, fit, on_world, sub_tables
-from gpulab.bcast.fit import summary
-from gpulab.bcast.model import Machine, best_chunk, breakdown, predict, textbook
-from gpulab.bcast.profiles import PROFILES, profile
-from gpulab.bcast.profiles import table as profile_table
-from gpulab.bcast.tuning import update
-from gpulab.bcast.tuning_plots import accuracy_plot, fit_plot, heatmap, scale_plot, workload_plot
+from gpulab.bcast.cost.hockney import Machine, best_chunk, breakdown, predict, textbook
+from gpulab.bcast.cost.profiles import PROFILES, profile
+from gpulab.bcast.cost.profiles import table as profile_table
+from gpulab.bcast.measurement import report
+from gpulab.bcast.measurement.experiments import accuracy, chunk_scan, fit, on_world, sub_tables
+from gpulab.bcast.measurement.pingpong_fit import summary
+from gpulab.bcast.plots.tuning_plots import accuracy_plot, fit_plot, heatmap, scale_plot, workload_plot
+from gpulab.bcast.selection.tuning import update
 from gpulab.scoreboard.recorded import results_dir
 from gpulab.widgets import Table, as_image, notebook_engines, show_code
 
@@ -107,8 +107,8 @@ for name in PROFILES:
     m = profile(name)
     print(f"{name:>10}: node links {m.inter.small.beta / m.intra.small.beta:.1f}x the network's bandwidth, "
           f"{m.intra.small.alpha / m.inter.small.alpha:.2f}x its latency")
-show_code("bcast/experiments.py", "fit")
-show_code("bcast/fit.py", "_exchange", "_lsq");
+show_code("bcast/measurement/experiments.py", "fit")
+show_code("bcast/measurement/pingpong_fit.py", "_exchange", "_lsq");
 
 # %% [markdown]
 # The plot: message size (x, log scale) against one-way time (y, microseconds,
@@ -134,7 +134,7 @@ assert fitted.fitted_p == N_ENGINES
 # %% [markdown]
 # ## 2 · Predicted vs measured
 # Each algorithm's time is the cost of the messages on its critical path
-# (`gpulab/bcast/critical_path.py` follows the code step by step). Two models:
+# (`gpulab/bcast/algorithms/critical_path.py` follows the code step by step). Two models:
 # **textbook** (one `a`, one `b`, nothing else) and the **fitted** one, which
 # adds what this machine does: the eager/single-copy switch, Python's
 # per-message overhead, and the fact that `N_ENGINES` ranks share the cores
@@ -206,7 +206,7 @@ else:
 # changes:
 
 # %%
-show_code("bcast/report.py", "crossovers", "fastest_algorithm");
+show_code("bcast/measurement/report.py", "crossovers", "fastest_algorithm");
 
 # %%
 algorithms = ["linear", "binomial", "knomial", "chain", "split_binary_tree", "scatter_allgather_ring", "mpi"]
@@ -227,7 +227,7 @@ assert all(c["from"] != c["to"] for c in crossings)
 # and keeps the cheapest:
 
 # %%
-show_code("bcast/model.py", "best_chunk");
+show_code("bcast/cost/hockney.py", "best_chunk");
 
 # %% [markdown]
 # Measured on the engines for the chain at `CHUNK_MESSAGE` bytes:
@@ -278,8 +278,8 @@ assert all(r["valid"] for r in scan) and 1 <= best <= CHUNK_MESSAGE
 # `MPI_Bcast` unless a winner beats it by the margin:
 
 # %%
-show_code("bcast/experiments.py", "sub_tables")
-show_code("bcast/tuning.py", "choose_measured");
+show_code("bcast/measurement/experiments.py", "sub_tables")
+show_code("bcast/selection/tuning.py", "choose_measured");
 
 # %% [markdown]
 # The heat map: message size (x) against process count (y); each cell's
@@ -294,7 +294,7 @@ as_image(heatmap(tables))
 
 
 # %%
-from gpulab.bcast.auto import select
+from gpulab.bcast.selection.auto import select
 
 
 class Procs:  # select() only needs the process count

@@ -9,7 +9,7 @@
 
 Outside an MPI job it starts ``mpiexec -n N`` on itself; inside one (srun,
 mpiexec) it measures on the ranks it was given. A native variant
-(``mpi:<MPICH algorithm>``, see ``gpulab.bcast.native_variants``) runs in a job
+(``mpi:<MPICH algorithm>``, see ``gpulab.bcast.measurement.native_variants``) runs in a job
 of its own, since MPICH reads the variables that force it at MPI_Init; the
 rows of every job end up in one table, JSON and plot. The 'mpi' column on host
 buffers is the bare comm.Bcast on the job's communicator. The JSON and CSV
@@ -25,9 +25,10 @@ import os
 import sys
 
 from gpulab.backend import DEVICES
-from gpulab.bcast import native_variants, nccl, registry
-from gpulab.bcast.algorithms import ALGORITHMS
-from gpulab.bcast.measure import sweep
+from gpulab.bcast.algorithms import registry
+from gpulab.bcast.entry import ALGORITHMS, entry_record
+from gpulab.bcast.measurement import native_variants, nccl
+from gpulab.bcast.measurement.measure import sweep
 from gpulab.bcast.sizes import format_size
 from gpulab.cli.checks import (
     nonnegative_float,
@@ -179,7 +180,7 @@ def _measure(args) -> int:
         return 0
     if bar:
         bar.close()
-    return report(args, records, comm.size, metadata(comm.size))
+    return report(args, records, comm.size, metadata(comm.size, **entry_record()))
 
 
 def report(args, records: list[dict], p: int, meta: dict) -> int:
@@ -278,7 +279,7 @@ def _write_outputs(args, records: list[dict], p: int, meta: dict) -> None:
     if args.plot_path:
         import matplotlib  # here, not at the top: every rank of every gpulab command imports this module
 
-        from gpulab.bcast.drawings import sweep_figure
+        from gpulab.bcast.plots.drawings import sweep_figure
 
         matplotlib.use("Agg")
         fig = sweep_figure(records)

@@ -2,7 +2,7 @@
 
 ``run_jobs`` (outside any job) starts a job for gpulab's own algorithms and a
 job per ``mpi:<MPICH algorithm>``, each with the control variables that force
-it (``gpulab.bcast.native_variants.environment``); ``measure_variant`` is what
+it (``gpulab.bcast.measurement.native_variants.environment``); ``measure_variant`` is what
 a variant's job runs: the plain MPI_Bcast, under the name of the variant.
 """
 
@@ -13,7 +13,7 @@ import os
 import sys
 import tempfile
 
-from gpulab.bcast import native_variants
+from gpulab.bcast.measurement import native_variants
 from gpulab.launch import relaunch
 from gpulab.lazy_mpi import lazy_mpi
 
@@ -52,7 +52,8 @@ def run_jobs(args, algorithms: list[str], native: list[str], report) -> int:
 
 def measure_variant(comm, args, algorithms: list[str], native: list[str], report) -> int:
     """Inside a variant's job: time MPI_Bcast, which MPICH's control variables force to the variant."""
-    from gpulab.bcast.measure import sweep
+    from gpulab.bcast.entry import entry_record
+    from gpulab.bcast.measurement.measure import sweep
     from gpulab.records import metadata
 
     forced = os.environ.get(native_variants.ENV)
@@ -75,4 +76,4 @@ def measure_variant(comm, args, algorithms: list[str], native: list[str], report
     forcing = {k: v for k, v in os.environ.items() if k.startswith("MPIR_CVAR_BCAST")}
     for r in records:
         r.update(algorithm=row, options=forcing)
-    return report(args, records, comm.size, metadata(comm.size)) if comm.rank == 0 else 0
+    return report(args, records, comm.size, metadata(comm.size, **entry_record())) if comm.rank == 0 else 0

@@ -13,7 +13,7 @@ The tuning file is --table PATH, else $GPULAB_TUNING_TABLE, else
 MPI job) and merges what each job's rank 0 reports. ``--export`` also
 measures MPICH's own algorithms (``--native``), each in a job of its own, and
 writes what was fastest among them as the MPI library's settings
-(``gpulab.bcast.export``).
+(``gpulab.bcast.measurement.export``).
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import statistics
 import sys
 import tempfile
 
-from gpulab.bcast import native_variants
-from gpulab.bcast.fit import MPICH_SINGLE_COPY, fit_machine
+from gpulab.bcast.measurement import native_variants
+from gpulab.bcast.measurement.pingpong_fit import MPICH_SINGLE_COPY, fit_machine
 from gpulab.cli.checks import nonnegative_float, output_path, positive_int, typed
 from gpulab.cli.checks import sizes as size_list
 from gpulab.cli.tune_jobs import inner, outer
@@ -192,7 +192,7 @@ def merge(result: dict, job: dict) -> None:
 
 
 def check_export(args) -> None:
-    from gpulab.bcast.export import FORMATS
+    from gpulab.bcast.measurement.export import FORMATS
     from gpulab.cli.checks import usage_error
 
     if args.export is None:

@@ -12,9 +12,10 @@ import json
 import os
 import sys
 
-from gpulab.bcast import experiments, export, report
+from gpulab.bcast.entry import entry_record
+from gpulab.bcast.measurement import experiments, export, report
+from gpulab.bcast.selection.tuning import build_table
 from gpulab.bcast.sizes import format_size
-from gpulab.bcast.tuning import build_table
 from gpulab.jobsite import record_topology
 from gpulab.lazy_mpi import lazy_mpi
 from gpulab.records import metadata
@@ -37,7 +38,7 @@ def _progress(comm, args):
 def inner(args) -> int:
     comm = MPI.COMM_WORLD
     record_topology(comm)
-    meta = {**metadata(comm.size), "load_before": os.getloadavg()} if comm.rank == 0 else None
+    meta = {**metadata(comm.size, **entry_record()), "load_before": os.getloadavg()} if comm.rank == 0 else None
     progress = _progress(comm, args)
     algorithms = args.algorithms.split(",") if getattr(args, "algorithms", None) else None
     result: dict = {}
@@ -99,7 +100,7 @@ def outer(args, results: dict) -> int:
         import matplotlib
 
         matplotlib.use("Agg")
-        from gpulab.bcast import tuning_plots as plots
+        from gpulab.bcast.plots import tuning_plots as plots
 
         plots.for_command(args.what, results).savefig(args.plot_path, dpi=110)
         print(f"wrote {args.plot_path}")

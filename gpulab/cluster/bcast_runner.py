@@ -22,9 +22,9 @@ from functools import cached_property
 import numpy as np
 
 from gpulab.backend import DEVICES, cupy_or_none
-from gpulab.bcast.algorithms import ALGORITHMS, bcast, option_names
-from gpulab.bcast.measure import measure_bcast
-from gpulab.bcast.trace import gather_trace, tracing
+from gpulab.bcast.entry import ALGORITHMS, bcast, option_names
+from gpulab.bcast.measurement.measure import measure_bcast
+from gpulab.bcast.runtime.trace import gather_trace, tracing
 from gpulab.launch import first_ranks
 from gpulab.lazy_mpi import lazy_mpi
 

@@ -8,7 +8,7 @@ per message between ranks 0 and 1 (on rank 0); ``fit_alpha_beta(sizes, seconds)`
 -> (alpha, beta) of t = alpha + n beta; ``predict_bcast(algorithm, nbytes, p,
 alpha, beta, chunk_bytes=None)`` -> seconds for "linear", "binomial" or "chain".
 The references: the pattern a ping-pong must send, exact synthetic data, and
-``gpulab.bcast.model.predict`` on a machine with that one link.
+``gpulab.bcast.cost.hockney.predict`` on a machine with that one link.
 """
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def _fit_problem(fn) -> str | None:
 
 
 def _predict_problem(fn) -> str | None:
-    from gpulab.bcast.model import Link, Machine, predict
+    from gpulab.bcast.cost.hockney import Link, Machine, predict
 
     for alpha, beta in SYNTHETIC:
         machine = Machine("one link", Link.plain(alpha, beta), Link.plain(alpha, beta))

@@ -181,11 +181,11 @@ def chunk_sweep(fn, comm=None, *, nbytes: int = 1 << 22, chunks=(1 << 14, 1 << 1
                 iters: int = 5, machine=None) -> list[dict]:
     """The learner's chain broadcast timed at each chunk size beside the model's prediction for it.
 
-    ``machine``: a ``gpulab.bcast.model.Machine``; by default one fitted here by
-    ping-pong (``gpulab.bcast.fit``), on the emulated cluster its links.
+    ``machine``: a ``gpulab.bcast.cost.hockney.Machine``; by default one fitted here by
+    ping-pong (``gpulab.bcast.measurement.pingpong_fit``), on the emulated cluster its links.
     """
-    from gpulab.bcast.fit import fit_machine, pingpong
-    from gpulab.bcast.model import predict
+    from gpulab.bcast.cost.hockney import predict
+    from gpulab.bcast.measurement.pingpong_fit import fit_machine, pingpong
 
     comm = _world(comm).Dup()
     try:

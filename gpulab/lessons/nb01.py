@@ -4,14 +4,14 @@ from gpulab.lessons.answers import Answer
 
 
 def _knomial_rounds(ctx: dict) -> float:
-    from gpulab.bcast.critical_path import tree_depth
-    from gpulab.bcast.trees import knomial
+    from gpulab.bcast.algorithms.critical_path import tree_depth
+    from gpulab.bcast.algorithms.trees import knomial
 
     return tree_depth(knomial, 4, serial=False, options=(("radix", 4),))
 
 
 def _chain_steps(ctx: dict) -> float:
-    from gpulab.bcast.model import pipeline_shape
+    from gpulab.bcast.cost.hockney import pipeline_shape
 
     d, f = pipeline_shape("chain", 4, serial=False)
     return d + ((1 << 20) // (16 << 10) - 1) * f
@@ -19,7 +19,7 @@ def _chain_steps(ctx: dict) -> float:
 
 def _scatter_allgather_from(ctx: dict) -> float:
     """The smallest p at which scatter + ring allgather beats binomial when bandwidth dominates."""
-    from gpulab.bcast.model import Link, Machine, predict
+    from gpulab.bcast.cost.hockney import Link, Machine, predict
 
     link = Link.plain(1e-9, 1e-9)  # 1 ns latency, 1 GB/s: a 64 MiB message is all bandwidth
     machine = Machine("bandwidth-bound", link, link)
@@ -29,8 +29,8 @@ def _scatter_allgather_from(ctx: dict) -> float:
 
 
 def _hierarchical_gain(ctx: dict) -> float:
-    from gpulab.bcast.model import predict
-    from gpulab.bcast.profiles import profile
+    from gpulab.bcast.cost.hockney import predict
+    from gpulab.bcast.cost.profiles import profile
 
     kesch, n = profile("kesch"), 64 << 20
     return (predict("binomial", n, 64, kesch)
@@ -41,7 +41,7 @@ ANSWERS = {
     1: Answer(
         text="""With radix 4 on 4 ranks the root sends to all three others in **one round** (k-nomial:
 `ceil(log_4 4) = 1` round of up to `k - 1 = 3` sends); binomial (radix 2) needs `ceil(log2 4) = 2` rounds.
-The round count is what the kit's schedules give (`gpulab.bcast.critical_path.tree_depth`). More children
+The round count is what the kit's schedules give (`gpulab.bcast.algorithms.critical_path.tree_depth`). More children
 per round pay off when a rank can really send to several at once (several network ports, or a receiver
 that copies for itself, as MPICH's single-copy path on one node) and when latency dominates; if the
 sender's one link carries the sends one after another, the three sends cost three message times and

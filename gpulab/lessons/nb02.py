@@ -5,7 +5,7 @@ from gpulab.lessons.answers import Answer
 
 def _pipelining_gain(ctx: dict) -> float:
     """Binomial's time over the best-chunked chain's, for a message where bandwidth dominates."""
-    from gpulab.bcast.model import Link, Machine, best_chunk, predict
+    from gpulab.bcast.cost.hockney import Link, Machine, best_chunk, predict
 
     link = Link.plain(1e-6, 1e-9)  # 1 us, 1 GB/s
     machine, p, n = Machine("plain", link, link), int(ctx["p"]), 1 << 30
@@ -38,7 +38,7 @@ pipelining can win, which is why Awan et al. proposed the chain for dense GPU no
     3: Answer(
         text="""Yes: too few chunks and the hops do not overlap (the chain degenerates to `p - 1` whole
 messages); too many and every chunk pays the latency `a` (and, in gpulab, a Python call). The model's
-optimum `k ≈ sqrt((p-2)·n·b/a)` balances the two; `gpulab.bcast.model.best_chunk` computes it for a fitted
+optimum `k ≈ sqrt((p-2)·n·b/a)` balances the two; `gpulab.bcast.cost.hockney.best_chunk` computes it for a fitted
 machine (notebook 03 §4 compares it with a measured scan). The measured optimum is usually flat: chunk
 sizes within 2-4x of it cost about the same.""",
         exercise="exercises/source/02_chain"),
@@ -47,7 +47,7 @@ sizes within 2-4x of it cost about the same.""",
 (`2(p-1)/p·n` against `ceil(log2 p)·n` bytes on the critical path) but pays many more latencies
 (`2 log2 p` for recursive doubling, `log2 p + p - 1` for the ring), so it wins only for large messages;
 in Python each of those messages costs extra, which pushes the crossover further up. MPICH's generic rule
-(Thakur, Rabenseifner and Gropp 2005; `gpulab.bcast.mpich.mpir_rule`) uses it from 12 KiB but only from
+(Thakur, Rabenseifner and Gropp 2005; `gpulab.bcast.cost.mpich.mpir_rule`) uses it from 12 KiB but only from
 8 processes. """ + MPICH_CH4 + """: for p < 8 on a communicator that spans nodes it runs its node-aware
 composition instead, on one node a binomial tree.""",
         exercise="exercises/source/03_scatter_allgather"),

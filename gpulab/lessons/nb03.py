@@ -7,7 +7,7 @@ VGG_FP32 = "vgg16"
 
 def _chunk_count_factor(ctx: dict) -> float:
     """How the model's best number of chunks changes when the latency doubles."""
-    from gpulab.bcast.model import Link, Machine, best_chunk
+    from gpulab.bcast.cost.hockney import Link, Machine, best_chunk
 
     def chunks(alpha):
         link = Link.plain(alpha, 1e-9)
@@ -18,14 +18,14 @@ def _chunk_count_factor(ctx: dict) -> float:
 
 
 def _latency_share_dgx(ctx: dict) -> float:
-    from gpulab.bcast.profiles import profile
+    from gpulab.bcast.cost.profiles import profile
     from gpulab.workloads.startup import predicted
 
     return 100 * predicted(VGG_FP32, "binomial", 64, profile("dgx-h100"))["latency_share"]
 
 
 def _compute_for_seven_percent(ctx: dict) -> float:
-    from gpulab.bcast.profiles import profile
+    from gpulab.bcast.cost.profiles import profile
     from gpulab.workloads import layer_bytes
     from gpulab.workloads.gradient_sync import predicted_sync
 

@@ -5,7 +5,7 @@ Both models read them here, and only here:
 - ``links.json``: per machine, GPUs per node and the latency (alpha) and
   bandwidth of its two link levels, inside a node and between nodes, read by
   ``link_profile``. The broadcast's alpha-beta model makes a ``Machine`` of
-  them (``gpulab.bcast.profiles``).
+  them (``gpulab.bcast.cost.profiles``).
 - ``gpus.json``: per machine, what one GPU computes and holds, and measured
   collective bandwidths where published; its ``links`` name the entry of
   ``links.json`` the machine's network is. The engine's performance model

@@ -1,7 +1,7 @@
 """What the models read of a machine: one protocol every machine class offers, and one per model.
 
 Three classes model different things and stay apart: the broadcast's
-Hockney machine (``gpulab.bcast.model.Machine``: per-message latency and
+Hockney machine (``gpulab.bcast.cost.hockney.Machine``: per-message latency and
 bandwidth of two link levels, from a profile or a ping-pong fit), and the
 engine's machines (``gpulab.engine.perf.machines.GPUMachine`` from a profile,
 ``gpulab.engine.perf.fitted_machine.FittedMachine`` fitted on this computer: compute,
@@ -33,7 +33,7 @@ class Profile(Protocol):
 
 @runtime_checkable
 class LinkMachine(Profile, Protocol):
-    """What the broadcast's alpha-beta model reads (``gpulab.bcast.model``, ``gpulab.bcast.placement``)."""
+    """What the broadcast's alpha-beta model reads (``gpulab.bcast.cost.hockney``, ``gpulab.bcast.cost.placement``)."""
 
     @property
     def intra(self): ...  # a bcast.model.Link: between ranks on one node

@@ -2,7 +2,7 @@
 
     from gpulab.machines.resolver import resolve
     resolve("perlmutter", kind="engine")        # a GPUMachine (gpulab.engine.perf.machines)
-    resolve("dgx-h100", kind="bcast")           # a Hockney Machine (gpulab.bcast.profiles)
+    resolve("dgx-h100", kind="bcast")           # a Hockney Machine (gpulab.bcast.cost.profiles)
     resolve("results/engine_machine_p4.json", kind="engine")   # a FittedMachine
     resolve(kind="bcast", p=4)                  # $GPULAB_MACHINE, else the fit in the tuning file
 
@@ -12,12 +12,10 @@ With no name, the site's choice in the environment variable ``GPULAB_MACHINE``
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-from gpulab.bcast.model import Machine, load_machine
-from gpulab.bcast.profiles import profile
+from gpulab.bcast.selection import machine_loader
 from gpulab.engine.perf.fitted_machine import load as load_fitted
 from gpulab.engine.perf.machines import machine as gpu_machine
 
@@ -44,21 +42,8 @@ def resolve(name_or_path: str | os.PathLike | None = None, *, kind: str, p: int 
         except (KeyError, OSError, ValueError) as err:
             raise type(err)(f"{ENV}={os.environ[ENV]}: {err.args[0] if err.args else err}") from err
     name = name_or_path if name_or_path is not None else default
+    if kind == "bcast":
+        return machine_loader.load(name, p)
     if name is None:
-        if kind == "bcast":
-            return load_machine(p=p)
         raise ValueError(f"no machine named: give a profile name or a fitted machine's file, or set {ENV}")
-    if _is_file(name):
-        return _from_file(Path(name), kind, p)
-    return profile(str(name)) if kind == "bcast" else gpu_machine(str(name))
-
-
-def _is_file(name) -> bool:
-    return str(name).endswith(".json") or os.path.exists(name)
-
-
-def _from_file(path: Path, kind: str, p: int | None):
-    if kind == "engine":
-        return load_fitted(path)
-    data = json.loads(path.read_text())
-    return load_machine(path, p) if "models" in data else Machine.from_dict(data)
+    return load_fitted(Path(name)) if machine_loader.is_file(name) else gpu_machine(str(name))

@@ -32,7 +32,7 @@ def iters_for(bench) -> dict:
 
 
 def machine_of(fit: dict):
-    from gpulab.bcast.model import Machine
+    from gpulab.bcast.cost.hockney import Machine
 
     return Machine.from_dict(fit)
 
@@ -60,7 +60,7 @@ def predicted_crossover(fit: dict, p: int, lo: int, hi: int, chunk: int | None =
     """The smallest size from which the model puts the chain (at ``chunk``, or its best chunk at each size)
     ahead of binomial up to ``hi``, looked for at 4 sizes per octave (19%: finer than the tolerance) from lo / 4
     to hi * 4."""
-    from gpulab.bcast.model import best_chunk, predict
+    from gpulab.bcast.cost.hockney import best_chunk, predict
 
     m = machine_of(fit)
     sizes = [int(x) for x in np.geomspace(lo // 4, hi * 4, 4 * round(math.log2(16 * hi / lo)) + 1)]
@@ -85,7 +85,7 @@ def _model_crossover_text(v: dict) -> str:
 
 
 def crossover_live(bench) -> dict:
-    from gpulab.bcast.model import best_chunk
+    from gpulab.bcast.cost.hockney import best_chunk
 
     sizes = CROSSOVER_SIZES[bench.quick]
     with bench.cluster(4, 1, LINK[bench.quick]) as where:
@@ -150,7 +150,7 @@ def _chunk_text(v: dict) -> str:
 
 
 def chunk_live(bench) -> dict:
-    from gpulab.bcast.model import best_chunk
+    from gpulab.bcast.cost.hockney import best_chunk
 
     n = CHUNK_SIZE[bench.quick]
     with bench.cluster(4, 1, LINK[bench.quick]) as where:
@@ -195,7 +195,7 @@ def _placement_text(v: dict) -> str:
 
 
 def placement_predicted(fit: dict, sizes: list[int], rank_nodes: list[int]) -> dict:
-    from gpulab.bcast.model import predict
+    from gpulab.bcast.cost.hockney import predict
 
     m, p = machine_of(fit), len(rank_nodes)
     flat = predict("binomial", sizes[-1], p, m, rank_nodes=rank_nodes)

@@ -106,7 +106,7 @@ class Bench:
     def bcast_fit(self, where: Where, ranks: int) -> dict:
         """The broadcast cost model fitted on these ranks (two levels on a cluster), with no inter-node byte
         cheaper than the link allows; fitted once per cluster shape in a run."""
-        from gpulab.bcast.link_floor import at_most_link_rate
+        from gpulab.bcast.cost.link_floor import at_most_link_rate
 
         key = (json.dumps(where.topology, sort_keys=True), ranks)
         if key not in self._fits:

@@ -1,6 +1,6 @@
 """The scoreboard's broadcast measurements inside an MPI job: ``python -m gpulab.scoreboard.on_ranks TASK ARGS OUT``.
 
-TASK is ``fit`` (the two-level ping-pong fit of ``gpulab.bcast.experiments``), ``times``
+TASK is ``fit`` (the two-level ping-pong fit of ``gpulab.bcast.measurement.experiments``), ``times``
 (``measure_bcast`` of each [algorithm, bytes, options] point, ``auto`` included) or ``train``
 (``gpulab.workloads.reduce_bcast_training.train`` once per broadcast algorithm); ARGS is JSON;
 rank 0 writes the result to OUT as JSON.
@@ -21,14 +21,14 @@ VALIDATE_UP_TO = 4 << 20  # bytes: checking a broadcast's content costs as much 
 
 
 def fit(comm, args: dict):
-    from gpulab.bcast import experiments
+    from gpulab.bcast.measurement import experiments
 
     return experiments.fit(comm, args["sizes"], time_budget=args.get("time_budget", 0.01))
 
 
 def times(comm, args: dict):
-    from gpulab.bcast.experiments import auto_registered
-    from gpulab.bcast.measure import measure_bcast
+    from gpulab.bcast.measurement.experiments import auto_registered
+    from gpulab.bcast.measurement.measure import measure_bcast
 
     rows = []
     with auto_registered():  # "auto" decides from $GPULAB_TUNING_TABLE, as bcast(..., "auto") does
@@ -36,7 +36,7 @@ def times(comm, args: dict):
             row = measure_bcast(comm, name, nbytes, iters=args["iters"], warmup=args["warmup"],
                                 time_budget=args["time_budget"], validate=nbytes <= VALIDATE_UP_TO, **options)
             if name == "auto":
-                from gpulab.bcast.auto import select
+                from gpulab.bcast.selection.auto import select
 
                 decision = select(nbytes, comm)
                 row["chose"] = {"algorithm": decision.name, "options": decision.options}

@@ -24,7 +24,7 @@ def _text(v: dict) -> str:
 
 def at_paper_scale() -> dict:
     """The cost model's reduce + broadcast of VGG-16's gradient on the paper's machine profile."""
-    from gpulab.bcast.profiles import profile
+    from gpulab.bcast.cost.profiles import profile
     from gpulab.workloads import parameter_count
     from gpulab.workloads.gradient_sync import predicted_sync
 

@@ -27,7 +27,7 @@ def _tuned_text(v: dict) -> str:
 
 
 def tuned_predicted(fit: dict, nbytes: int, p: int) -> dict:
-    from gpulab.bcast.model import choose, mpich_choice, predict
+    from gpulab.bcast.cost.hockney import choose, mpich_choice, predict
 
     m = machine_of(fit)
     name, options, ranking = choose(nbytes, p, m)

@@ -13,9 +13,9 @@ not import ipywidgets and matplotlib for all of them.
 from gpulab.lazy_exports import lazy_exports
 
 _HOMES = {
-    "pattern_figure": "gpulab.bcast.drawings", "sweep_figure": "gpulab.bcast.drawings",
+    "pattern_figure": "gpulab.bcast.plots.drawings", "sweep_figure": "gpulab.bcast.plots.drawings",
     "ClusterPanel": "gpulab.widgets.cluster_panel", "notebook_engines": "gpulab.widgets.cluster_panel",
-    "BcastExplorer": "gpulab.widgets.explorer", "crossover": "gpulab.bcast.results",
+    "BcastExplorer": "gpulab.widgets.explorer", "crossover": "gpulab.bcast.measurement.results",
     "PatternView": "gpulab.widgets.pattern", "patterns_figure": "gpulab.widgets.pattern",
     "show_patterns": "gpulab.widgets.pattern",
     "as_image": "gpulab.widgets.plots", "size_label": "gpulab.widgets.plots",

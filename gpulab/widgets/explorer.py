@@ -34,9 +34,9 @@ import ipywidgets as W
 from IPython.display import display
 
 from gpulab.backend import DEVICES
-from gpulab.bcast import registry
-from gpulab.bcast.drawings import series_of, sweep_figure
-from gpulab.bcast.results import median_row
+from gpulab.bcast.algorithms import registry
+from gpulab.bcast.measurement.results import median_row
+from gpulab.bcast.plots.drawings import series_of, sweep_figure
 from gpulab.widgets.plots import as_image, size_label
 
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB

@@ -16,7 +16,7 @@ import ipywidgets as W
 from IPython.display import display
 from matplotlib.figure import Figure
 
-from gpulab.bcast.drawings import pattern_figure
+from gpulab.bcast.plots.drawings import pattern_figure
 from gpulab.widgets.plots import as_image, size_label
 
 CHUNKS = [1 << k for k in range(8, 17)]  # small: a few chunks make the pipeline visible

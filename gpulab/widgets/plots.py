@@ -1,6 +1,6 @@
 """Showing figures in the notebook: ``display(as_image(sweep_figure(rows)))``.
 
-The drawings themselves live in ``gpulab.bcast.drawings`` (the command line uses them
+The drawings themselves live in ``gpulab.bcast.plots.drawings`` (the command line uses them
 too); ``gpulab.widgets`` exports the ones the notebooks call.
 """
 

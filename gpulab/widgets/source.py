@@ -1,6 +1,6 @@
 """Show a gpulab function's source in a notebook, without importing its module.
 
-    show_code("bcast/trees.py", "binomial", "knomial")
+    show_code("bcast/algorithms/trees.py", "binomial", "knomial")
 
 The modules of the algorithms import mpi4py.MPI (they communicate), and
 importing it initialises MPI; they only ever run on the engines, so the

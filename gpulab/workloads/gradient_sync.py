@@ -5,18 +5,18 @@ allreduce (its SimpleDistGradAggregator calls MPI_Allreduce or NCCL's all-reduce
 the MPI library runs that allreduce as a reduce followed by a broadcast, so that a better broadcast shortens
 every iteration. The measured version is ``gpulab.workloads.reduce_bcast_training``.
 
-    from gpulab.bcast.profiles import profile
+    from gpulab.bcast.cost.profiles import profile
     predicted_sync(553 << 20, 128, profile("kesch"))   # {"reduce_ms", "mpi_bcast_ms", "tuned_bcast_ms", ...}
 """
 
 from __future__ import annotations
 
-from gpulab.bcast.model import Machine, choose, mpich_choice, predict
+from gpulab.bcast.cost.hockney import Machine, choose, mpich_choice, predict
 
 
 def predicted_sync(nbytes: int, p: int, machine: Machine) -> dict:
     """The cost model's reduce + broadcast of ``nbytes`` over ``p`` ranks: MPI_Bcast's choice against the
-    model's best broadcast (``gpulab.bcast.model.choose``), times in ms.
+    model's best broadcast (``gpulab.bcast.cost.hockney.choose``), times in ms.
 
     The reduce is priced as MPICH's long-message reduce (reduce-scatter then gather: the messages of
     scatter + ring allgather, the additions left out); it is the same in both. Compute is not modelled.

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpulab.bcast.algorithms import ALGORITHMS
-from gpulab.bcast.auto import reload, select
-from gpulab.bcast.experiments import auto_registered
-from gpulab.bcast.model import ZERO, breakdown
-from gpulab.bcast.report import print_rows
+from gpulab.bcast.cost.hockney import ZERO, breakdown
+from gpulab.bcast.entry import ALGORITHMS
+from gpulab.bcast.measurement.experiments import auto_registered
+from gpulab.bcast.measurement.report import print_rows
+from gpulab.bcast.selection.auto import reload, select
 from gpulab.lazy_mpi import lazy_mpi
 from gpulab.workloads.networks import layer_bytes
 

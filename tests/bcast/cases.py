@@ -158,7 +158,7 @@ def size_mismatch(world: MPI.Comm, algorithm: str, extra_bytes: int, nbytes: int
 def user_messages_untouched(world: MPI.Comm) -> list:
     """Messages of the user's own, pending on the same communicator with any tag (gpulab's included),
     are neither taken nor disturbed by broadcasts, pipelined or not."""
-    from gpulab.bcast.executor import LAST_TAG, TAG
+    from gpulab.bcast.runtime.executor import LAST_TAG, TAG
 
     tags = [TAG, LAST_TAG, 7]
     sent = [world.isend(f"user {tag}", dest=1, tag=tag) for tag in tags] if world.rank == 0 else []
@@ -175,7 +175,7 @@ def user_messages_untouched(world: MPI.Comm) -> list:
 
 def freed_communicators_free_their_duplicates(world: MPI.Comm) -> int:
     """Each communicator broadcast over gets a private duplicate; freeing it frees that too."""
-    from gpulab.bcast import executor
+    from gpulab.bcast.runtime import executor
 
     before = len(executor._private)
     for _ in range(100):
@@ -195,14 +195,14 @@ def trace_pattern(world: MPI.Comm, algorithm: str, nbytes: int, options: dict) -
 
 
 def measure(world: MPI.Comm, algorithm: str, nbytes: int) -> dict:
-    from gpulab.bcast.measure import measure_bcast
+    from gpulab.bcast.measurement.measure import measure_bcast
 
     return measure_bcast(world, algorithm, nbytes, iters=5, warmup=2)
 
 
 def measure_a_broken_algorithm(world: MPI.Comm) -> bool:
     """An 'algorithm' that moves nothing must be reported invalid, not timed as fast."""
-    from gpulab.bcast.measure import measure_bcast
+    from gpulab.bcast.measurement.measure import measure_bcast
 
     ALGORITHMS["does_nothing"] = lambda buf, root, comm: buf
     try:
@@ -214,7 +214,7 @@ def measure_a_broken_algorithm(world: MPI.Comm) -> bool:
 def mismatched_call(world: MPI.Comm, differ: str) -> str:
     """In check mode, rank 1 calls the broadcast differently; every rank must raise, none may hang."""
     from gpulab.bcast import BcastArgumentMismatch
-    from gpulab.bcast.agreement import checking
+    from gpulab.bcast.runtime.argument_check import checking
 
     call = {"algorithm": "chain", "root": 0, "chunk_bytes": 256}
     if world.rank == 1:
@@ -239,8 +239,8 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
     import json
     import os
 
-    from gpulab.bcast import algorithms
-    from gpulab.bcast.auto import reload
+    from gpulab.bcast import entry
+    from gpulab.bcast.selection.auto import reload
 
     os.environ["GPULAB_TUNING_TABLE"] = table + ".absent"  # nothing known: MPI_Bcast
     reload()
@@ -276,11 +276,11 @@ def repeated_calls(world: MPI.Comm, table: str) -> list:
         buf = other.copy() if comm.rank == 0 else np.zeros_like(other)  # same bytes, another dtype or shape
         bcast(buf, 0, comm)
         assert buf.tobytes() == other.tobytes(), other.dtype
-    remembered = (sum(1 for key in algorithms._plans if key[0] == id(comm)),
-                  sorted(n for n, comms in algorithms._auto_native.items() if any(c is comm for c in comms)))
+    remembered = (sum(1 for key in entry._plans if key[0] == id(comm)),
+                  sorted(n for n, comms in entry._auto_native.items() if any(c is comm for c in comms)))
     comm.Free()
-    forgotten = (not any(key[0] == id(comm) for key in algorithms._plans)
-                 and not any(c is comm for comms in algorithms._auto_native.values() for c in comms))
+    forgotten = (not any(key[0] == id(comm) for key in entry._plans)
+                 and not any(c is comm for comms in entry._auto_native.values() for c in comms))
     bcast(np.zeros(129), 0, world)  # remembered on world: MPI_Bcast
     if world.rank == 0:
         entry = {"lo": 0, "hi": None, "algorithm": "linear", "options": {}, "why": "test", "measured_at": [1032]}

@@ -40,15 +40,34 @@ def repeated_calls_keep_their_checks(world: MPI.Comm, algorithm: str) -> dict:
         gpulab.bcast.bcast(buf, 0, world, algorithm=algorithm)
         out[dtype] = buf.tobytes() == expected.tobytes()
     out["package_attribute_kept"] = "bcast" in vars(gpulab.bcast)
-    out["entry"] = entry()
+    out["entry"] = which_entry()
     return out
 
 
-def entry() -> str:
+def which_entry() -> str:
     """Which entry ``gpulab.bcast.bcast`` is: "c" (fastpath.c, configured) or "python"."""
-    from gpulab.bcast import algorithms
+    from gpulab.bcast import entry
 
-    return "c" if gpulab.bcast.bcast is not algorithms.bcast_in_python and algorithms._c_ready else "python"
+    c = entry._c is not None and gpulab.bcast.bcast is entry._c.bcast
+    assert c == (entry.entry_record()["bcast_entry"] == "c"), entry.entry_record()
+    return "c" if c else "python"
+
+
+def entry_after_broadcasts(world: MPI.Comm) -> dict:
+    """The entry every name points to after two binomial broadcasts, and the fast path's status."""
+    from gpulab.bcast import entry
+    from gpulab.bcast.runtime import fastpath
+
+    for _ in range(2):
+        buf = np.arange(128.0) if world.rank == 0 else np.zeros(128)
+        gpulab.bcast.bcast(buf, 0, world, algorithm="binomial")
+        assert np.array_equal(buf, np.arange(128.0)), f"rank {world.rank}: wrong data"
+    c = entry._c.bcast if entry._c is not None else None
+    return {"status": fastpath.status(), "entry": which_entry(), **entry.entry_record(),
+            "c_everywhere": c is not None and gpulab.bcast.bcast is entry.bcast is c
+            and entry.ALGORITHMS["binomial"].func is c,
+            "python_everywhere": gpulab.bcast.bcast is entry.bcast is entry.bcast_in_python
+            and entry.ALGORITHMS["binomial"].func is entry.bcast_in_python}
 
 
 def ranks_on_different_paths_meet(world: MPI.Comm, algorithm: str) -> list[bool]:
@@ -66,19 +85,19 @@ def ranks_on_different_paths_meet(world: MPI.Comm, algorithm: str) -> list[bool]
         gpulab.bcast.bcast(buf, root, comm, algorithm=algorithm)
         ok.append(bytes(buf) == expected.tobytes())
     comm.Free()
-    return [*ok, entry()]
+    return [*ok, which_entry()]
 
 
 def measure_with_options(world: MPI.Comm, algorithm: str, **kwargs) -> dict:
-    from gpulab.bcast.measure import measure_bcast
+    from gpulab.bcast.measurement.measure import measure_bcast
 
     return measure_bcast(world, algorithm, 4096, iters=20, warmup=2, **kwargs)
 
 
 def check_catches_a_broken_algorithm(world: MPI.Comm) -> dict:
     """--check validates every iteration: an 'algorithm' that moves nothing fails every one."""
-    from gpulab.bcast.algorithms import ALGORITHMS
-    from gpulab.bcast.measure import measure_bcast
+    from gpulab.bcast.entry import ALGORITHMS
+    from gpulab.bcast.measurement.measure import measure_bcast
 
     ALGORITHMS["does_nothing"] = lambda buf, root, comm: buf
     try:
@@ -91,8 +110,9 @@ def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
     """The lean loop of a repeated schedule: every call records while tracing is on (no plan is made
     there) and the fast path resumes after it, checking switched on is obeyed at once (the plans are
     forgotten), and a sender of another size is caught on the receiving rank."""
-    from gpulab.bcast import agreement, algorithms, trace
-    from gpulab.bcast.executor import BcastSizeError
+    from gpulab.bcast import entry
+    from gpulab.bcast.runtime import argument_check, trace
+    from gpulab.bcast.runtime.executor import BcastSizeError
 
     def call(nbytes=1024, root=0):
         buf = np.full(nbytes, 5, np.uint8) if world.rank == root else np.zeros(nbytes, np.uint8)
@@ -104,20 +124,20 @@ def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
     with trace.tracing() as events:
         for _ in range(3):
             call()
-        planned_while_tracing = len(algorithms._plans)
+        planned_while_tracing = len(entry._plans)
     out = {"traced": len(events), "planned_while_tracing": planned_while_tracing}
     for _ in range(2):
         assert call().min() == 5, f"rank {world.rank}: wrong data after tracing"
-    out["planned_after"] = len(algorithms._plans)
-    out["entry"] = entry()
-    agreement.checking(True)
+    out["planned_after"] = len(entry._plans)
+    out["entry"] = which_entry()
+    argument_check.checking(True)
     try:
         call(root=world.rank % 2)
         out["mismatch"] = "nothing raised"
-    except agreement.BcastArgumentMismatch:
+    except argument_check.BcastArgumentMismatch:
         out["mismatch"] = "BcastArgumentMismatch"
     finally:
-        agreement.checking(False)
+        argument_check.checking(False)
     world.Barrier()
     for name, nbytes in (("larger", 2048), ("smaller", 512)):  # the root sends another size than planned
         try:
@@ -132,15 +152,15 @@ def repeated_binomial_follows_switches(world: MPI.Comm) -> dict:
 def plans_carry_their_c_copy(world: MPI.Comm) -> list[bool]:
     """A plan made by a call of the Python entry (before any call of the C one) still gets the C copy of its
     steps, so that the C entry runs it: per root, whether every remembered binomial plan has one."""
-    from gpulab.bcast import algorithms
+    from gpulab.bcast import entry
 
     out = []
     for root in (0, world.size - 1):
         for _ in range(2):
             buf = np.arange(128.0) if world.rank == root else np.zeros(128)
-            algorithms.bcast_in_python(buf, root, world, algorithm="binomial")
+            entry.bcast_in_python(buf, root, world, algorithm="binomial")
             assert np.array_equal(buf, np.arange(128.0)), f"rank {world.rank}: root {root}"
-        out.append(all(plan[2] is not None for key, plan in algorithms._plans.items() if key[2] == root))
+        out.append(all(plan[2] is not None for key, plan in entry._plans.items() if key[2] == root))
     return out
 
 
@@ -151,7 +171,8 @@ def report_entry_on_this_mpi(outdir: str) -> None:
     import json
     from pathlib import Path
 
-    from gpulab.bcast import algorithms, fastpath
+    from gpulab.bcast import entry
+    from gpulab.bcast.runtime import fastpath
 
     world = MPI.COMM_WORLD
     ok = []
@@ -161,7 +182,7 @@ def report_entry_on_this_mpi(outdir: str) -> None:
             gpulab.bcast.bcast(buf, 0, world, algorithm=name)
             ok.append(bool(np.array_equal(buf, np.arange(128.0))))
     objects = _raises(lambda: gpulab.bcast.bcast(np.array([object()] * 128), 0, world, algorithm="binomial"))
-    report = {"rank": world.rank, "library": MPI.Get_library_version(), "entry": entry(), "correct": all(ok),
-              "objects": objects, "c_plans": [plan[2] is not None for plan in algorithms._plans.values()],
+    report = {"rank": world.rank, "library": MPI.Get_library_version(), "entry": which_entry(), "correct": all(ok),
+              "objects": objects, "c_plans": [plan[2] is not None for plan in entry._plans.values()],
               "reason": fastpath.status()["reason"]}
     Path(outdir, f"rank{world.rank}.json").write_text(json.dumps(report))

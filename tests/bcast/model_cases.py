@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from gpulab.bcast import bcast
-from gpulab.bcast.auto import select
+from gpulab.bcast.selection.auto import select
 from tests.mpi_steps import step
 
 
 def fit_small(world, sizes, ranks_per_node=None) -> dict:
-    from gpulab.bcast.fit import fit_machine, pingpong
+    from gpulab.bcast.measurement.pingpong_fit import fit_machine, pingpong
 
     step("ping-pong")
     samples = pingpong(world, sizes, ranks_per_node=ranks_per_node, time_budget=0.002, repeats=3)
@@ -25,7 +25,7 @@ def auto_moves_data(world, table: str, sizes: list[int]) -> list:
         decision = select(nbytes, world, table)
         expected = (np.arange(nbytes) * 7 % 251).astype(np.uint8)
         buf = expected.copy() if world.rank == 0 else np.zeros(nbytes, np.uint8)
-        from gpulab.bcast.algorithms import run_algorithm
+        from gpulab.bcast.entry import run_algorithm
 
         run_algorithm(decision.name, buf, 0, world, **decision.options)
         assert np.array_equal(buf, expected), f"{decision} broke the data at {nbytes} B"
@@ -47,8 +47,8 @@ def auto_via_env(world, sizes: list[int]) -> list:
 
 
 def tiny_sweep(world, sizes: list[int]) -> dict | None:
-    from gpulab.bcast.experiments import sweep
-    from gpulab.bcast.tuning import build_table
+    from gpulab.bcast.measurement.experiments import sweep
+    from gpulab.bcast.selection.tuning import build_table
 
     step("sweep")
     rows = sweep(world, sizes, chunks=(256, 4096), radices=(3,), time_budget=0.002)
@@ -56,7 +56,7 @@ def tiny_sweep(world, sizes: list[int]) -> dict | None:
 
 
 def workload_small(world, sizes: list[int]) -> list:
-    from gpulab.bcast.experiments import auto_registered
+    from gpulab.bcast.measurement.experiments import auto_registered
     from gpulab.workloads.startup import broadcast_model
 
     with auto_registered(None):

@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from gpulab.bcast import ALGORITHMS, registry
-from gpulab.bcast.model import Link, Machine, best_chunk, choices, pipeline_shape, predict
+from gpulab.bcast import ALGORITHMS
+from gpulab.bcast.algorithms import registry
+from gpulab.bcast.cost.hockney import Link, Machine, best_chunk, choices, pipeline_shape, predict
 from tests.bcast.toy_algorithm import NAME, registered
 from tests.mpi_harness import run_mpi
 
@@ -51,7 +52,7 @@ def test_the_tuner_and_the_default_lists_take_the_toy(toy):
 
 
 def test_options_are_checked_by_the_toy_s_signature(toy):
-    from gpulab.bcast.algorithms import _check_options, option_names
+    from gpulab.bcast.entry import _check_options, option_names
 
     assert option_names(NAME) == ("chunk_bytes",)
     with pytest.raises(TypeError, match="does not take option"):
@@ -62,7 +63,7 @@ def test_options_are_checked_by_the_toy_s_signature(toy):
 
 
 def test_the_drawings_show_the_toy_backwards(toy):
-    from gpulab.bcast.drawings import planned_events
+    from gpulab.bcast.plots.drawings import planned_events
 
     hops = [(e["src"], e["dst"]) for e in sorted(planned_events(NAME, 4, 100), key=lambda e: e["step"])]
     assert hops == [(0, 3), (3, 2), (2, 1)]

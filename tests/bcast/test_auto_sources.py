@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from gpulab.bcast import mpich
-from gpulab.bcast.auto import reload, select
-from gpulab.bcast.model import Link, Machine, mpich_choice, predict
-from gpulab.bcast.tuning import ENV
+from gpulab.bcast.cost import mpich
+from gpulab.bcast.cost.hockney import Link, Machine, mpich_choice, predict
+from gpulab.bcast.selection.auto import reload, select
+from gpulab.bcast.selection.tuning import ENV
 
 GBIT = json.dumps({"link_bytes_per_s": 125e6})  # what the emulated cluster publishes for 1 Gbit/s
 ONE_GBIT = Machine("1gbit", Link.plain(1e-6, 1 / 5e9), Link.plain(50e-6, 1 / 125e6))
@@ -108,7 +108,7 @@ def test_machine_profile_named_by_the_site(site):
 
 
 def big_machine() -> Machine:
-    from gpulab.bcast.profiles import profile
+    from gpulab.bcast.cost.profiles import profile
 
     return profile("dgx-h100")
 

@@ -5,7 +5,7 @@ import pytest
 from mpi4py import MPI
 
 from gpulab.bcast import ALGORITHMS, bcast, option_names, select
-from gpulab.bcast.auto import reload
+from gpulab.bcast.selection.auto import reload
 
 SELF = MPI.COMM_SELF
 

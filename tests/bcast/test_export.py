@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpulab.bcast import export
+from gpulab.bcast.measurement import export
 from tests.bcast.openmpi import require_openmpi
 from tests.mpi_harness import ROOT
 

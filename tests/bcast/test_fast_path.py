@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from gpulab.bcast import fastpath
+from gpulab.bcast.runtime import build
 from tests.mpi_harness import ROOT, run_mpi
 
 pytestmark = pytest.mark.timeout(300)
 
-# Each test runs with the C entry (gpulab/bcast/fastpath.c) and with the Python one; C wherever an MPI
-# compiler wrapper is found (tests/bcast/test_c_entry.py checks that it then builds)
-ENTRIES = [pytest.param("c", marks=pytest.mark.skipif(fastpath.mpicc() is None, reason="no mpicc: no C entry")),
+# Each test runs with the C entry (gpulab/bcast/runtime/fastpath.c) and with the Python one; C wherever an MPI
+# compiler wrapper is found (tests/bcast/test_c_entry.py checks that the install then built it)
+ENTRIES = [pytest.param("c", marks=pytest.mark.skipif(build.mpicc() is None, reason="no mpicc: no C entry")),
            "python"]
 
 

@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from gpulab.bcast import ALGORITHMS, registry, report
-from gpulab.bcast.model import (
+from gpulab.bcast import ALGORITHMS
+from gpulab.bcast.algorithms import registry
+from gpulab.bcast.cost.hockney import (
     Hockney,
     Link,
     Machine,
@@ -17,7 +18,8 @@ from gpulab.bcast.model import (
     stretch,
     textbook,
 )
-from gpulab.bcast.profiles import PROFILES, profile, table
+from gpulab.bcast.cost.profiles import PROFILES, profile, table
+from gpulab.bcast.measurement import report
 
 A, B = 5e-6, 1e-9  # 5 us, 1 GB/s
 PLAIN = Machine("plain", Link.plain(A, B), Link.plain(A, B))
@@ -132,7 +134,7 @@ def test_serialisation_round_trip():
 
 
 def test_model_choice_is_deterministic_and_runnable():
-    from gpulab.bcast.algorithms import option_names
+    from gpulab.bcast.entry import option_names
 
     for n in (1024, 1 << 16, 1 << 20, 64 << 20):
         for p in (2, 3, 8, 64):
@@ -163,8 +165,8 @@ def test_replayed_scatter_allgather_path_equals_the_closed_form_used_at_scale():
     """Up to REPLAY_MAX_P ranks the model replays the scatter-allgather schedules; beyond, closed
     forms stand in for them: both must charge the same critical path (within 0.1%: the closed
     forms round a few block edges differently)."""
-    from gpulab.bcast import critical_path as cp
-    from gpulab.bcast.model import Link, MessageCost
+    from gpulab.bcast.algorithms import critical_path as cp
+    from gpulab.bcast.cost.hockney import Link, MessageCost
 
     cost = MessageCost(Link.plain(2e-6, 1e-9))
     replayed_ones = [a for a in registry.REGISTRY.values() if a.replayed]

@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from gpulab.bcast.fit import SIZES, fit_link, fit_machine, summary
-from gpulab.bcast.model import Machine
+from gpulab.bcast.cost.hockney import Machine
+from gpulab.bcast.measurement.pingpong_fit import SIZES, fit_link, fit_machine, summary
 from tests.mpi_harness import run_mpi
 
 SIZES_ARRAY = np.array(SIZES, float)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from gpulab.bcast import native_variants as nv
+from gpulab.bcast.measurement import native_variants as nv
 from tests.mpi_harness import ROOT
 
 pytestmark = pytest.mark.timeout(300)

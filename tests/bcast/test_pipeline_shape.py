@@ -1,9 +1,9 @@
-"""The model's (D, F) of the pipelined broadcasts, read from their schedules (gpulab.bcast.critical_path)."""
+"""The model's (D, F) of the pipelined broadcasts, read from their schedules (gpulab.bcast.algorithms.critical_path)."""
 
 import pytest
 
-from gpulab.bcast.critical_path import REPLAY_MAX_P
-from gpulab.bcast.model import pipeline_shape
+from gpulab.bcast.algorithms.critical_path import REPLAY_MAX_P
+from gpulab.bcast.cost.hockney import pipeline_shape
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 7, 8, 13])

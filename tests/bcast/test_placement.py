@@ -2,8 +2,8 @@
 
 import pytest
 
-from gpulab.bcast.model import Link, Machine, predict
-from gpulab.bcast.placement import placed
+from gpulab.bcast.cost.hockney import Link, Machine, predict
+from gpulab.bcast.cost.placement import placed
 
 N = 32 << 20
 BETA = 8e-9  # 1 Gbit/s-like: one link transfer of N takes T

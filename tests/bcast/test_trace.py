@@ -66,7 +66,7 @@ def test_every_rank_but_the_root_receives(algorithm, trace):
 
 @pytest.mark.parametrize("algorithm,options", DRAWN)
 def test_the_drawing_plans_the_messages_the_trace_records(algorithm, options, trace):
-    from gpulab.bcast.drawings import planned_events
+    from gpulab.bcast.plots.drawings import planned_events
 
     key = lambda e: (e["phase"], e["step"], e["src"], e["dst"], e["nbytes"])  # noqa: E731
     traced = trace(5, algorithm, 1001, **options)

@@ -7,10 +7,10 @@ import sys
 import pytest
 
 from gpulab.bcast import Decision
-from gpulab.bcast.auto import reload, select
-from gpulab.bcast.model import Hockney, Link, Machine
-from gpulab.bcast.registry import candidates
-from gpulab.bcast.tuning import ENV, build_table, choose_measured, load, lookup, table_path, update
+from gpulab.bcast.algorithms.registry import candidates
+from gpulab.bcast.cost.hockney import Hockney, Link, Machine
+from gpulab.bcast.selection.auto import reload, select
+from gpulab.bcast.selection.tuning import ENV, build_table, choose_measured, load, lookup, table_path, update
 from tests.mpi_harness import ROOT, run_mpi
 
 MACHINE = Machine("m", Link(Hockney(2e-6, 2e-10), Hockney(5e-6, 7e-11), 8192, True),
@@ -156,8 +156,8 @@ def test_cli_tune_fit_and_bcast_write_the_table(tmp_path):
 
 def test_sweep_confirms_the_runner_up_when_the_winner_fails(monkeypatch):
     """linear wins the sweep by luck and loses every confirmation; chain really is faster."""
-    import gpulab.bcast.measure
-    from gpulab.bcast.experiments import sweep
+    import gpulab.bcast.measurement.measure
+    from gpulab.bcast.measurement.experiments import sweep
 
     calls = []
 
@@ -168,7 +168,7 @@ def test_sweep_confirms_the_runner_up_when_the_winner_fails(monkeypatch):
         return {"algorithm": name, "options": {k: v for k, v in options.items() if k == "chunk_bytes"},
                 "nbytes": nbytes, "avg_us": us, "valid": True}
 
-    monkeypatch.setattr(gpulab.bcast.measure, "measure_bcast", fake_measure)
+    monkeypatch.setattr(gpulab.bcast.measurement.measure, "measure_bcast", fake_measure)
     rows = sweep(Comm(2), [1 << 20], chunks=(1 << 16,), radices=())
     table = build_table(rows, p=2)
     assert [(r["algorithm"], r["options"]) for r in table["ranges"]] == [("chain", {"chunk_bytes": 1 << 16})]

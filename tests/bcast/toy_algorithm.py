@@ -11,11 +11,11 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from gpulab.bcast import registry
-from gpulab.bcast.pipelined import forward_chunks
-from gpulab.bcast.registry import Algorithm
-from gpulab.bcast.tree_shapes import DEFAULT_CHUNK
-from gpulab.bcast.trees import absolute
+from gpulab.bcast.algorithms import registry
+from gpulab.bcast.algorithms.pipelined import forward_chunks
+from gpulab.bcast.algorithms.registry import Algorithm
+from gpulab.bcast.algorithms.tree_shapes import DEFAULT_CHUNK
+from gpulab.bcast.algorithms.trees import absolute
 
 NAME = "reverse_chain"
 

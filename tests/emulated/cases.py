@@ -14,7 +14,7 @@ from tests.mpi_steps import step
 
 def where(comm: MPI.Comm) -> dict:
     """This rank's view of the topology: its node-local communicator and the launch's record."""
-    from gpulab.bcast.hierarchical import node_of_rank
+    from gpulab.bcast.algorithms.hierarchical import node_of_rank
 
     shared = comm.Split_type(MPI.COMM_TYPE_SHARED)
     out = {"local_size": shared.size, "node_of_rank": node_of_rank(comm, None),
@@ -93,8 +93,8 @@ def sleep_forever(comm: MPI.Comm) -> None:
 
 def two_level_fit(comm: MPI.Comm, sizes: list, time_budget: float = 0.002) -> dict | None:
     """The cost model fitted by ping-pong on the cluster, and its prediction for every algorithm."""
-    from gpulab.bcast import experiments
-    from gpulab.bcast.model import Machine, predict
+    from gpulab.bcast.cost.hockney import Machine, predict
+    from gpulab.bcast.measurement import experiments
 
     fitted = experiments.fit(comm, sizes, time_budget=time_budget)
     if comm.rank != 0:

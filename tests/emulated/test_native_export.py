@@ -56,8 +56,8 @@ if __name__ == "__main__":
     sys.exit(0)
 
 # below the probe: the probe runs as a script in each rank and needs none of these
-from gpulab.bcast import export, native_variants  # noqa: E402
-from gpulab.bcast.tuning import range_of  # noqa: E402
+from gpulab.bcast.measurement import export, native_variants  # noqa: E402
+from gpulab.bcast.selection.tuning import range_of  # noqa: E402
 from tests.emulated.util import require_cluster  # noqa: E402
 from tests.mpi_harness import ROOT  # noqa: E402
 

@@ -11,7 +11,7 @@ import numpy as np
 from mpi4py import MPI
 
 from gpulab.bcast import ALGORITHMS, gather_trace, tracing
-from gpulab.bcast.gpu import path_of
+from gpulab.bcast.runtime.gpu import path_of
 from tests.bcast.cases import VARIANTS, _payload, communicators, runs
 from tests.mpi_steps import step
 
@@ -96,7 +96,7 @@ def trace_device(world: MPI.Comm, algorithm: str, nbytes: int, options: dict, de
 
 
 def measure_device(world: MPI.Comm, algorithm: str, nbytes: int, device: str = "fake", **options) -> dict:
-    from gpulab.bcast.measure import measure_bcast
+    from gpulab.bcast.measurement.measure import measure_bcast
 
     return measure_bcast(world, algorithm, nbytes, iters=3, warmup=1, device=device, **options)
 
@@ -104,7 +104,7 @@ def measure_device(world: MPI.Comm, algorithm: str, nbytes: int, device: str = "
 # Deliberate staging bugs: each must make check_device_algorithm fail, or the tests above prove nothing.
 def _break(bug: str) -> None:
     from gpulab import fakedevice
-    from gpulab.bcast import staging
+    from gpulab.bcast.runtime import staging
 
     S = staging.Stager
     if bug == "no_sync_before_mpi":
@@ -162,7 +162,7 @@ def check_nccl(world: MPI.Comm) -> int:
     """NCCL's broadcast on CuPy buffers, every root and payload, bitwise against MPI_Bcast."""
     import cupy
 
-    from gpulab.bcast.nccl import nccl_bcast
+    from gpulab.bcast.measurement.nccl import nccl_bcast
 
     cupy.cuda.Device(world.rank % cupy.cuda.runtime.getDeviceCount()).use()  # NCCL: one GPU per rank
     checked = 0
@@ -181,7 +181,7 @@ def check_nccl(world: MPI.Comm) -> int:
 def measure_sweep(world: MPI.Comm, algorithms: list, sizes: list, device: str = "cupy", time_budget: float = 0.5,
                   **options) -> list:
     """measure_bcast for each algorithm and size (the GPU check script's numbers)."""
-    from gpulab.bcast.measure import applicable_options, measure_bcast
+    from gpulab.bcast.measurement.measure import applicable_options, measure_bcast
 
     return [measure_bcast(world, algorithm, nbytes, device=device, time_budget=time_budget,
                           **applicable_options(algorithm, options))

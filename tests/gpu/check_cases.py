@@ -30,7 +30,7 @@ def environment(world: MPI.Comm) -> dict:
     """What this machine has: GPU, CUDA, CuPy, NCCL, MPI and whether that MPI reads GPU memory."""
     import cupy as cp
 
-    from gpulab.bcast import nccl
+    from gpulab.bcast.measurement import nccl
     from gpulab.mpi_cuda import mpi_cuda_support
 
     props = cp.cuda.runtime.getDeviceProperties(0)

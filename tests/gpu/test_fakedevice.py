@@ -7,8 +7,8 @@ from mpi4py import MPI
 from gpulab import fakedevice
 from gpulab.backend import array_module, device_of, is_device_array, to_host
 from gpulab.bcast import ALGORITHMS, bcast
-from gpulab.bcast.gpu import path_of
-from gpulab.bcast.staging import Stager
+from gpulab.bcast.runtime.gpu import path_of
+from gpulab.bcast.runtime.staging import Stager
 from gpulab.mpi_cuda import choose_path, mpi_cuda_support
 
 FAKE = fakedevice.FAKE

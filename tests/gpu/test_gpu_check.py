@@ -42,8 +42,8 @@ def test_the_check_needs_only_numpy_mpi4py_and_cupy():
     blocked = ["matplotlib", "tqdm", "ipyparallel", "threadpoolctl", "IPython", "psutil", "traitlets", "pytest",
                "scipy", "ipywidgets", "jupytext"]
     code = (f"import sys; sys.modules.update(dict.fromkeys({blocked!r})); "
-            "import gpulab.bcast, gpulab.bcast.measure, gpulab.engine, tests.gpu.cases, tests.gpu.check_cases, "
-            "tests.engine.cases, tests.mpi_harness, tests.mpi_worker; sys.argv = ['x', '--help']; "
-            "import runpy; runpy.run_path('scripts/gpu_check.py', run_name='__main__')")
+            "import gpulab.bcast, gpulab.bcast.measurement.measure, gpulab.engine, tests.gpu.cases, "
+            "tests.gpu.check_cases, tests.engine.cases, tests.mpi_harness, tests.mpi_worker; "
+            "sys.argv = ['x', '--help']; import runpy; runpy.run_path('scripts/gpu_check.py', run_name='__main__')")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and "gpu_check.json" in done.stdout, done.stderr

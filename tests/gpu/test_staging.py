@@ -77,8 +77,8 @@ def test_measurements_report_device_and_path(env, device, path):
 
 
 def test_nccl_baseline_refuses_clearly_without_a_gpu():
-    from gpulab.bcast import nccl
-    from gpulab.bcast.measure import measure_bcast
+    from gpulab.bcast.measurement import nccl
+    from gpulab.bcast.measurement.measure import measure_bcast
 
     if nccl.available():
         pytest.skip("NCCL is available here: tests/gpu/test_cupy.py covers it")
@@ -95,7 +95,7 @@ def test_cli_refuses_nccl_without_a_gpu_and_runs_fake_device_buffers(tmp_path):
     import subprocess
     import sys
 
-    from gpulab.bcast import nccl
+    from gpulab.bcast.measurement import nccl
     from tests.mpi_harness import ROOT
 
     bench = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--sizes", "1K", "--iters", "2",
@@ -113,7 +113,7 @@ def test_cli_refuses_nccl_without_a_gpu_and_runs_fake_device_buffers(tmp_path):
 
 
 def test_nccl_names_the_ranks_that_share_a_gpu():
-    from gpulab.bcast.nccl import sharing
+    from gpulab.bcast.measurement.nccl import sharing
 
     assert sharing([("a", "0000:01:00.0"), ("a", "0000:02:00.0"), ("b", "0000:01:00.0")]) is None  # a GPU each
     why = sharing([("a", "0000:01:00.0"), ("a", "0000:02:00.0"), ("a", "0000:01:00.0")])

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from gpulab import machines
-from gpulab.bcast import tuning
-from gpulab.bcast.fit import _lsq, fit_machine
-from gpulab.bcast.model import Machine, dumps
-from gpulab.bcast.profiles import PROFILES, profile
+from gpulab.bcast.cost.hockney import Machine, dumps
+from gpulab.bcast.cost.profiles import PROFILES, profile
+from gpulab.bcast.measurement.pingpong_fit import _lsq, fit_machine
+from gpulab.bcast.selection import tuning
 from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.machines import MACHINES, GPUMachine, machine
 from gpulab.engine.perf.probes import fit_line

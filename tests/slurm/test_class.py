@@ -114,7 +114,7 @@ print(json.dumps({"job": slurm_engines.job_id, "pids": [p["pid"] for p in slurm_
 """
 WHAT_IS_MINE = """
 import glob
-from gpulab.bcast.tuning import VERSION, save
+from gpulab.bcast.selection.tuning import VERSION, save
 tuning = str(save({"version": VERSION, "models": {}}))
 security = os.path.expanduser("~/.ipython/profile_gpulab/security")
 with open(f"{security}/ipcontroller-{slurm_engines.cluster.cluster_id}-client.json") as f:

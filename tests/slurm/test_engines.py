@@ -28,7 +28,7 @@ def where_am_i():
 
     from mpi4py import MPI
 
-    from gpulab.bcast.hierarchical import node_of_rank
+    from gpulab.bcast.algorithms.hierarchical import node_of_rank
 
     world = MPI.COMM_WORLD
     return {"rank": world.rank, "size": world.size, "node": os.environ.get("SLURMD_NODENAME"),

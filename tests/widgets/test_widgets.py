@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpulab.bcast.drawings import series_of, step_columns
+from gpulab.bcast.plots.drawings import series_of, step_columns
 from gpulab.widgets import BcastExplorer, PatternView, patterns_figure, size_label, sweep_figure
 
 OPTIONS = {"binomial": [], "chain": ["chunk_bytes"], "knomial": ["radix"], "hierarchical":
@@ -206,10 +206,10 @@ def test_sweep_figure_with_no_rows_is_empty():
 def test_source_of_reads_functions_without_importing_them():
     from gpulab.widgets import source_of
 
-    code = source_of("bcast/trees.py", "binomial", "knomial")
+    code = source_of("bcast/algorithms/trees.py", "binomial", "knomial")
     assert code.startswith("def binomial(") and "def knomial(" in code
     with pytest.raises(KeyError, match="nope"):
-        source_of("bcast/trees.py", "nope")
+        source_of("bcast/algorithms/trees.py", "nope")
 
 
 def test_widgets_do_not_initialise_mpi_in_the_kernel():

@@ -41,8 +41,8 @@ def test_unknown_broadcast_fails_on_every_rank():
 
 
 def test_model_prices_both_broadcasts_with_the_same_reduce():
-    from gpulab.bcast.model import mpich_choice, predict
-    from gpulab.bcast.profiles import profile
+    from gpulab.bcast.cost.hockney import mpich_choice, predict
+    from gpulab.bcast.cost.profiles import profile
     from gpulab.workloads.gradient_sync import predicted_sync
 
     machine, nbytes = profile("kesch"), 138_357_544 * 4  # VGG-16's float32 gradient on the paper's machine

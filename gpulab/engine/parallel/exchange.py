@@ -9,7 +9,7 @@ tests' ``gpulab.fakedevice``) take one of the paths of ``gpulab.mpi_cuda``:
   current stream (so after every kernel that wrote it), the stream is
   synchronized, MPI works on the host copies, and ``finish()`` copies the
   result back on the current stream. Whole, not pipelined in chunks as the
-  broadcast does (``gpulab.bcast.staging``): MPI's reductions want the whole
+  broadcast does (``gpulab.bcast.runtime.staging``): MPI's reductions want the whole
   buffer. ``finish`` waits for its copy too, because the pinned buffer goes
   back to CuPy's pool as soon as it is dropped.
 

@@ -1,0 +1,2 @@
+"""Pictures of broadcasts: drawings (schedules and traces as message diagrams) and tuning_plots (fits,
+tables, accuracy)."""
