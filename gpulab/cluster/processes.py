@@ -41,16 +41,21 @@ def mpi_scratch_files(procs) -> set[str]:
     return mpi_scratch_held(proc.pid for proc in procs)
 
 
-def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
-    """SIGKILL these processes (those already gone are skipped), wait up to timeout s for them,
-    and remove the MPI scratch files they held (nobody else will)."""
-    scratch = mpi_scratch_files(procs)
+def kill_and_wait(procs: list[psutil.Process], timeout: float = 5) -> None:
+    """SIGKILL these processes (those already gone are skipped) and wait up to timeout s for them."""
     for proc in procs:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=timeout)
+
+
+def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
+    """SIGKILL these processes, wait up to timeout s for them, and remove the MPI scratch files they
+    held (nobody else will)."""
+    scratch = mpi_scratch_files(procs)
+    kill_and_wait(procs, timeout)
     remove_files(scratch)
 
 

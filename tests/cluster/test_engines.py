@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from gpulab.cluster import EngineDied, EngineFailed, EngineTimeout, start_engines, stop_stale_clusters
-from gpulab.cluster.engines import HEARTBEAT_MS
+from gpulab.cluster.ipp_engines import HEARTBEAT_MS
 from tests.cluster.procs import cluster_processes, heartbeat_check_ms, stop_leftovers
 
 

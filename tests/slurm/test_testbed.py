@@ -24,7 +24,7 @@ from tests.slurm.conftest import order_of_testbed
 
 STARTER = r"""
 import json, subprocess, sys, time
-from gpulab.cluster.slurm_testbed import Node, SlurmTestbed
+from tests.testbeds.slurm import Node, SlurmTestbed
 slurm = SlurmTestbed([Node("n1"), Node("n2")], cpus=1, gpus=0, emulated=True).start()
 subprocess.run(["sbatch", "-N", "2", "--output=/dev/null", "--wrap", "srun sleep 300"], env=slurm.env(),
                check=True, capture_output=True)
