@@ -125,7 +125,7 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 2.0) -> N
     """Remember every descendant of pids and the MPI scratch files they hold; when owner exits, kill them
     all (and scancel the job) and remove the files.
 
-    Looks every ``poll`` s (a look reads the process table and the processes' maps: about 30 ms of CPU),
+    Looks every ``poll`` s (a look reads the process table and the processes' maps, which costs CPU),
     and at once when its stdin closes: the owner has stopped the cluster, or has died."""
     # outlive the owner's end: Slurm ending a JupyterLab job (a hub culling or stopping the server) sends
     # SIGTERM to all its processes, this one included, and the engines' Slurm job would be left running

@@ -1,4 +1,4 @@
-"""A real two-node Slurm for the tests in this directory, shared by all of them (about 2 s to start).
+"""A real two-node Slurm for the tests in this directory, shared by all of them (seconds to start).
 
 Two of them, one after the other: ``loopback`` (both slurmd's on 127.0.0.1) and
 ``emulated`` (each slurmd in a node of an emulated cluster, slurmctld and
