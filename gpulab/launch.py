@@ -132,7 +132,7 @@ def _write_before_abort(report: str, grace: float = 3) -> None:
 
     On ``MPI_Abort`` hydra kills the job without reading what is left in the
     ranks' output pipes: written line by line and followed at once by the abort,
-    a traceback arrived cut after its first line (seen once in CI).
+    a traceback can arrive cut after its first line.
     """
     sys.stdout.flush()
     sys.stderr.flush()

@@ -22,23 +22,22 @@ EngineDied / EngineFailed naming the engines and the line each one is stuck
 at, and a ``%%px`` cell running past ``cell_timeout`` (default 300 s) ends the
 engines, the notebook showing the stuck line; ``engines.restart()`` recovers.
 
-Modules: ``start`` (start_engines: where the engines run), ``engines`` (Engines, the errors),
-``ipc_sockets`` (engines reached over unix sockets, as on an emulated cluster), ``engine_side``
-(what runs on each engine: the hang watchdog; the GPU pinning, ``pin_gpu``,
+Modules: ``start`` (start_engines: where the engines run), ``ipp_engines`` (Engines, the ipyparallel
+handle, and its errors), ``ipc_sockets`` (engines reached over unix sockets, as on an emulated cluster),
+``engine_side`` (what runs on each engine: the hang watchdog; the GPU pinning, ``pin_gpu``,
 lives in ``gpulab.launch`` because ``gpulab train`` and ``gpulab bench`` pin
-too, without ipyparallel), ``slurm`` (batch template), ``processes``
-(reaper, stale-cluster cleanup), ``slurm_testbed`` (a real throwaway Slurm on
-one machine, for tests and trying things: ``python -m gpulab.cluster.slurm_testbed up``),
-``bcast_runner`` and ``mesh_runner`` (what the notebooks' widgets have the engines run:
-``EngineRunner``, ``MeshRunner``; imported by their module, so that importing
-``gpulab.cluster`` does not import the broadcast and the engine).
+too, without ipyparallel), ``slurm`` (batch template, why Slurm ended a job), ``processes``
+(reaper, stale-cluster cleanup), ``bcast_runner`` and ``mesh_runner`` (what the notebooks' widgets
+have the engines run: ``EngineRunner``, ``MeshRunner``; imported by their module, so that importing
+``gpulab.cluster`` does not import the broadcast and the engine). A real throwaway Slurm on one
+machine, for the tests and for trying these paths, lives with the tests: ``tests/testbeds/slurm``.
 """
 
 from gpulab.lazy_exports import lazy_exports
 
 # public name -> its module; importing the package imports none of them, so that ``gpulab.cluster.processes``
 # and ``slurm`` work where ipyparallel is not installed (a bare GPU machine running the tests)
-_PUBLIC = {**dict.fromkeys(("EngineDied", "EngineFailed", "EngineProblem", "EngineTimeout", "Engines"), "engines"),
+_PUBLIC = {**dict.fromkeys(("EngineDied", "EngineFailed", "EngineProblem", "EngineTimeout", "Engines"), "ipp_engines"),
            "stop_stale_clusters": "processes", "SLURM_TEMPLATE": "slurm", "slurm_script": "slurm",
            "start_engines": "start"}
 lazy_exports(globals(), {**{name: f"{__name__}.{module}" for name, module in _PUBLIC.items()},

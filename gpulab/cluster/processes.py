@@ -41,16 +41,21 @@ def mpi_scratch_files(procs) -> set[str]:
     return mpi_scratch_held(proc.pid for proc in procs)
 
 
-def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
-    """SIGKILL these processes (those already gone are skipped), wait up to timeout s for them,
-    and remove the MPI scratch files they held (nobody else will)."""
-    scratch = mpi_scratch_files(procs)
+def kill_and_wait(procs: list[psutil.Process], timeout: float = 5) -> None:
+    """SIGKILL these processes (those already gone are skipped) and wait up to timeout s for them."""
     for proc in procs:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(procs, timeout=timeout)
+
+
+def kill_all(procs: list[psutil.Process], timeout: float = 5) -> None:
+    """SIGKILL these processes, wait up to timeout s for them, and remove the MPI scratch files they
+    held (nobody else will)."""
+    scratch = mpi_scratch_files(procs)
+    kill_and_wait(procs, timeout)
     remove_files(scratch)
 
 
@@ -120,7 +125,7 @@ def reap(owner: int, pids: list[int], cancel: list[str], poll: float = 2.0) -> N
     """Remember every descendant of pids and the MPI scratch files they hold; when owner exits, kill them
     all (and scancel the job) and remove the files.
 
-    Looks every ``poll`` s (a look reads the process table and the processes' maps: about 30 ms of CPU),
+    Looks every ``poll`` s (a look reads the process table and the processes' maps, which costs CPU),
     and at once when its stdin closes: the owner has stopped the cluster, or has died."""
     # outlive the owner's end: Slurm ending a JupyterLab job (a hub culling or stopping the server) sends
     # SIGTERM to all its processes, this one included, and the engines' Slurm job would be left running

@@ -22,6 +22,9 @@ also need ``MPIR_CVAR_CH4_OFI_ENABLE_INJECT=0``: they sit idle in ipyparallel
 between tasks, making no MPI progress, and a small message that OFI buffered
 on an idle engine (an injected send) would never leave it (a peer then waits
 in a gather for ever).
+
+``ended_in_output`` reads why Slurm ended a job from the job's output, the one record left once
+Slurm has forgotten the job.
 """
 
 from __future__ import annotations
@@ -155,3 +158,19 @@ def slurm_config(n: int, *, template: str = SLURM_TEMPLATE, **fields) -> Config:
     config.SlurmEngineSetLauncher.engine_args = ["--mpi"]  # ipengine initialises MPI: engine id = rank
     config.SlurmEngineSetLauncher.namespace = slurm_fields(n, **fields)
     return config
+
+
+# slurmstepd's line in a job's output when Slurm ends it: "*** JOB 5 ON n1 CANCELLED AT <time> DUE TO TIME LIMIT ***"
+_STEPD_END = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
+_STEPD_REASONS = {None: "CANCELLED", "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
+
+
+def ended_in_output(job_id: str, output: str) -> str:
+    """The state Slurm's own line in a job's output gives for job ``job_id`` (TIMEOUT, CANCELLED, ...), or
+    "": after MinJobAge seconds (300 by default) ``scontrol`` no longer knows an ended job, and without
+    accounting the output is the one record left of why it ended."""
+    for found in _STEPD_END.finditer(output):
+        if found.group(1) == job_id:
+            reason = found.group(2)
+            return _STEPD_REASONS[reason] if reason in _STEPD_REASONS else reason.replace(" ", "_")
+    return ""

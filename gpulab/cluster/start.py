@@ -1,6 +1,6 @@
 """``start_engines``: where the engines run (this machine, a Slurm job, an emulated cluster) and starting them.
 
-See ``gpulab.cluster`` for the whole story; the handle it returns is ``gpulab.cluster.engines.Engines``.
+See ``gpulab.cluster`` for the whole story; the handle it returns is ``gpulab.cluster.ipp_engines.Engines``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import ipyparallel as ipp
 from traitlets.config import Config
 
-from gpulab.cluster.engines import CONTROLLER_ARGS, PROFILE, EngineProblem, Engines
 from gpulab.cluster.ipc_sockets import IpcSockets
+from gpulab.cluster.ipp_engines import CONTROLLER_ARGS, PROFILE, EngineProblem, Engines
 from gpulab.cluster.processes import stop_stale_clusters
 from gpulab.cluster.slurm import SLURM_TEMPLATE, request_problem, slurm_config
 from gpulab.launch import THREAD_LIMITS, find_mpiexec

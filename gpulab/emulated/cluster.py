@@ -298,10 +298,9 @@ def node_cpus(nodes: int, allowed: list[int] | None = None, tie: bool = False) -
     while it waits for the link takes the core a rank of another node computes on. So the CPUs this
     process may use are split between the nodes, as evenly as they go. With more nodes than CPUs no
     split keeps the nodes apart, and tying two nodes to each core only stops the kernel from moving
-    work to an idle one (on 2 cores, 4 nodes x 2 ranks of the engine measured further from the model
-    tied than not), so then every node keeps every core, unless ``tie``: node k then runs on core
+    work to an idle one, so then every node keeps every core, unless ``tie``: node k then runs on core
     k mod cores. Left to the kernel, the ranks land differently in every job, and so does a small
-    message's time (4 nodes x 1 on 2 cores, 1 KiB MPI_Bcast: about 30 or about 55 us, by the job).
+    message's time (docs/cluster.md, "Your laptop as a cluster", has both measured).
     """
     allowed = sorted(os.sched_getaffinity(0)) if allowed is None else allowed
     if nodes > len(allowed):

@@ -43,12 +43,12 @@ from gpulab.procfs import mpi_scratch_held, net_inode, pids_inside, remove_files
 
 CLONE_NEWNET = 0x40000000
 SUBNET = "10.77.0"
-TBF_BURST = "32kb"  # smaller bursts cost rate (tbf at 1 Gbit/s with a 4 KB burst reaches 83 MB/s);
+TBF_BURST = "32kb"  # smaller bursts cost rate (tbf at 1 Gbit/s with a 4 KB burst falls well short of it);
 # larger ones let messages below the burst through at full speed
 TBF_LATENCY = "50ms"
 # Jumbo frames, as cluster Ethernet is usually set up. With 1500-byte frames the kernel's per-packet work
-# (veth, bridge, tbf, TCP: all softirq on the machine's own cores) took 58% of 2 cores and held a
-# 4-node chain at 1 Gbit/s to 1.6x the link's time; at 9000 it runs at the link's rate.
+# (veth, bridge, tbf, TCP: all softirq on the machine's own cores) takes the cores the ranks need and holds
+# a chain below the link's rate; at 9000 it runs at the link's rate (docs/emulated_bcast.md#why-jumbo-frames).
 MTU = "9000"
 
 _libc = ctypes.CDLL(None, use_errno=True)

@@ -42,8 +42,9 @@ from gpulab.widgets.plots import as_image, size_label
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
 ROUNDS = 3  # rounds per point by default: the least that has a median and a spread
-# A redraw renders the figure to PNG, about half a CPU-second: during a run, at most one a second (redrawn
-# after every curve of every round, a run of small sizes spends most of its time drawing)
+# A redraw renders the figure to PNG, which costs far more than a small size's measurement: during a run,
+# at most one a second (redrawn after every curve of every round, a run of small sizes spends most of its
+# time drawing)
 REDRAW_EVERY_S = 1.0
 NATIVE_NOTE = ("<small>MPICH's own algorithms (<code>mpi:pipelined_tree/kary/1</code>, ...) cannot run here: "
                "MPICH fixes its broadcast algorithm when the engines' job starts. "

@@ -147,7 +147,7 @@ class MeshExplorer(W.VBox):
 
     @property
     def fitted_device(self) -> str:
-        """Where the model's machine had its arrays when fitted (profiles and older fits: the host)."""
+        """Where the model's machine had its arrays when fitted (a profile, which says none: the host)."""
         return getattr(self.machine, "device", "host")
 
     def _predict(self, shape, overlap, device: str = "host"):

@@ -10,7 +10,7 @@ import pytest
 
 def require_openmpi() -> None:
     """Install Debian's openmpi-bin and libopenmpi-dev when missing; skip if they cannot be (fail in CI)."""
-    from gpulab.cluster.apt import apt_install
+    from tests.testbeds.apt import apt_install
 
     if not all(shutil.which(b) for b in ("mpirun.openmpi", "mpicc.openmpi")) and \
             (why := apt_install(["openmpi-bin", "libopenmpi-dev"])):

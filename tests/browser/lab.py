@@ -24,8 +24,8 @@ from pathlib import Path
 import nbformat
 import psutil
 
-from gpulab.cluster.apt import apt_install
 from tests.notebooks.nbrun import inject_parameters
+from tests.testbeds.apt import apt_install
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",

@@ -99,7 +99,7 @@ def _bcast_explorer(page, explorer, shots: Path) -> None:
 def _choose_shape(explorer, *, words: str, **axes: str) -> None:
     """Pick the axes top-down, as a learner would, until the kernel agrees. Each choice goes to the
     kernel, which then re-offers the axes below it; a choice made before that answer arrives can be
-    overwritten by it (seen in CI: col went back to 1). The line under the dropdowns is computed by
+    overwritten by it (col goes back to 1). The line under the dropdowns is computed by
     the kernel from its own values, so it says when the shape is really chosen."""
     from playwright.sync_api import expect
 
@@ -179,7 +179,7 @@ def _read_once_saved(saved: Path, before: int, timeout: float = 30) -> nbformat.
     raise AssertionError(f"JupyterLab did not save {saved.name} in full within {timeout:.0f} s")
 
 
-@pytest.mark.timeout(600)  # notebook 05: about 100 s in CI, 290 s at load 17 on 2 cores
+@pytest.mark.timeout(600)  # notebook 05 runs whole; several times longer on a loaded 2-core machine
 @pytest.mark.parametrize("notebook", sorted(EXPLORERS))
 def test_explorer_runs_in_the_browser(notebook, lab, browser, tmp_path):
     from playwright.sync_api import expect

@@ -1,5 +1,5 @@
 """Local MPI engines: ids are ranks, the controller is local, and nothing survives a stop, an
-exception, a hang, a dead engine or a killed kernel. Clusters are real (about 5 s a start): the tests
+exception, a hang, a dead engine or a killed kernel. Clusters are real (seconds to start): the tests
 that leave it usable share one."""
 
 import os
@@ -12,7 +12,7 @@ import psutil
 import pytest
 
 from gpulab.cluster import EngineDied, EngineFailed, EngineTimeout, start_engines, stop_stale_clusters
-from gpulab.cluster.engines import HEARTBEAT_MS
+from gpulab.cluster.ipp_engines import HEARTBEAT_MS
 from tests.cluster.procs import cluster_processes, heartbeat_check_ms, stop_leftovers
 
 
@@ -80,7 +80,7 @@ def test_engines_are_ranks_pin_gpus_and_listen_on_localhost(engines):
 
 
 def test_the_controller_pings_every_half_second_so_engines_register_fast(engines):
-    # the controller accepts an engine at its first answered ping: at ipyparallel's 3 s a start took 10 s
+    # the controller accepts an engine at its first answered ping: at ipyparallel's 3 s a start waits for it
     assert engines.run(heartbeat_check_ms) == [HEARTBEAT_MS + 500] * 2 == [1000] * 2
 
 

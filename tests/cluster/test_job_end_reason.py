@@ -5,7 +5,8 @@ The output below is what the testbed's Slurm (Debian's slurm-wlm) wrote for a ba
 
 from types import SimpleNamespace
 
-from gpulab.cluster.engines import Engines, ended_in_output
+from gpulab.cluster.ipp_engines import Engines
+from gpulab.cluster.slurm import ended_in_output
 
 TIME_LIMIT_OUTPUT = """\
 slurmstepd-n1: error: *** STEP 1.0 ON n1 CANCELLED AT 2026-12-04T13:08:11 DUE TO TIME LIMIT ***

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpulab.cluster import start_engines
-from gpulab.cluster.engines import HEARTBEAT_MS
+from gpulab.cluster.ipp_engines import HEARTBEAT_MS
 from tests.cluster.procs import heartbeat_check_ms, stop_leftovers
 from tests.emulated.util import leftovers, require_cluster
 

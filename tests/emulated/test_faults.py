@@ -92,7 +92,7 @@ def test_a_job_past_its_timeout_is_ended(tmp_path):
         out.mkdir()
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1",
                "GPULAB_TEST_READY": str(tmp_path / "ready")}
-        # 12 s: the ranks start in 2-5 s on 2 busy cores, and every second past that is the suite's idle time
+        # 12 s: room for the ranks to start on busy cores; every second past that is the suite's idle time
         with pytest.raises(ClusterJobFailed, match="timed out after 12 s"):
             cluster.run(4, ["-m", "tests.mpi_worker", str(out), "tests.emulated.cases:sleep_forever", "{}"],
                         timeout=12, env=env, cwd=ROOT)

@@ -1,8 +1,8 @@
-"""A real two-node Slurm for the tests in this directory, shared by all of them (about 2 s to start).
+"""A real two-node Slurm for the tests in this directory, shared by all of them (seconds to start).
 
 Two of them, one after the other: ``loopback`` (both slurmd's on 127.0.0.1) and
 ``emulated`` (each slurmd in a node of an emulated cluster, slurmctld and
-Slurm's commands in its login node; see gpulab.cluster.slurm_testbed). Tests
+Slurm's commands in its login node; see tests/testbeds/slurm). Tests
 run on both unless they ask for one (``@pytest.mark.parametrize("slurm",
 ["loopback"], indirect=True)``); all of one testbed's tests run before the
 other's, so that each testbed starts once.
@@ -23,9 +23,9 @@ import time
 
 import pytest
 
-from gpulab.cluster.slurm_testbed import Node, SlurmTestbed, SlurmUnavailable, ensure_slurm
 from gpulab.emulated import ClusterUnavailable
 from tests.slurm.time_limit import TimeLimitJob
+from tests.testbeds.slurm import Node, SlurmTestbed, SlurmUnavailable, ensure_slurm
 
 NODES = ("n1", "n2")
 # declared, whatever the machine has: 2 engines per node, the JupyterLab job's 2 (docs/cluster.md's

@@ -42,9 +42,10 @@ from pathlib import Path
 
 import psutil
 
-from gpulab.cluster.slurm_testbed import free_port
+from gpulab.cluster.processes import kill_and_wait
 from gpulab.emulated.netns import CLONE_NEWNET, SUBNET
 from gpulab.scoreboard.recorded import SHIPPED
+from tests.testbeds.slurm import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB_PACKAGES = {"jupyterhub": "jupyterhub", "batchspawner": "batchspawner",
@@ -122,13 +123,7 @@ class TestUser:
                               timeout=timeout, env=env, cwd="/")
 
     def __exit__(self, *exc) -> None:
-        procs = self.processes()
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.Error:
-                pass
-        psutil.wait_procs(procs, timeout=10)
+        kill_and_wait(self.processes(), timeout=10)
         subprocess.run(["userdel", "-r", "-f", self.name], capture_output=True, timeout=30)
 
 

@@ -46,8 +46,8 @@ from tests.slurm.hub import (
 LEARNERS = 3
 CLEANUP_S = 20  # "within seconds": the reaper looks every 2 s, the engines' job watch every 2 s; loaded CI
 LOAD_S = 20  # each learner's broadcast sweep in the load test runs this long
-# whichever hub test runs first also starts the class (three spawns and their engines: 160-170 s on the 2-core
-# machine at a load of 15), then runs for up to 2 min
+# whichever hub test runs first also starts the class (three spawns and their engines, minutes on a loaded
+# 2-core machine), then runs for up to 2 min
 HUB_TEST = pytest.mark.timeout(600)
 
 # ---- what the learners' kernels run ----------------------------------------------------------------

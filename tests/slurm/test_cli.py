@@ -83,8 +83,8 @@ def test_sbatch_as_documented(slurm_env, tmp_path):
 
 def final_state(slurm, job: str, timeout: float) -> str:
     """The state a job ends in (COMPLETED, FAILED, ...), polled every 0.5 s: Slurm shows an ended job for
-    MinJobAge (10 s). ``sbatch --wait`` sleeps longer and longer between its polls: it returned after
-    18.0 s in three runs, for this job of about 9 s."""
+    MinJobAge (10 s). ``sbatch --wait`` sleeps longer and longer between its polls, and so returns long
+    after the job has ended."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         state = slurm.run("squeue", "-h", "-t", "all", "-j", job, "-o", "%T", check=False).stdout.strip()

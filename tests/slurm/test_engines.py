@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gpulab.cluster import EngineDied, start_engines
-from gpulab.cluster.engines import HEARTBEAT_MS
+from gpulab.cluster.ipp_engines import HEARTBEAT_MS
 from tests.cluster.procs import cluster_processes, heartbeat_check_ms
 from tests.slurm.time_limit import SLURM, controller_on_ipc, sleeper
 

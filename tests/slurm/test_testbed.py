@@ -24,7 +24,7 @@ from tests.slurm.conftest import order_of_testbed
 
 STARTER = r"""
 import json, subprocess, sys, time
-from gpulab.cluster.slurm_testbed import Node, SlurmTestbed
+from tests.testbeds.slurm import Node, SlurmTestbed
 slurm = SlurmTestbed([Node("n1"), Node("n2")], cpus=1, gpus=0, emulated=True).start()
 subprocess.run(["sbatch", "-N", "2", "--output=/dev/null", "--wrap", "srun sleep 300"], env=slurm.env(),
                check=True, capture_output=True)
@@ -36,7 +36,7 @@ PR_SET_CHILD_SUBREAPER = 36
 
 def names_inside(nodes: set[int]) -> set[str]:
     """The names of the processes in these network namespaces; one that ends while it is read is left out
-    (a process listed can be gone a moment later: CI once failed on exactly that)."""
+    (a process listed can be gone a moment later)."""
     names = set()
     for pid in pids_inside(nodes):
         try:
@@ -89,7 +89,7 @@ def test_a_killed_creator_leaves_no_daemon_job_or_namespace(slurm, subreaper):
 
 def test_all_of_one_testbeds_tests_run_before_the_others(request):
     # conftest.py orders them so: interleaved, each testbed would be started several times, and with the
-    # loopback one the time-limit job of test_engines.py, which waits out a 1-minute limit (83 s measured)
+    # loopback one the time-limit job of test_engines.py, which waits out a 1-minute limit
     ranks = [order_of_testbed(item) for item in request.session.items if item.nodeid.startswith("tests/slurm/")]
     assert ranks == sorted(ranks), [item.nodeid for item in request.session.items]
 

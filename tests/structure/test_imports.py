@@ -131,8 +131,8 @@ def test_the_command_line_sits_on_top():
 FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.lazy_mpi", "gpulab.backend",
          "gpulab.fakedevice")
 # What may start emulated clusters, and so import gpulab.emulated: the commands (--nodes, `gpulab cluster`),
-# the notebook widgets (the cluster panel) and the engines (start_engines(nodes=...), the Slurm testbed's
-# nodes), and the scoreboard (its live rows run on an emulated cluster). Everything else learns where a
+# the notebook widgets (the cluster panel), the engines (start_engines(nodes=...)) and the scoreboard
+# (its live rows run on an emulated cluster). Everything else learns where a
 # job runs from gpulab.jobsite, which the cluster's state file feeds.
 STARTS_EMULATED_CLUSTERS = ("gpulab.emulated", "gpulab.cli", "gpulab.widgets", "gpulab.cluster", "gpulab.scoreboard")
 

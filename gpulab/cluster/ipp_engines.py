@@ -1,6 +1,8 @@
-"""The ``Engines`` handle: a controller, n MPI engines, a client, a bounded ``run`` (``start_engines`` makes one).
+"""The ``Engines`` handle: an ipyparallel controller, n MPI engines, a client, a bounded ``run``.
 
-    engines = start_engines(4)          # about 5 s on 2 cores (gpulab.cluster.start)
+``start_engines`` (gpulab.cluster.start) makes one:
+
+    engines = start_engines(4)
     engines.run(os.getpid)              # [pid of rank 0, ..., pid of rank 3]
     engines.stop()
 
@@ -21,31 +23,16 @@ from IPython import get_ipython
 
 from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, stuck_at, watched
 from gpulab.cluster.processes import alive, kill_trees, remove_files, start_reaper, tree_scratch_files, wake_reaper
+from gpulab.cluster.slurm import ended_in_output
 from gpulab.launch import pin_gpu
 
 PROFILE = "gpulab"  # IPython profile holding gpulab's cluster files and engine logs
-# The controller accepts an engine only when its heart answers a ping, and it pings every 3 s by
-# default: 4 engines took 10.3 s to start, 5.3 s at 500 ms. The controller still declares an engine
-# dead after 30 s without an answer, as by default (an idle cluster's controller: 0.04 CPU-s in 10 s).
+# The controller accepts an engine only when its heart answers a ping: a faster beat than ipyparallel's
+# 3 s starts the engines sooner (docs/cluster.md). It still declares an engine dead after 30 s without
+# an answer, as by default.
 HEARTBEAT_MS, HEARTBEAT_MISSES = 500, 60
 CONTROLLER_ARGS = [f"--HeartMonitor.period={HEARTBEAT_MS}",
                    f"--HeartMonitor.max_heartmonitor_misses={HEARTBEAT_MISSES}"]
-
-
-# slurmstepd's line in a job's output when Slurm ends it: "*** JOB 5 ON n1 CANCELLED AT <time> DUE TO TIME LIMIT ***"
-_STEPD_END = re.compile(r"\*\*\* JOB (\d+) ON \S+ CANCELLED AT \S+(?: DUE TO ([A-Z ]+?))? \*\*\*")
-_STEPD_REASONS = {None: "CANCELLED", "TIME LIMIT": "TIMEOUT", "PREEMPTION": "PREEMPTED", "NODE FAILURE": "NODE_FAIL"}
-
-
-def ended_in_output(job_id: str, output: str) -> str:
-    """The state Slurm's own line in a job's output gives for job ``job_id`` (TIMEOUT, CANCELLED, ...), or
-    "": after MinJobAge seconds (300 by default) ``scontrol`` no longer knows an ended job, and without
-    accounting the output is the one record left of why it ended."""
-    for found in _STEPD_END.finditer(output):
-        if found.group(1) == job_id:
-            reason = found.group(2)
-            return _STEPD_REASONS[reason] if reason in _STEPD_REASONS else reason.replace(" ", "_")
-    return ""
 
 
 class EngineProblem(RuntimeError):
