@@ -101,9 +101,9 @@ engines
 # they outnumber the cores).
 
 # %%
-from gpulab.lessons import this_machine
+from gpulab import host
 
-print(this_machine.describe(ranks=N_ENGINES))
+print(host.describe(ranks=N_ENGINES))
 
 # %%
 from gpulab.cluster.bcast_runner import EngineRunner

@@ -74,9 +74,9 @@ engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement
 cluster  # what the engines run on: nodes, ranks, link; after a restart, re-run the cells below
 
 # %%
-from gpulab.lessons import this_machine
+from gpulab import host
 
-print(this_machine.describe(ranks=N_ENGINES))
+print(host.describe(ranks=N_ENGINES))
 
 # %% [markdown]
 # ## 1 · Fit alpha and beta from a ping-pong

@@ -119,9 +119,9 @@ assert by_group["depth"] > 0 and by_group["row"] > 0 and by_group["col"] > 0
 # than the serial layer.
 
 # %%
-from gpulab.lessons import this_machine
+from gpulab import host
 
-print(this_machine.describe(ranks=N_ENGINES))
+print(host.describe(ranks=N_ENGINES))
 
 # %%
 from gpulab.cluster import start_engines

@@ -53,14 +53,14 @@ PLACEMENT = "block"    # ranks to nodes: block or round-robin
 # %%
 from IPython.display import display
 
+from gpulab import host
 from gpulab.cluster.mesh_runner import MeshRunner
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.predict import predict
-from gpulab.lessons import this_machine
 from gpulab.widgets import Table, as_image, notebook_engines
 from gpulab.widgets.mesh_explorer import MeshExplorer
 
-print(this_machine.describe(ranks=N_ENGINES))
+print(host.describe(ranks=N_ENGINES))
 engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
 runner = MeshRunner(engines, iters=ITERS, warmup=1)
 cluster.follow(runner)

@@ -264,9 +264,9 @@ assert R * C == 1 and D > 1 and P > 1, "the text above says HSDP wins at the def
 # all, and the ranking of section 2 is the one to expect.
 
 # %%
-from gpulab.lessons import this_machine
+from gpulab import host
 
-print(this_machine.describe(ranks=N_ENGINES))
+print(host.describe(ranks=N_ENGINES))
 engines = start_engines(N_ENGINES)
 runner = MeshRunner(engines, iters=ITERS, warmup=1, timeout=150)
 fitted = runner.fit_machine(reps=FIT_REPS)

@@ -110,17 +110,6 @@ def test_bad_names_and_questions_are_refused_clearly():
         Lesson("00").check(42, 1.0)
 
 
-def test_the_machine_sentence_states_cores_and_the_share_of_each_rank(monkeypatch):
-    from gpulab.lessons import this_machine
-
-    monkeypatch.setattr(this_machine, "cores", lambda: 2)
-    monkeypatch.setattr(this_machine, "load", lambda: 1.5)
-    text = this_machine.describe(ranks=4)
-    assert "2 cores" in text and "load 1.5" in text and "0.5 core each" in text and "take turns" in text
-    monkeypatch.setattr(this_machine, "load", lambda: None)
-    assert this_machine.describe() == "This machine gives the notebook 2 cores."
-
-
 @pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
 def test_an_answer_points_to_an_exercise_that_exists(stem):
     root = NOTEBOOKS.parent
