@@ -128,9 +128,8 @@ def test_the_command_line_sits_on_top():
 
 
 # The floor: what every MPI rank and the emulated cluster's keeper import, beneath everything else.
-FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.lazy_mpi", "gpulab.backend", "gpulab.host",
-         "gpulab.stats", "gpulab.records",
-         "gpulab.fakedevice")
+FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.lazy_mpi", "gpulab.backend",
+         "gpulab.host", "gpulab.stats", "gpulab.records", "gpulab.fakedevice")
 # What may start emulated clusters, and so import gpulab.emulated: the commands (--nodes, `gpulab cluster`),
 # the notebook widgets (the cluster panel), the engines (start_engines(nodes=...)) and the scoreboard
 # (its live rows run on an emulated cluster). Everything else learns where a
