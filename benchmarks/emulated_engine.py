@@ -27,7 +27,7 @@ import os
 import statistics
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -73,8 +73,8 @@ def link_floor(machine, rate: float | None, nodes_of: list[int]):
     """
     from dataclasses import replace
 
-    from gpulab.engine.perf.machines import BLOCKING_OF
     from gpulab.engine.perf.probes import TIMED_OPS, collective_key, group_layouts, strided_group
+    from gpulab.engine.perf.rings import BLOCKING_OF
 
     if rate is None:
         return machine
@@ -164,7 +164,7 @@ def job(args) -> None:
               "minutes": (time.time() - start) / 60,
               "batch": BATCH, "model": cfg.to_dict(), "rounds": args.rounds, "iters": args.iters,
               "overlap_on": overlap_for("on").to_dict(),
-              "machine": {k: v for k, v in asdict(machine).items() if k != "sources"},
+              "machine": replace(machine, sources={}).describe().to_dict(),
               "call_wait_source": machine.sources.get("call_wait", ""),
               "link_floor_collectives": floored.collectives,
               "fits": [f.sources["measured"] for f in fits], "rows": rows,

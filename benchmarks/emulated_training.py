@@ -129,11 +129,11 @@ def predicted_bcast(machine: dict, runs: list[dict], p: int, topology: dict) -> 
 
 def at_scale() -> list[dict]:
     """The model's reduce + broadcast of VGG-16's gradient on the paper's machine, per GPU count."""
-    from gpulab.machines.resolver import resolve
+    from gpulab.bcast.cost.profiles import profile
     from gpulab.workloads import parameter_count
     from gpulab.workloads.gradient_sync import predicted_sync
 
-    machine, nbytes = resolve(PAPER["profile"], kind="bcast"), parameter_count(PAPER["network"]) * 4
+    machine, nbytes = profile(PAPER["profile"]), parameter_count(PAPER["network"]) * 4
     return [{**predicted_sync(nbytes, p, machine), "nodes": -(-p // PAPER["ranks_per_node"])} for p in PAPER["ranks"]]
 
 

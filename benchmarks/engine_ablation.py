@@ -36,10 +36,10 @@ AT_SCALE = {"model": "gpt-80b", "machine": "perlmutter", "shape": (8, 1, 8, 16),
 
 
 def predicted() -> list[dict]:
+    from gpulab.engine.perf.machines import machine
     from gpulab.engine.perf.predict import gpt_config, predict
-    from gpulab.machines.resolver import resolve
 
-    cfg, m = gpt_config(AT_SCALE["model"]), resolve(AT_SCALE["machine"], kind="engine")
+    cfg, m = gpt_config(AT_SCALE["model"]), machine(AT_SCALE["machine"])
     out = []
     for label, switches in STEPS:
         p = predict(cfg, AT_SCALE["shape"], AT_SCALE["batch"], m, Overlap.parse(switches), recompute=True,

@@ -30,16 +30,23 @@ sys.path.insert(0, str(ROOT))
 
 from gpulab.engine.perf.calibration import calibrated_on  # noqa: E402
 from gpulab.engine.perf.fitted_machine import FittedMachine  # noqa: E402
+from gpulab.engine.perf.machines import machine as engine_machine  # noqa: E402
 from gpulab.engine.perf.terms import stride  # noqa: E402
 from gpulab.engine.perf.trust import (  # noqa: E402
     COMPUTE_SHARE,
     compute_bound_on_shared_cores,
     verdict,
 )
+from gpulab.machines import Description  # noqa: E402
 
 NAME = re.compile(r"engine_accuracy_(?P<setting>.+)_run(?P<run>\d+)\.json")
 TARGET = {"emulated": 0.10, "machine": 0.20}  # median absolute error
 PICK = 1.05  # the model's pick, measured, within 5% of the measured best
+
+
+def fitted(record: dict, path: Path) -> FittedMachine:
+    """The machine a record's run fitted (a machine description, ``gpulab.machines``)."""
+    return FittedMachine.from_description(Description.from_dict(record["machine"], str(path)))
 
 
 def kind_of(setting: str) -> str:
@@ -58,8 +65,8 @@ def runs(folder: Path = RESULTS) -> list[dict]:
             accuracy = {"off": validation["none"], "on": validation["all"]}
         else:  # emulated_engine.py: the stride-aware fit
             accuracy = {s: validation[s]["stride-aware"] for s in ("off", "on")}
-        ranks, cores = record["machine"]["ranks"], record["machine"]["cores"]
-        machine = FittedMachine.from_dict(record["machine"])
+        machine = fitted(record, path)
+        ranks, cores = machine.ranks, machine.cores
         left_out = calibrated_on(machine)  # measured by the fit itself: in sample, so not among the errors
         grids = [{"error": abs(r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
                   "signed": (r["prediction"]["iter_s"] - r["iter_s"]) / r["iter_s"],
@@ -70,7 +77,7 @@ def runs(folder: Path = RESULTS) -> list[dict]:
                  for r in record["rows"]]
         out.append({"setting": m["setting"], "run": int(m["run"]), "date": record["date"],
                     "kind": kind_of(m["setting"]),
-                    "minutes": record["minutes"], "accuracy": accuracy, "trust": trust_of(record), "grids": grids})
+                    "minutes": record["minutes"], "accuracy": accuracy, "trust": machine.trust, "grids": grids})
     return sorted(out, key=lambda r: (r["kind"], r["setting"], r["run"]))
 
 
@@ -90,11 +97,6 @@ def sync_call(row: dict, machine) -> tuple[float, float] | None:
 def overlap_setting(row: dict) -> str:
     """"off" or "on": emulated_engine.py's rows say so ("setting"), engine_grids.py's by overlap label."""
     return "off" if row.get("setting", row.get("overlap_label")) in ("off", "none") else "on"
-
-
-def trust_of(record: dict) -> dict:
-    """What the fit knows about itself before any grid is measured (``gpulab.engine.perf.trust``)."""
-    return record["machine"]["trust"]
 
 
 def meets(row: dict) -> bool:
@@ -271,14 +273,12 @@ def repredict(paths: list[Path], overlap: str) -> list[str]:
     probe measured before ``probes.overlap_used``; its error and pick per setting, as the table gives them."""
     from dataclasses import replace
 
-    from gpulab.engine.perf.fitted_machine import FittedMachine
-
     lines = []
     for path in paths:
         record = json.loads(path.read_text())
-        machine = FittedMachine.from_dict(record["machine"])
+        machine = fitted(record, path)
         if overlap == "probe" and not machine.overlap_probe:
-            raise SystemExit(f"{path}: its fit kept no probe values (recorded before overlap_probe)")
+            raise SystemExit(f"{path}: its fit kept no probe values")
         etas = {mode: 0.0 for mode in machine.overlap} if overlap == "zero" else {**machine.overlap_probe, "none": 0.0}
         v = scored(record["rows"], replace(machine, overlap=etas))
         lines.append(f"{path.name}: overlap {overlap} " + ", ".join(
@@ -304,13 +304,13 @@ def group_wait(paths: list[Path]) -> list[str]:
 
     import gpulab.engine.perf.predict as model
 
-    records = [(NAME.fullmatch(path.name), json.loads(path.read_text())) for path in paths]
+    records = [(NAME.fullmatch(path.name), json.loads(path.read_text()), path) for path in paths]
     lines = []
     for name, rule in GROUP_WAIT_RULES.items():
         met, errors = 0, []
         with mock.patch.object(model, "group_wait_share", rule):
-            for match, record in records:
-                v = scored(record["rows"], FittedMachine.from_dict(record["machine"]))
+            for match, record, path in records:
+                v = scored(record["rows"], fitted(record, path))
                 met += meets({"kind": kind_of(match["setting"]), "accuracy": v})
                 errors += [x["median_abs_rel_error"] for x in v.values()]
         errors.sort()
@@ -336,9 +336,8 @@ def price(machine_path: Path, bench_path: Path) -> list[str]:
     runs that no accuracy record covers, such as arrays on a GPU: each grid's measured and predicted
     iteration, then the error and pick per overlap setting."""
     from benchmarks.engine_grids import predict_row
-    from gpulab.engine.perf.fitted_machine import load
 
-    machine, rows = load(machine_path), json.loads(bench_path.read_text())
+    machine, rows = engine_machine(machine_path), json.loads(bench_path.read_text())
     devices = sorted({r.get("device", "host") for r in rows})
     if devices != [machine.device]:
         raise SystemExit(f"{bench_path} ran on {devices}, the fit on {machine.device}: "

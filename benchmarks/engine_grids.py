@@ -50,7 +50,7 @@ def predict_row(row: dict, machine) -> dict:
 
 def run(args) -> None:
     from gpulab.engine.perf.fitted_machine import FittedMachine
-    from gpulab.machines.resolver import resolve
+    from gpulab.engine.perf.machines import machine as engine_machine
 
     RESULTS.mkdir(parents=True, exist_ok=True)
     p = args.world
@@ -63,7 +63,7 @@ def run(args) -> None:
         path = RESULTS / f"engine_machine_p{p}.fit{len(fits)}.json"
         subprocess.run(mpiexec_command(p, ["-m", "gpulab.cli", "model", "fit", "--out", str(path)]),
                        check=True, env=env, stdout=subprocess.DEVNULL)
-        fits.append(resolve(path, kind="engine"))
+        fits.append(engine_machine(path))
         path.unlink()
 
     fit_once()

@@ -24,7 +24,7 @@ import json
 import os
 import sys
 import time
-from dataclasses import asdict
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def job(args) -> None:
                   "command": args.command, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                   "world": comm.size, "cluster": args.cluster, "load_before": args.load_before,
                   "load_after": os.getloadavg(), "cpus": os.cpu_count(), "batch": BATCH,
-                  "model": model().to_dict(), "machine": {k: v for k, v in asdict(machine).items() if k != "sources"},
+                  "model": model().to_dict(), "machine": replace(machine, sources={}).describe().to_dict(),
                   "rows": [best[p["strategy"]] for p in plans]}
         RESULTS.mkdir(parents=True, exist_ok=True)
         out_path(comm.size).write_text(json.dumps(record, indent=1) + "\n")

@@ -268,13 +268,14 @@ print(f"perlmutter, {MODEL} on {WORLD} GPUs: communication only picks {tuple(onl
 from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.pick_validation import spearman
+from gpulab.machines import Description
 from gpulab.scoreboard import recorded
 
 RECORDS = ["engine_grid_p4.json", "engine_grid_p8.json", "emulated_engine_100mbit.json"]
 verdicts = []
 for name in RECORDS:
     record = recorded.read(name)
-    fitted = FittedMachine(**record["machine"])
+    fitted = FittedMachine.from_description(Description.from_dict(record["machine"], name))
     for label in sorted({r["overlap_label"] for r in record["rows"]}):
         rows = [r for r in record["rows"] if r["overlap_label"] == label]
         measured = [r["iter_s"] for r in rows]

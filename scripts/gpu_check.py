@@ -208,7 +208,7 @@ def part_engine_model(until, state):
     import tempfile
 
     from benchmarks.engine_accuracy import scored
-    from gpulab.engine.perf.fitted_machine import load
+    from gpulab.engine.perf.machines import machine
 
     if skip := missing("gpulab model fit"):
         return skip
@@ -219,7 +219,7 @@ def part_engine_model(until, state):
         gpulab_cli(["bench", "engine", "-n", "2", "--device", device, "--shapes", "1,2,1,1;2,1,1,1;1,1,2,1;1,1,1,2",
                     "--overlap", "none;all", "--iters", "5", "--rounds", "2", "--warmup", "2", "--out", bench], until)
         rows = json.loads(Path(bench).read_text())
-        v = scored(rows, load(fit))
+        v = scored(rows, machine(fit))
     keep = ("median_abs_rel_error", "pick_over_best", "spearman", "model_pick", "measured_best")
     return {"grids": [{"shape": r["shape"], "overlap": r["overlap_label"], "iter_s": r["iter_s"]} for r in rows],
             **{setting: {k: v[setting][k] for k in keep} for setting in v}}

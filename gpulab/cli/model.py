@@ -29,11 +29,12 @@ from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.comm_only import comm_only_rank
 from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.fitted_machine import fit as fit_machine
-from gpulab.engine.perf.machines import MACHINES, machine
+from gpulab.engine.perf.machines import MACHINES
+from gpulab.engine.perf.machines import machine as engine_machine
 from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, model_config, predict, rank
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
 from gpulab.lazy_mpi import lazy_mpi
-from gpulab.machines.resolver import ENV, resolve
+from gpulab.machines import ENV
 
 MPI = lazy_mpi(globals())
 
@@ -86,11 +87,6 @@ def add_parser(subparsers) -> None:
     p.set_defaults(func=fit)
 
 
-def load_machine(name: str | None):
-    """The engine machine ``--machine`` names (``gpulab.machines.resolver``)."""
-    return resolve(name, kind="engine", default=DEFAULT_MACHINE)
-
-
 def assumptions(args, overlap) -> list[str]:
     return [f"overlap: {overlap.label()} (progress {overlap.progress}, buckets {overlap.bucket_bytes / 2**20:g} MiB)",
             f"activation recomputation: {'off' if args.no_recompute else 'on (forward and its collectives twice)'}",
@@ -102,7 +98,7 @@ def assumptions(args, overlap) -> list[str]:
 
 def main(args) -> int:
     try:
-        machine, config = load_machine(args.machine), model_config(args.model)
+        machine, config = engine_machine(args.machine, default=DEFAULT_MACHINE), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     except (KeyError, ValueError, OSError) as err:
         raise SystemExit(f"gpulab model: {err}") from err
@@ -186,7 +182,7 @@ def table(preds: list[dict]) -> str:
 
 def show_machines(args) -> int:
     for name in MACHINES:
-        m = machine(name)
+        m = engine_machine(name)
         print(f"{name}: {m.description}")
         print(f"  {m.ranks_per_node} GPUs/node, peak {m.peak_flops / 1e12:g} TFLOP/s, "
               f"{m.memory_bytes / 1e9:g} GB, intra {m.intra.bandwidth / 1e9:g} GB/s, "

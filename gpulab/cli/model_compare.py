@@ -16,10 +16,9 @@ import json
 from gpulab.cli.checks import positive_int, usage_error
 from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.compare import DEFAULT_GLOBAL_BATCH, against_paper, assumptions, compare, paper_lines
-from gpulab.engine.perf.machines import MACHINES
+from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, model_config
 from gpulab.engine.strategies import TABLE
-from gpulab.machines.resolver import resolve
 
 
 def add_parser(sub) -> None:
@@ -46,7 +45,7 @@ def main(args) -> int:
     if unknown or not strategies:
         usage_error(f"gpulab model compare: unknown strategies {unknown}; choose from {', '.join(TABLE)}")
     try:
-        m, config = resolve(args.machine, kind="engine", default="perlmutter"), model_config(args.model)
+        m, config = machine(args.machine, default="perlmutter"), model_config(args.model)
         overlap = Overlap.parse(args.overlap, bucket_bytes=int(args.bucket_mb * 2**20))
     except (KeyError, ValueError, OSError) as err:
         usage_error(f"gpulab model compare: {str(err).strip(chr(39))}")

@@ -25,6 +25,7 @@ import statistics
 import sys
 import tempfile
 
+from gpulab.bcast.cost.hockney import Machine
 from gpulab.bcast.measurement import native_variants
 from gpulab.bcast.measurement.pingpong_fit import MPICH_SINGLE_COPY, fit_machine
 from gpulab.cli.checks import nonnegative_float, output_path, positive_int, typed
@@ -123,11 +124,11 @@ def _reanalysed(path: str) -> dict:
         results = {int(p): r for p, r in json.load(f).items()}
     for p, r in results.items():
         if r.get("model"):
-            m = r["model"]
+            m = Machine.from_dict(r["model"])
             # the switch of the MPI library that ran (without starting MPI here)
             switch = MPICH_SINGLE_COPY if r["metadata"]["mpi"].startswith("MPICH") else None
-            r["model"] = fit_machine(m["notes"]["samples"], p=p, cores=m["cores"], switch=switch,
-                                     ranks_per_node=m["ranks_per_node"], call=m.get("call", 0.0)).to_dict()
+            r["model"] = fit_machine(m.notes["samples"], p=p, cores=m.cores, switch=switch,
+                                     ranks_per_node=m.ranks_per_node, call=m.call).to_dict()
     return results
 
 

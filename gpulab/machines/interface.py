@@ -1,10 +1,10 @@
-"""What the models read of a machine: one protocol every machine class offers, and one per model.
+"""What the models read of the machines they build: one protocol every machine offers, and one per model.
 
-Three classes model different things and stay apart: the broadcast's
-Hockney machine (``gpulab.bcast.cost.hockney.Machine``: per-message latency and
-bandwidth of two link levels, from a profile or a ping-pong fit), and the
-engine's machines (``gpulab.engine.perf.machines.GPUMachine`` from a profile,
-``gpulab.engine.perf.fitted_machine.FittedMachine`` fitted on this computer: compute,
+Each model builds its own machine from one ``Description`` (``gpulab.machines``):
+the broadcast's Hockney machine (``gpulab.bcast.cost.hockney.Machine``: the
+links of a profile or a ping-pong fit), and the engine's machines
+(``gpulab.engine.perf.machines.GPUMachine`` from a profile's GPU numbers,
+``gpulab.engine.perf.fitted_machine.FittedMachine`` from a fit's probes: compute,
 memory and collectives). ``Profile`` is what all three offer; ``LinkMachine``
 and ``ComputeMachine`` are everything the broadcast's and the engine's model
 read, so a new kind of machine knows what it must provide. ``isinstance``
@@ -36,10 +36,10 @@ class LinkMachine(Profile, Protocol):
     """What the broadcast's alpha-beta model reads (``gpulab.bcast.cost.hockney``, ``gpulab.bcast.cost.placement``)."""
 
     @property
-    def intra(self): ...  # a bcast.model.Link: between ranks on one node
+    def intra(self): ...  # a gpulab.machines.Link: between ranks on one node
 
     @property
-    def inter(self): ...  # a bcast.model.Link: between nodes
+    def inter(self): ...  # a gpulab.machines.Link: between nodes
 
     @property
     def overhead(self) -> float: ...  # seconds of Python per message in gpulab's algorithms
@@ -82,7 +82,7 @@ class ComputeMachine(Profile, Protocol):
     def state_bytes_per_param(self) -> int: ...
 
     @property
-    def inter(self): ...  # a perf.machines.Level (alpha, bandwidth): the link between pipeline stages
+    def inter(self): ...  # a gpulab.machines.LinkLevel (alpha, beta): the link between pipeline stages
 
     def collective_s(self, op: str, size: int, stride: int, nbytes: float) -> float: ...
 

@@ -24,11 +24,11 @@ def engine_fit(bench):
     """The performance model's machine: fitted now (full), or this machine's recorded fit (quick: a fit
     is MPI probes on every rank, slow on busy cores)."""
     if bench.quick:
-        from gpulab.engine.perf.fitted_machine import FittedMachine
+        from gpulab.engine.perf.machines import machine
 
         try:
             name = f"engine_machine_p{RANKS}.json"
-            return FittedMachine(**rec.read(name)), rec.source(name)
+            return machine(rec.path(name)), rec.source(name)
         except rec.NotMeasured:
             pass
     return bench.engine_fit(RANKS), "fitted here"

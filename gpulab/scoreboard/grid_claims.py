@@ -73,9 +73,9 @@ def overlap_recorded() -> dict:
 
 
 def overlap_model(bench) -> dict:
-    from gpulab.engine.perf.fitted_machine import FittedMachine
+    from gpulab.engine.perf.machines import machine
 
-    fit = FittedMachine(**rec.read(f"engine_machine_p{RANKS}.json"))
+    fit = machine(rec.path(f"engine_machine_p{RANKS}.json"))
     return overlap_predicted(fit, _recorded_overlap()[0], rec.source(f"engine_machine_p{RANKS}.json"))
 
 

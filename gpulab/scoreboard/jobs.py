@@ -124,9 +124,10 @@ class Bench:
     def engine_fit(self, ranks: int):
         """The performance model of the engine fitted on this machine's ``ranks`` ranks, once per run."""
         from gpulab.engine.perf.fitted_machine import FittedMachine
+        from gpulab.machines import Description
 
-        return self.cached(("engine", ranks), lambda: FittedMachine(
-            **self.cli(ranks, ["model", "fit", "--reps", "1" if self.quick else "3"])))
+        return self.cached(("engine", ranks), lambda: FittedMachine.from_description(Description.from_dict(
+            self.cli(ranks, ["model", "fit", "--reps", "1" if self.quick else "3"]), "`gpulab model fit`'s file")))
 
     def engine_rows(self, ranks: int, shapes: str, overlap: str = "none", progress: str = "poll") -> list[dict]:
         """``gpulab bench engine`` rows (best round of each shape x overlap), cached per request in a run."""

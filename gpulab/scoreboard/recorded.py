@@ -32,12 +32,17 @@ def results_dir() -> Path:
     return checkout if checkout.is_dir() else PACKAGE / "recorded_results"
 
 
+def path(name: str) -> Path:
+    """docs/results/NAME (or the wheel's copy); ``NotMeasured`` when this checkout has no such record."""
+    found = results_dir() / name
+    if not found.exists():
+        raise NotMeasured(f"no recorded run: {found} is missing")
+    return found
+
+
 def read(name: str):
     """The JSON of docs/results/NAME; ``NotMeasured`` when this checkout has no such record."""
-    path = results_dir() / name
-    if not path.exists():
-        raise NotMeasured(f"no recorded run: {path} is missing")
-    return json.loads(path.read_text())
+    return json.loads(path(name).read_text())
 
 
 def source(name: str) -> str:

@@ -7,8 +7,6 @@ import pytest
 from gpulab.bcast import ALGORITHMS
 from gpulab.bcast.algorithms import registry
 from gpulab.bcast.cost.hockney import (
-    Hockney,
-    Link,
     Machine,
     best_chunk,
     breakdown,
@@ -20,12 +18,13 @@ from gpulab.bcast.cost.hockney import (
 )
 from gpulab.bcast.cost.profiles import PROFILES, profile, table
 from gpulab.bcast.measurement import report
+from gpulab.machines import Link, LinkLevel
 
 A, B = 5e-6, 1e-9  # 5 us, 1 GB/s
 PLAIN = Machine("plain", Link.plain(A, B), Link.plain(A, B))
 # eager below 8 KiB (sender copies), single-copy above (receiver copies), Python overhead, 2 cores
-REAL = Machine("real", Link(Hockney(2e-6, 2e-10), Hockney(5e-6, 7e-11), 8192, True),
-               Link(Hockney(2e-6, 2e-10), Hockney(5e-6, 7e-11), 8192, True), overhead=1e-6, cores=2)
+REAL = Machine("real", Link(LinkLevel(2e-6, 2e-10), LinkLevel(5e-6, 7e-11), 8192, True),
+               Link(LinkLevel(2e-6, 2e-10), LinkLevel(5e-6, 7e-11), 8192, True), overhead=1e-6, cores=2)
 TWO_LEVEL = Machine("two-level", Link.plain(1e-6, 1e-11), Link.plain(3e-6, 1e-10), ranks_per_node=4)
 FLAT = [a for a in ALGORITHMS if a != "hierarchical"]
 

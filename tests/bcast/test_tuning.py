@@ -8,13 +8,14 @@ import pytest
 
 from gpulab.bcast import Decision
 from gpulab.bcast.algorithms.registry import candidates
-from gpulab.bcast.cost.hockney import Hockney, Link, Machine
+from gpulab.bcast.cost.hockney import Machine
 from gpulab.bcast.selection.auto import reload, select
 from gpulab.bcast.selection.tuning import ENV, build_table, choose_measured, load, lookup, table_path, update
+from gpulab.machines import Link, LinkLevel
 from tests.mpi_harness import ROOT, run_mpi
 
-MACHINE = Machine("m", Link(Hockney(2e-6, 2e-10), Hockney(5e-6, 7e-11), 8192, True),
-                  Link(Hockney(2e-6, 2e-10), Hockney(5e-6, 7e-11), 8192, True), overhead=1e-6, cores=2, fitted_p=4)
+MACHINE = Machine("m", Link(LinkLevel(2e-6, 2e-10), LinkLevel(5e-6, 7e-11), 8192, True),
+                  Link(LinkLevel(2e-6, 2e-10), LinkLevel(5e-6, 7e-11), 8192, True), overhead=1e-6, cores=2, fitted_p=4)
 
 
 class Comm:
@@ -143,7 +144,7 @@ def test_cli_tune_fit_and_bcast_write_the_table(tmp_path):
                                  "--table", str(path), "--quiet"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
     assert fit.returncode == 0, fit.stderr + fit.stdout
-    assert "alpha" in fit.stdout and json.loads(path.read_text())["models"]["2"]["fitted_p"] == 2
+    assert "alpha" in fit.stdout and json.loads(path.read_text())["models"]["2"]["fitted_ranks"] == 2
     tune = subprocess.run(base + ["bcast", "-n", "2", "--sizes", "1K,16K", "--chunks", "4K", "--radices", "3",
                                   "--time-budget", "0.002", "--no-fit", "--table", str(path), "--quiet",
                                   "--json", str(tmp_path / "r.json"), "--plot", str(tmp_path / "h.png")],

@@ -1,8 +1,6 @@
 """The ranks' wait calibrated on three measured grids (``perf.calibration``): where the model charges it,
 where the fit measures it, and that the grids it was measured on are left out of the model's error."""
 
-from dataclasses import replace
-
 import pytest
 
 from gpulab.engine.parallel.overlap import Overlap
@@ -18,8 +16,7 @@ from tests.engine.util import tiny_config
 WAIT = 3e-3
 
 
-def fitted(call_wait: float, ranks: int = 4, row_wait: float | None = None,
-           data_wait: float | None = None) -> FittedMachine:
+def fitted(call_wait: float, ranks: int = 4, row_wait: float = 0.0, data_wait: float = 0.0) -> FittedMachine:
     collectives = {f"{op}/{g}": [1e-4 * g, 1e-9] for op in ("all_reduce", "all_gather", "reduce_scatter")
                    for g in (2, 4)}
     return FittedMachine(name="t", ranks=ranks, cores=2, collectives=collectives, matmul_rate=1e10,
@@ -33,14 +30,14 @@ ROW_WAIT, DATA_WAIT = 1e-3, 5e-3
 
 @pytest.mark.parametrize("shape", [(2, 2, 1, 1), (1, 4, 1, 1), (1, 2, 2, 1), (1, 1, 2, 2), (4, 1, 1, 1)])
 @pytest.mark.parametrize("overlap", [Overlap(), Overlap(oar=True, ors=True, oag=True, buckets=True, bucket_bytes=4096)])
-@pytest.mark.parametrize("row_wait", [None, ROW_WAIT])  # None: a fit that calibrated no row grid
-@pytest.mark.parametrize("data_wait", [None, DATA_WAIT])  # None: a fit that calibrated no data grid
+@pytest.mark.parametrize("row_wait", [0.0, ROW_WAIT])
+@pytest.mark.parametrize("data_wait", [0.0, DATA_WAIT])
 def test_each_all_reduce_pays_its_share_of_its_groups_wait_and_nothing_else_does(shape, overlap, row_wait,
                                                                                  data_wait):
     cfg = tiny_config(shape)
     without = predict(cfg, shape, 8, fitted(0.0, row_wait=0.0, data_wait=0.0), overlap)
     with_wait = predict(cfg, shape, 8, fitted(WAIT, row_wait=row_wait, data_wait=data_wait), overlap)
-    per_call = {"col": WAIT, "row": WAIT if row_wait is None else row_wait}
+    per_call = {"col": WAIT, "row": row_wait}
     rows = comm_rows(cfg, shape, 8, cfg.block_size, overlap)
     expected = {}
     for r in rows:  # a ring's steps: (g - 1) / (W - 1) of the wait of a call over all W = 4 ranks
@@ -73,19 +70,16 @@ def test_no_wait_is_charged_without_a_calibration_or_on_a_named_machine():
     row = {**row, "group": "row"}
     assert wait_s(fitted(WAIT, row_wait=ROW_WAIT), row) == pytest.approx(ROW_WAIT)  # each group its own wait
     assert wait_s(fitted(WAIT, row_wait=0.0), row) == 0.0
-    assert wait_s(fitted(WAIT), row) == pytest.approx(WAIT)  # older fits: row calls paid the col wait
     assert FittedMachine.mean([fitted(WAIT, row_wait=ROW_WAIT), fitted(0.0, row_wait=0.0)]).row_wait == \
         pytest.approx(ROW_WAIT / 2)
-    assert FittedMachine.mean([fitted(WAIT, row_wait=ROW_WAIT), fitted(WAIT)]).row_wait is None
     grads = {**row, "group": "data", "phase": "grad-sync", "count": 4}  # four buckets pay the wait once
     assert wait_s(fitted(WAIT, data_wait=DATA_WAIT), grads) == pytest.approx(DATA_WAIT / 4)
     assert wait_s(fitted(WAIT, data_wait=DATA_WAIT), {**grads, "op": "reduce_scatter"}) == pytest.approx(DATA_WAIT / 4)
     assert wait_s(fitted(WAIT, data_wait=DATA_WAIT), {**grads, "phase": "optimizer"}) == 0.0  # ZeRO-1's gather
-    assert wait_s(fitted(WAIT), grads) == 0.0  # older fits charged the replicas nothing
+    assert wait_s(fitted(WAIT), grads) == 0.0  # no data wait calibrated: the replicas pay nothing
     assert wait_s(named_machine("perlmutter"), grads) == 0.0
     assert FittedMachine.mean([fitted(WAIT, data_wait=DATA_WAIT), fitted(WAIT, data_wait=0.0)]).data_wait == \
         pytest.approx(DATA_WAIT / 2)
-    assert FittedMachine.mean([fitted(WAIT, data_wait=DATA_WAIT), fitted(WAIT)]).data_wait is None
 
 
 def test_the_distributed_optimizer_pays_the_data_wait_once_on_its_reduce_scatter():
@@ -128,10 +122,8 @@ def test_scoring_leaves_out_the_grids_the_fit_measured_only_where_it_calibrated(
     three = [(1, 8, 1, 1), (8, 1, 1, 1), (1, 1, 1, 8)]
     assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.004, row_wait=0.0, data_wait=0.0)) == three
     assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0, row_wait=0.0, data_wait=0.002)) == three
-    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.004, row_wait=0.0)) == three[:2]  # older fits
-    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.004, row_wait=None)) == three[:1]
-    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0, row_wait=None)) == []  # nothing measured
-    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0, row_wait=0.0, data_wait=0.0)) == []
+    assert calibrated_on(SimpleNamespace(ranks=8, call_wait=0.0, row_wait=0.0, data_wait=0.0)) == []  # none found
+    assert calibrated_on(named_machine("perlmutter")) == []  # a profile measured no grid
 
 
 def test_the_grid_the_fit_measured_is_left_out_of_the_error_but_not_of_the_pick():
@@ -146,13 +138,3 @@ def test_the_grid_the_fit_measured_is_left_out_of_the_error_but_not_of_the_pick(
     assert validate(rows, [(1, 4, 1, 1), (2, 2, 1, 1)])["median_abs_rel_error"] == pytest.approx(0.5)
     left_out = validate(rows, [(1, 4, 1, 1)])
     assert left_out["shapes"] == 3 and left_out["model_pick"] == [1, 1, 1, 4]
-
-
-def test_a_fit_saved_before_the_calibration_charges_no_wait():
-    from dataclasses import asdict
-
-    saved = asdict(fitted(WAIT))
-    del saved["call_wait"], saved["row_wait"], saved["data_wait"]
-    old = FittedMachine.from_dict(saved)
-    assert old.call_wait == 0.0 and old.row_wait is None and old.data_wait is None
-    assert replace(fitted(WAIT), call_wait=0.0) == fitted(0.0)

@@ -77,7 +77,7 @@ def test_a_machine_fitted_here_gives_each_group_its_fitted_all_reduce_rate():
     """No bandwidth table: a group's rate is the ring all-reduce's wire bytes over the fitted seconds per byte."""
     from gpulab.engine.perf.comm_only import wire_bandwidth
     from gpulab.engine.perf.fitted_machine import FittedMachine
-    from gpulab.engine.perf.machines import ring
+    from gpulab.engine.perf.rings import ring
     from tests.engine.util import tiny_config
 
     line = {f"{op}/{g}": [1e-4, 1e-9 * g] for op in ("all_reduce", "all_gather", "reduce_scatter") for g in (2, 4)}

@@ -149,11 +149,11 @@ def test_the_wait_at_the_gradient_norm_is_read_from_the_timeline_and_priced_by_t
     the fit's price for that group; none where the tensor group is one rank; one table row per setting."""
     import json
 
-    from benchmarks.engine_accuracy import by_sync, runs, sync_call
-    from gpulab.engine.perf.fitted_machine import FittedMachine
+    from benchmarks.engine_accuracy import by_sync, fitted, runs, sync_call
 
-    record = json.loads((ROOT / "docs" / "results" / "engine_accuracy_1x4_machine_run1.json").read_text())
-    machine = FittedMachine.from_dict(record["machine"])
+    path = ROOT / "docs" / "results" / "engine_accuracy_1x4_machine_run1.json"
+    record = json.loads(path.read_text())
+    machine = fitted(record, path)
     rows = {tuple(r["shape"]): r for r in record["rows"] if r["overlap_label"] == "none"}
     assert sync_call(rows[(1, 1, 1, 4)], machine) is None  # pure data parallelism: no tensor group
     took, price = sync_call(rows[(1, 2, 1, 2)], machine)

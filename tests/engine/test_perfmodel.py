@@ -17,12 +17,14 @@ import pytest
 
 from gpulab.engine import grid_shapes
 from gpulab.engine.parallel.overlap import Overlap
-from gpulab.engine.perf.fitted_machine import FittedMachine, load
+from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.flops import model_flops, params_count, rank_work
-from gpulab.engine.perf.machines import MACHINES, machine, ring
+from gpulab.engine.perf.machines import MACHINES, machine
 from gpulab.engine.perf.predict import GPT_SIZES, candidate_shapes, gpt_config, predict, rank
+from gpulab.engine.perf.rings import ring
 from gpulab.engine.perf.terms import activation_values, axonn_layer_volumes, comm_rows
 from gpulab.engine.perf.volume import collective_calls, totals
+from gpulab.machines import SCHEMA_VERSION
 from tests.engine.util import tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -172,30 +174,29 @@ def test_fitted_machine_round_trip_and_nearest_group_size(tmp_path):
                       matmul_rate=1e10, elementwise_rate=1e9, kernel_overhead=1e-6, share=4.0,
                       machine_peak=5e10, overlap={"poll": 0.2, "thread": 0.5, "none": 0.0}, memory_bytes=1e9)
     m.save(tmp_path / "m.json")
-    back = load(tmp_path / "m.json")
+    back = machine(tmp_path / "m.json")
     assert back == m and back.peak == 5e10 / 8
     assert back.collective_s("all_reduce", 2, 1, 1000) == pytest.approx(1e-4 + 1e-6)
     assert back.collective_s("all_reduce", 4, 2, 0) in (1e-4, 1e-3)  # nearest fitted size
     assert back.collective_s("all_reduce", 1, 1, 1e6) == 0.0
-    assert back.compute_s({"matmul_flops": 1e10, "elementwise": 0, "kernels": 0}) == pytest.approx(4.0)
+    assert back.compute_s({"matmul_flops": 1e10, "elementwise": 0, "kernels": 0}) == pytest.approx(1.0)
     assert back.overlap_efficiency_for("none") == 0.0 and back.overlap_efficiency_for("thread") == 0.5
-    # the engine's profile scales the work, not the fixed cost per array operation (older fits: scale 1)
+    # the engine's profile scales the work, not the fixed cost per array operation
     from dataclasses import replace
 
     profiled = replace(m, scale=2.5)
-    assert profiled.compute_s({"matmul_flops": 1e10, "elementwise": 1e9, "kernels": 0}) == pytest.approx(4.0 * 2.5 * 2)
-    assert profiled.compute_s({"matmul_flops": 0, "elementwise": 0, "kernels": 1000}) == pytest.approx(4.0 * 1e-3)
+    assert profiled.compute_s({"matmul_flops": 1e10, "elementwise": 1e9, "kernels": 0}) == pytest.approx(2.5 * 2)
+    assert profiled.compute_s({"matmul_flops": 0, "elementwise": 0, "kernels": 1000}) == pytest.approx(1e-3)
 
 
-def test_a_contended_profile_is_not_multiplied_by_the_share_again():
-    """Fits whose engine profile ran on every rank at once already include the sharing of the cores;
-    older fits (profile on rank 0 alone) multiply it by ``share``."""
+def test_the_profiled_compute_is_not_multiplied_by_the_share_again():
+    """The engine's profile ran on every rank at once, so its scale holds the sharing of the cores; ``share``
+    says how much of it that is (the matmul efficiency reads it), and multiplies no compute time."""
     work = {"matmul_flops": 4e9, "elementwise": 1e8, "kernels": 500}
-    common = dict(name="m", ranks=4, cores=2, collectives={}, matmul_rate=2e10, elementwise_rate=1e9,
-                  kernel_overhead=2e-5, share=1.8, machine_peak=4e10, overlap={}, memory_bytes=1e9, scale=1.5)
-    alone = 1.5 * (4e9 / 2e10 + 1e8 / 1e9) + 500 * 2e-5
-    assert FittedMachine(**common).compute_s(work) == pytest.approx(1.8 * alone)
-    assert FittedMachine(**common, contended=True).compute_s(work) == pytest.approx(alone)
+    m = FittedMachine(name="m", ranks=4, cores=2, collectives={}, matmul_rate=2e10, elementwise_rate=1e9,
+                      kernel_overhead=2e-5, share=1.8, machine_peak=4e10, overlap={}, memory_bytes=1e9, scale=1.5)
+    assert m.compute_s(work) == pytest.approx(1.5 * (4e9 / 2e10 + 1e8 / 1e9) + 500 * 2e-5)
+    assert m.matmul_efficiency == pytest.approx(2e10 / 1.8 / (4e10 / 4))
 
 
 def test_data_parallel_buckets_in_flight_together_pay_one_latency():
@@ -278,7 +279,7 @@ def test_fit_runs_on_two_ranks(tmp_path):
     env = {"PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     run = gpulab("model", "fit", "-n", "2", "--out", str(out), "--reps", "2", "--repeat", "2", env=env, timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
-    m = load(out)
+    m = machine(out)
     assert m.trust["fits"] == 2 and m.trust["reps"] == 2  # the mean of two fits says how far apart they came out
     assert m.trust["fit_to_fit"] >= 0 and m.trust["spread"] >= 0 and m.trust["other_load_per_core"] >= 0
     assert "trust: " in run.stdout and "fits of this machine: " in run.stdout
@@ -290,7 +291,7 @@ def test_fit_runs_on_two_ranks(tmp_path):
     assert ("0 used" in m.sources["overlap"]) == (2 > len(os.sched_getaffinity(0)))  # overlap_used, one node
     assert set(m.overlap_probe) == {"poll", "thread"} and all(0 <= v <= 1 for v in m.overlap_probe.values())
     assert m.scale > 0 and m.kernel_overhead > 0  # the engine's own serial step, profiled
-    assert m.contended and "on every rank at once" in m.sources["compute"]  # ... on both ranks together
+    assert "on every rank at once" in m.sources["compute"]  # ... on both ranks together
     assert m.call_wait >= 0 and m.row_wait >= 0 and m.data_wait >= 0  # the waits calibrated, each on its grid
     assert all(f"grid {g}" in m.sources["call_wait"] for g in ("(1, 2, 1, 1)", "(2, 1, 1, 1)", "(1, 1, 1, 2)"))
     p = predict(tiny_config((2, 1, 1, 1)), (2, 1, 1, 1), 8, m, None, seq_len=8)
@@ -303,13 +304,11 @@ def test_fit_times_the_arrays_where_the_runs_keep_them(tmp_path):
     run = gpulab("model", "fit", "-n", "2", "--device", "fake", "--out", str(out), "--reps", "1", env=env,
                  timeout=240)
     assert run.returncode == 0, run.stdout + run.stderr
-    m = load(out)
+    m = machine(out)
     assert m.device == "fake" and m.name.endswith("arrays on fake") and m.memory_bytes > 0
     assert m.matmul_rate > 0 and m.scale > 0 and set(m.collective_points) == {
         "all_reduce/2", "all_gather/2", "reduce_scatter/2", "iall_reduce/2", "iall_gather/2", "ireduce_scatter/2"}
-    saved = asdict(m)
-    del saved["device"]
-    assert FittedMachine.from_dict(saved).device == "host"  # fits saved before the field price host runs
+    assert json.loads(out.read_text())["schema_version"] == SCHEMA_VERSION  # a machine file of the one schema
 
 
 def test_overlap_hides_nothing_where_a_nodes_ranks_outnumber_its_cores():

@@ -1,4 +1,9 @@
-"""Machine profiles: one name per machine, one reader of the links, one resolver, one interface, one line fit."""
+"""Machines: one description with a schema version, one loader, one link type, profiles with sources, the
+interface each model reads, and the line both fits use."""
+
+import json
+from dataclasses import fields
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,9 +16,12 @@ from gpulab.bcast.selection import tuning
 from gpulab.engine.perf.fitted_machine import FittedMachine
 from gpulab.engine.perf.machines import MACHINES, GPUMachine, machine
 from gpulab.engine.perf.probes import fit_line
+from gpulab.machines import ENV, SCHEMA_VERSION, Description, Link, LinkLevel, SchemaError, load, profiles
+from gpulab.machines.description import GPU_KEYS, PROBE_KEYS
 from gpulab.machines.interface import ComputeMachine, LinkMachine, Profile
 from gpulab.machines.linefit import relative_line
-from gpulab.machines.resolver import ENV, resolve
+
+RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 
 def fitted_engine_machine(name="fitted") -> FittedMachine:
@@ -35,70 +43,167 @@ def no_site_machine(monkeypatch):
     monkeypatch.delenv(ENV, raising=False)
 
 
-def test_every_machine_has_one_name_in_both_files():
-    for name, spec in machines.gpus().items():
-        assert spec["links"] == name, f"{name}'s network is link profile {spec['links']!r}: one machine, two names"
-    assert set(MACHINES) <= set(PROFILES)
+def test_every_machine_has_one_name_and_one_description():
+    assert set(MACHINES) <= set(PROFILES) == set(profiles.links())
+    assert not any("links" in spec or "description" in spec for spec in profiles.gpus().values())
     for alias, name in machines.ALIASES.items():
-        assert alias not in PROFILES and alias not in MACHINES and name in PROFILES
-        assert profile(alias) == profile(name) and machine(alias) == machine(name)
-        assert resolve(alias, kind="engine").name == resolve(alias, kind="bcast").name == name
+        assert alias not in PROFILES and name in PROFILES
+        assert load(alias) == load(name) and profile(alias) == profile(name) and machine(alias) == machine(name)
+        assert machine(alias).name == profile(alias).name == name
+    for name in PROFILES:
+        d = load(name)
+        assert d.name == name and d.about and d.ranks_per_node and (d.gpu is not None) == (name in MACHINES)
+        assert d.probes is None and d.pingpong is None and d.fitted_ranks is None
 
 
-def test_both_models_read_the_same_link_numbers():
+def test_one_link_type_both_models_read_the_same_numbers():
     for name in MACHINES:
-        links, gpu, hockney = machines.link_profile(name), machine(name), profile(name)
+        d, gpu, hockney = load(name), machine(name), profile(name)
         for level in ("intra", "inter"):
-            raw = machines.links()[name][level]
-            assert getattr(links, level).alpha == pytest.approx(raw["alpha_us"] * 1e-6, rel=1e-12)
-            assert getattr(links, level).bandwidth == pytest.approx(raw["bandwidth_GBps"] * 1e9, rel=1e-12)
-            assert getattr(gpu, level).alpha == getattr(hockney, level).small.alpha == getattr(links, level).alpha
-            assert getattr(gpu, level).bandwidth == 1 / getattr(hockney, level).small.beta
-        assert gpu.ranks_per_node == hockney.ranks_per_node == links.ranks_per_node
-        assert hockney.notes["sources"] == links.sources
+            raw = profiles.links()[name][level]
+            link = getattr(d, level)
+            assert link.large is None and link.switch is None  # a profile: plain Hockney
+            assert link.small.alpha == pytest.approx(raw["alpha_us"] * 1e-6, rel=1e-12)
+            assert link.small.bandwidth == pytest.approx(raw["bandwidth_GBps"] * 1e9, rel=1e-12)
+            assert getattr(gpu, level) == getattr(hockney, level).small == link.small
+            assert type(getattr(gpu, level)) is LinkLevel
+        assert gpu.ranks_per_node == hockney.ranks_per_node == d.ranks_per_node
+        assert hockney.notes["sources"] == d.link_sources() and len(d.link_sources()) == 5
         assert all(v.startswith(f"link profile {name!r}: ") for k, v in gpu.sources.items() if k.startswith("links"))
+    assert LinkLevel.of_bandwidth(1e-6, 2e9) == LinkLevel(1e-6, 5e-10) and Link.plain(1e-6, 5e-10).small.time(10) \
+        == pytest.approx(1e-6 + 5e-9)
 
 
-def test_resolve_names_files_and_the_site_default(tmp_path, monkeypatch):
-    assert isinstance(resolve("perlmutter", kind="engine"), GPUMachine)
-    assert resolve("kesch", kind="bcast") == profile("kesch")
+def test_every_machine_round_trips_through_one_description():
+    hockney, engine = fitted_bcast_machine(), fitted_engine_machine()
+    for m in (hockney, profile("kesch"), profile("frontier")):
+        d = m.describe()
+        assert Machine.from_description(Description.from_dict(json.loads(json.dumps(d.to_dict())))) == m
+    assert hockney.describe().pingpong == {"overhead": hockney.overhead, "call": hockney.call}
+    assert hockney.describe().fitted_ranks == 2 and "samples" in hockney.describe().notes
+    d = engine.describe()
+    assert d.probes is not None and d.intra is None and set(d.probes) == set(PROBE_KEYS)
+    assert FittedMachine.from_description(Description.from_dict(json.loads(json.dumps(d.to_dict())))) == engine
+    gpu = load("perlmutter")
+    assert set(gpu.gpu) == set(GPU_KEYS) and Description.from_dict(json.loads(json.dumps(gpu.to_dict()))) == gpu
+    assert GPUMachine.from_description(gpu) == machine("perlmutter")
+
+
+def test_the_schema_names_every_field_each_model_builds_from():
+    """The probes part is FittedMachine's fields but those the description holds itself; the GPU part is
+    GPUMachine's numbers: a field added to either needs the schema (and its version) to follow."""
+    assert set(PROBE_KEYS) == {f.name for f in fields(FittedMachine)} - {"name", "ranks", "cores", "sources"}
+    assert set(GPU_KEYS) == {f.name for f in fields(GPUMachine)} - {"name", "description", "ranks_per_node", "intra",
+                                                                     "inter", "sources"}
+
+
+def test_load_takes_names_files_tuning_files_and_the_site_default(tmp_path, monkeypatch):
+    assert isinstance(machine("perlmutter"), GPUMachine)
+    assert profile("kesch") == Machine.from_description(load("kesch"))
     fitted = fitted_engine_machine()
     fitted.save(tmp_path / "engine.json")
-    assert resolve(tmp_path / "engine.json", kind="engine") == fitted
-    assert resolve(str(tmp_path / "engine.json"), kind="engine") == fitted
+    assert machine(tmp_path / "engine.json") == fitted and machine(str(tmp_path / "engine.json")) == fitted
     hockney = fitted_bcast_machine()
     (tmp_path / "machine.json").write_text(dumps(hockney))
-    assert resolve(tmp_path / "machine.json", kind="bcast") == hockney
+    assert profile(tmp_path / "machine.json") == hockney
     tuning.update(tmp_path / "tuning.json", p=2, model=hockney.to_dict())
-    assert resolve(tmp_path / "tuning.json", kind="bcast", p=4) == hockney  # the nearest fit
-    monkeypatch.setenv(tuning.ENV, str(tmp_path / "tuning.json"))
-    assert resolve(kind="bcast", p=2) == hockney  # no name, no site choice: this computer's fit
-    assert resolve(kind="engine", default="frontier").name == "frontier"
+    assert profile(tmp_path / "tuning.json", p=4) == hockney  # the nearest fit
+    assert machine(default="frontier").name == "frontier"
     monkeypatch.setenv(ENV, "h100")
-    assert resolve(kind="engine", default="frontier").name == "dgx-h100"
-    assert resolve(kind="bcast").name == "dgx-h100"
-    assert resolve("perlmutter", kind="engine").name == "perlmutter"  # a name given wins over the site's
+    assert machine(default="frontier").name == "dgx-h100" and load().name == "dgx-h100"
+    assert machine("perlmutter").name == "perlmutter"  # a name given wins over the site's
     monkeypatch.setenv(ENV, str(tmp_path / "engine.json"))
-    assert resolve(kind="engine") == fitted
+    assert machine() == fitted
     tuning.forget()
 
 
-def test_resolve_errors_name_the_known_machines(monkeypatch, tmp_path):
+def test_load_errors_name_the_known_machines_and_the_fix(monkeypatch, tmp_path):
     with pytest.raises(KeyError, match=r"unknown machine 'summit'; known profiles: \['dgx-h100', 'frontier', "
-                                       r"'perlmutter'\] \(aliases: h100 = dgx-h100\)"):
-        resolve("summit", kind="engine")
-    with pytest.raises(KeyError, match="known profiles: .*'kesch'"):
-        resolve("summit", kind="bcast")
-    with pytest.raises(KeyError, match=f"{ENV}=kesch: unknown machine 'kesch'"):
-        monkeypatch.setenv(ENV, "kesch")  # a link profile only: the engine's model has no GPU numbers for it
-        resolve(kind="engine")
+                                       r"'kesch', 'perlmutter'\] \(aliases: h100 = dgx-h100\)"):
+        load("summit")
+    with pytest.raises(KeyError, match=r"'kesch' has no GPU numbers or fit for the engine's model: name one of "
+                                       r"\['dgx-h100', 'frontier', 'perlmutter'\]"):
+        machine("kesch")  # a link profile only
+    with pytest.raises(KeyError, match=f"{ENV}=summit: unknown machine 'summit'"):
+        monkeypatch.setenv(ENV, "summit")
+        machine()
     monkeypatch.delenv(ENV)
     with pytest.raises(ValueError, match=f"no machine named.*{ENV}"):
-        resolve(kind="engine")
+        machine()
     with pytest.raises(FileNotFoundError):
-        resolve(tmp_path / "missing.json", kind="engine")
-    with pytest.raises(ValueError, match="kind must be one of"):
-        resolve("perlmutter", kind="gpu")
+        load(tmp_path / "missing.json")
+    fitted_engine_machine().save(tmp_path / "engine.json")
+    with pytest.raises(ValueError, match="has no links for the broadcast's model"):
+        profile(tmp_path / "engine.json")
+    (tmp_path / "empty.json").write_text(json.dumps({"version": 1, "models": {}, "tables": {}}))
+    with pytest.raises(FileNotFoundError, match="no fitted model.*gpulab tune fit"):
+        load(tmp_path / "empty.json")
+
+
+def test_a_file_of_another_schema_is_refused_with_the_fix(tmp_path):
+    """A fit saved as its old fields (no schema_version), a newer version, a part that is not the schema's."""
+    old = tmp_path / "old.json"
+    fields_only = {f.name: getattr(fitted_engine_machine(), f.name) for f in fields(FittedMachine)}
+    old.write_text(json.dumps(fields_only))
+    with pytest.raises(SchemaError, match=rf"old.json: no schema_version, this kit reads machine files of schema "
+                                          rf"{SCHEMA_VERSION}; refit with `gpulab model fit`.*`gpulab tune fit`"):
+        machine(old)
+    newer = fitted_engine_machine().describe().to_dict() | {"schema_version": SCHEMA_VERSION + 1}
+    (tmp_path / "newer.json").write_text(json.dumps(newer))
+    with pytest.raises(SchemaError, match=f"schema_version {SCHEMA_VERSION + 1}, this kit reads"):
+        load(tmp_path / "newer.json")
+    d = fitted_engine_machine().describe().to_dict()
+    d["probes"]["contended"] = True
+    with pytest.raises(SchemaError, match=r"keys missing or unknown: \[\"probes: \['contended'\]\"\]"):
+        Description.from_dict(d)
+    tuning.update(tmp_path / "tuning.json", p=2, model=fields_only)
+    with pytest.raises(SchemaError, match="tuning.json, its fit for 2 ranks: no schema_version"):
+        load(tmp_path / "tuning.json", p=2)
+    tuning.forget()
+
+
+def _is_description(o) -> bool:
+    return isinstance(o, dict) and {"schema_version", "probes", "pingpong"} <= set(o)
+
+
+def _descriptions(o):
+    if isinstance(o, dict):
+        if _is_description(o):
+            yield o
+        else:
+            for v in o.values():
+                yield from _descriptions(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _descriptions(v)
+
+
+def _machines(o):
+    """The machines a record holds in the shapes older kits wrote (a Hockney fit, a FittedMachine's fields)."""
+    if isinstance(o, dict) and not _is_description(o):
+        if "matmul_rate" in o and "collectives" in o or isinstance(o.get("intra"), dict) and "small" in o["intra"]:
+            yield o
+        for v in o.values():
+            yield from _machines(v)
+    elif isinstance(o, list):
+        for v in o:
+            yield from _machines(v)
+
+
+def test_every_machine_the_kit_ships_is_of_the_current_schema():
+    """The fits in docs/results (tuning file, fitted machines, the fits inside records) read as descriptions,
+    each by the model it belongs to; none is left in an older shape."""
+    found = set()
+    for path in sorted(RESULTS.rglob("*.json")):
+        data = json.loads(path.read_text())
+        assert not list(_machines(data)), f"{path.name} holds a machine of no schema version"
+        for raw in _descriptions(data):
+            d = Description.from_dict(raw, path.name)
+            built = FittedMachine.from_description(d) if d.probes is not None else Machine.from_description(d)
+            assert built.name == d.name
+            found.add(path.name)
+    assert {"bcast_tuning.json", "engine_machine_p4.json", "fit_cupy_p2.json", "engine_grid_p4.json",
+            "emulated_engine_100mbit.json", "engine_accuracy_1x4_machine_run1.json"} <= found
 
 
 def test_every_machine_class_offers_what_its_model_reads():
@@ -111,6 +216,7 @@ def test_every_machine_class_offers_what_its_model_reads():
     assert not isinstance(hockney, ComputeMachine) and not isinstance(gpu, LinkMachine)
     assert hockney.assumptions()[0].startswith("ranks_per_node: ") and len(hockney.assumptions()) == 5
     assert measured.assumptions() == ["fit: ping-pong on 2 ranks"]
+    assert fitted.inter == LinkLevel(1e-4, 2e-9)  # a send of n bytes: a 2-rank all-gather of 2n
 
 
 def test_relative_line_matches_a_weighted_polyfit_and_both_fits_use_it():

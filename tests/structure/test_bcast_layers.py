@@ -62,7 +62,7 @@ def test_the_broadcast_reaches_no_engine():
 
 
 def test_deciding_with_a_machine_profile_loads_no_engine():
-    """``select`` with $GPULAB_MACHINE naming a profile: the one deferred path that reached the engine."""
+    """``select`` with $GPULAB_MACHINE naming a profile: the broadcast's machine comes from gpulab.machines."""
     code = ("import sys\nfrom gpulab.bcast import bcast, select\n"
             "class Comm:\n    size = 8\n"
             "decision = select(1 << 20, Comm())\n"

@@ -152,6 +152,19 @@ def test_the_floor_imports_nothing_above_it():
     assert not {m: t for m, t in above.items() if t}
 
 
+def test_the_machines_sit_on_the_floor():
+    """``gpulab.machines`` describes machines and loads them; the models build theirs from it, so it imports
+    nothing of gpulab but itself and the floor (at the top or inside a function)."""
+    graph = _imports()
+    machines = [m for m in graph if _within(m, ["gpulab.machines"])]
+    assert {"gpulab.machines.loader", "gpulab.machines.description"} <= set(machines)
+    assert "gpulab.machines" in graph["gpulab.bcast.cost.hockney"] | graph["gpulab.engine.perf.machines"]
+    above = {m: sorted(t for t in graph[m] if not (_within(t, ["gpulab.machines"]) or t in FLOOR
+                                                   or _within(t, FLOOR[1:])))
+             for m in machines}
+    assert not {m: t for m, t in above.items() if t}
+
+
 def test_launching_loads_only_the_floor():
     """``gpulab.launch`` runs in every rank and on every launch: it reads where a job runs (gpulab.jobsite)
     without loading the emulated cluster, the engines or numpy."""

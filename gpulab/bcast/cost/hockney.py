@@ -5,9 +5,9 @@ cost of the messages on its critical path (``gpulab.bcast.algorithms.critical_pa
 binomial ceil(log2 p)(a + n b), chain (p + k - 2)(a + (n/k) b); hierarchical
 adds an inter-node and an intra-node broadcast with their own alpha and beta.
 
-    from gpulab.bcast.cost.hockney import best_chunk, predict
-    from gpulab.bcast.selection.tuning import load_machine
-    m = load_machine()                      # fitted by `gpulab tune fit` (never typed in)
+    from gpulab import machines
+    from gpulab.bcast.cost.hockney import Machine, best_chunk, predict
+    m = Machine.from_description(machines.load("bcast_tuning.json", p=8))   # `gpulab tune fit`'s fit
     predict("chain", 64 << 20, 8, machine=m, chunk_bytes=best_chunk("chain", 64 << 20, 8, machine=m))
 
 Beyond the textbook, a ``Machine`` can describe what a real machine adds:
@@ -22,7 +22,9 @@ Beyond the textbook, a ``Machine`` can describe what a real machine adds:
     polling, so each gets cores/ranks of a core: every step of the critical
     path is ranks/cores slower (``stretch``), and all copies together must fit
     on the cores (time >= total work / cores).
-The profiles of clusters (``gpulab.bcast.cost.profiles``) use plain Hockney, and
+A message's cost over a link is a ``gpulab.machines.Link``: one ``LinkLevel``
+(alpha, beta) or a protocol regime each side of its switch. The profiles of
+clusters (``gpulab.bcast.cost.profiles``) use plain Hockney, and
 ``textbook(machine)`` strips a fitted machine down to it.
 """
 
@@ -32,42 +34,15 @@ import functools
 import json
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
+from gpulab import machines
 from gpulab.bcast.algorithms import registry
 from gpulab.bcast.algorithms.critical_path import REPLAY_MAX_P, Plan, nominal, replay
 from gpulab.bcast.algorithms.tree_shapes import DEFAULT_CHUNK
 from gpulab.bcast.cost import mpich
 from gpulab.bcast.cost.placement import PLACED, placed
-
-
-@dataclass(frozen=True)
-class Hockney:
-    alpha: float  # seconds per message
-    beta: float  # seconds per byte
-
-    def time(self, nbytes: float) -> float:
-        return self.alpha + nbytes * self.beta
-
-
-@dataclass(frozen=True)
-class Link:
-    """The cost of one message over one kind of connection: ``small`` below ``switch`` bytes, ``large`` from it."""
-    small: Hockney
-    large: Hockney | None = None
-    switch: int | None = None  # bytes where the protocol changes (None: one regime)
-    receiver_copies: bool = False  # in the large regime the receiver copies, so concurrent sends overlap
-
-    def regime(self, nbytes: float) -> Hockney:
-        return self.large if self.switch is not None and nbytes >= self.switch else self.small
-
-    def serial(self, nbytes: float) -> bool:
-        """Do one rank's concurrent sends of this size queue (single-port Hockney)?"""
-        return not (self.receiver_copies and self.switch is not None and nbytes >= self.switch)
-
-    @classmethod
-    def plain(cls, alpha: float, beta: float) -> Link:
-        return cls(Hockney(alpha, beta))
+from gpulab.machines import Description, Link, LinkLevel
 
 
 @dataclass(frozen=True)
@@ -91,16 +66,35 @@ class Machine:
         fitted = [f"fit: ping-pong on {self.fitted_p} ranks"] if self.fitted_p else []
         return fitted + [f"{k}: {v}" for k, v in self.notes.get("sources", {}).items()]
 
+    @classmethod
+    def from_description(cls, d: Description) -> Machine:
+        """The broadcast's machine of a description (``gpulab.machines.load``): its links, and what its
+        ping-pong fit adds; a description without links (a fit of the engine) is refused."""
+        if d.intra is None or d.inter is None:
+            raise ValueError(f"machine {d.name!r} has no links for the broadcast's model: name a profile "
+                             f"({', '.join(machines.names())}), a tuning file or a ping-pong fit's file")
+        notes = {**d.notes, **({"description": d.about} if d.about else {}),
+                 **({"sources": d.link_sources()} if d.link_sources() else {})}
+        pingpong = d.pingpong or {"overhead": 0.0, "call": 0.0}
+        return cls(d.name, d.intra, d.inter, d.ranks_per_node, pingpong["overhead"], d.cores, d.fitted_ranks,
+                   notes, pingpong["call"])
+
+    def describe(self) -> Description:
+        notes = {k: v for k, v in self.notes.items() if k not in ("description", "sources")}
+        fitted = self.fitted_p or self.overhead or self.call
+        pingpong = {"overhead": self.overhead, "call": self.call} if fitted else None
+        return Description(self.name, self.notes.get("description", ""), self.ranks_per_node, self.cores,
+                           self.fitted_p, self.intra, self.inter, pingpong=pingpong,
+                           sources=dict(self.notes.get("sources", {})), notes=notes)
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The machine file's JSON (``gpulab.machines.Description.to_dict``)."""
+        return self.describe().to_dict()
 
     @classmethod
     def from_dict(cls, d: dict) -> Machine:
-        def link(x):
-            return Link(Hockney(**x["small"]), Hockney(**x["large"]) if x.get("large") else None,
-                        x.get("switch"), x.get("receiver_copies", False))
-        return cls(d["name"], link(d["intra"]), link(d["inter"]), d.get("ranks_per_node"), d.get("overhead", 0.0),
-                   d.get("cores"), d.get("fitted_p"), d.get("notes", {}), d.get("call", 0.0))
+        """The machine ``to_dict`` wrote, e.g. a fit a record holds (a file: ``gpulab.machines.load``)."""
+        return cls.from_description(Description.from_dict(d))
 
 
 @dataclass(frozen=True)
@@ -366,7 +360,7 @@ def textbook(machine: Machine) -> Machine:
     fit through the same ping-pong points when the fit kept it), no overhead, no CPU limit."""
     def plain(level: str) -> Link:
         line = machine.notes.get("fit", {}).get(level, {}).get("one_line")
-        return Link(Hockney(line["alpha"], line["beta"])) if line else Link(getattr(machine, level).small)
+        return Link(LinkLevel(line["alpha"], line["beta"])) if line else Link(getattr(machine, level).small)
     return replace(machine, name=machine.name + " (textbook)", intra=plain("intra"), inter=plain("inter"),
                    overhead=0.0, cores=None, call=0.0)
 

@@ -16,29 +16,27 @@ overhead and no CPU-core limit, plain single-port Hockney on each link.
 
 from __future__ import annotations
 
+import os
+
 from gpulab import machines
-from gpulab.bcast.cost.hockney import Link, Machine
+from gpulab.bcast.cost.hockney import Machine
+from gpulab.machines import profiles
 
 
-def _link(level: machines.LinkLevel) -> Link:
-    return Link.plain(level.alpha, 1 / level.bandwidth)
+def profile(name_or_path: str | os.PathLike, p: int | None = None) -> Machine:
+    """The ``Machine`` that ``gpulab.machines.load`` describes for a profile name (or an alias), or a machine
+    file (a tuning file: its fit for ``p`` ranks); a profile's ``notes`` carry every number's source."""
+    return Machine.from_description(machines.load(name_or_path, p=p))
 
 
-def profile(name: str) -> Machine:
-    """The ``Machine`` of a named profile (or an alias of one); its ``notes`` carry every number's source."""
-    spec = machines.link_profile(name)
-    return Machine(spec.name, _link(spec.intra), _link(spec.inter), spec.ranks_per_node,
-                   notes={"description": spec.description, "sources": dict(spec.sources)})
-
-
-PROFILES = tuple(machines.links())
+PROFILES = machines.names()
 
 
 def table() -> list[dict]:
     """One row per profile with alpha, bandwidth and sources: for a notebook table."""
     rows = []
-    for name, spec in machines.links().items():
-        for level in ("intra", "inter"):
+    for name, spec in profiles.links().items():
+        for level in profiles.LEVELS:
             rows.append({"profile": name, "level": level, "ranks_per_node": spec["ranks_per_node"],
                          "alpha_us": spec[level]["alpha_us"], "bandwidth_GBps": spec[level]["bandwidth_GBps"],
                          "alpha_source": spec[level]["alpha_source"],

@@ -26,10 +26,11 @@ import time
 import numpy as np
 
 from gpulab.bcast.algorithms.hierarchical import node_of_rank
-from gpulab.bcast.cost.hockney import Hockney, Link, Machine
+from gpulab.bcast.cost.hockney import Machine
 from gpulab.bcast.entry import run_algorithm
 from gpulab.bcast.runtime.executor import Group
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.machines import Link, LinkLevel
 from gpulab.machines.linefit import relative_line
 
 MPI = lazy_mpi(globals())
@@ -109,7 +110,7 @@ def call_overhead(repeats: int = 5, calls: int = 2000) -> float:
     return best
 
 
-def _lsq(n: np.ndarray, t: np.ndarray) -> Hockney:
+def _lsq(n: np.ndarray, t: np.ndarray) -> LinkLevel:
     """The relative-error line through the points, with alpha and beta clamped to >= 0."""
     alpha, beta = relative_line(n, t)
     if alpha < 0 <= beta:  # the small points came faster than the line: keep its slope, clamp alpha
@@ -119,10 +120,10 @@ def _lsq(n: np.ndarray, t: np.ndarray) -> Hockney:
         alpha = 0.0
     if beta < 0:  # pure latency
         alpha, beta = float(len(t) / np.sum(1 / t)), 0.0
-    return Hockney(float(alpha), float(beta))
+    return LinkLevel(float(alpha), float(beta))
 
 
-def _rss(h: Hockney, n, t) -> float:
+def _rss(h: LinkLevel, n, t) -> float:
     return float(np.sum(((h.alpha + h.beta * n) - t) ** 2 / t ** 2))
 
 

@@ -14,8 +14,9 @@ import numpy as np
 from gpulab.bcast.algorithms import registry
 from gpulab.bcast.cost.hockney import Machine, best_chunk, predict, textbook
 from gpulab.bcast.measurement.pingpong_fit import summary
-from gpulab.bcast.selection.tuning import load_machine, table_path, update
+from gpulab.bcast.selection.tuning import table_path, update
 from gpulab.bcast.sizes import format_size
+from gpulab.machines import load
 
 BAND = 64 << 10  # compare's summary splits sizes here: below, latency decides; from here up, bandwidth
 
@@ -180,7 +181,7 @@ def handle(args, results: dict, workload_report=None) -> bool:
             print(format_compare(r["rows"]))
             ok &= all(x["valid"] for x in r["rows"])
         if args.what == "workload":  # the workload sits above the broadcast: the caller hands its report in
-            ok &= workload_report(r["rows"], p, _try(load_machine, args.table, p), args.table)
+            ok &= workload_report(r["rows"], p, _try(stored_fit, args.table, p), args.table)
     if args.what == "bcast" and any("table" in r for r in results.values()):
         print(f"tuning table: {table_path(args.table)}")
     if args.what == "compare":
@@ -190,7 +191,7 @@ def handle(args, results: dict, workload_report=None) -> bool:
                      "best_fixed_over_mpi_min", "within_10pct"])
     if args.what == "accuracy":
         two = results.get(2, {}).get("model")
-        base = Machine.from_dict(two) if two else _try(load_machine, args.table, 2)
+        base = Machine.from_dict(two) if two else _try(stored_fit, args.table, 2)
         for r in results.values():
             same = Machine.from_dict(r["model"]) if r.get("model") else None
             r["rows"] = accuracy_rows(r["rows"], {"fit p=2": base, "fit same p": same,
@@ -204,6 +205,11 @@ def handle(args, results: dict, workload_report=None) -> bool:
             print_rows(accuracy_summary(everything, label, "p"), ["p", "points", "geo_mean_ratio",
                                                                    "within_1.5x", "within_2x", "worst_ratio"])
     return ok
+
+
+def stored_fit(table, p: int) -> Machine:
+    """The fit the tuning file holds for ``p`` ranks (the nearest if none)."""
+    return Machine.from_description(load(table_path(table), p=p))
 
 
 def _try(fn, *args):

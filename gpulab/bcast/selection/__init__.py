@@ -1,5 +1,5 @@
 """Which algorithm ``bcast(..., algorithm="auto")`` runs.
 
-tuning (the tuning file: measured tables and fitted models), machine_loader (the
-machine a name or file names: $GPULAB_MACHINE), auto (``select``: the decision and its reason).
+tuning (the tuning file: measured tables and fitted models), auto (``select``: the decision and its reason;
+a machine named by $GPULAB_MACHINE comes through ``gpulab.machines.load``).
 """

@@ -8,7 +8,7 @@ Sources, tried in order (``gpulab.bcast.selection.tuning`` says where the file i
   2. a cost model (``gpulab.bcast.cost.hockney``) of this machine, from what can be known
      without measuring a broadcast:
        "model"   the tuning file's fitted alpha-beta model (``gpulab tune fit``),
-       "machine" the site's machine profile, $GPULAB_MACHINE (``machine_loader``),
+       "machine" the site's machine profile, $GPULAB_MACHINE (``gpulab.machines.load``),
        "cluster" the link rate of the emulated cluster the job was launched on
                  ($GPULAB_TOPOLOGY, ``gpulab.jobsite``), for the links between nodes;
      with the node layout of the communicator (``Split_type``). Every candidate
@@ -31,9 +31,12 @@ import os
 from dataclasses import dataclass, field, replace
 
 from gpulab.bcast.cost import mpich
-from gpulab.bcast.cost.hockney import Link, Machine, block_nodes, choices, predict
-from gpulab.bcast.selection import machine_loader, tuning
+from gpulab.bcast.cost.hockney import Machine, block_nodes, choices, predict
+from gpulab.bcast.cost.profiles import profile
+from gpulab.bcast.selection import tuning
 from gpulab.bcast.selection.tuning import MARGIN, load, lookup
+from gpulab.machines import Link
+from gpulab.machines.loader import nearest
 
 SOURCES = ("table", "model", "machine", "cluster", "native")
 
@@ -77,10 +80,10 @@ def site_machine(p: int, table=None):
     data = load(table)
     models = (data or {}).get("models") or {}
     if models:  # the fit at exactly this p if there is one, else the nearest (fits differ with oversubscription)
-        key = min(models, key=lambda k: (abs(int(k) - p), int(k)))
+        key = nearest(models, p)
         base, source, said = Machine.from_dict(models[key]), "model", f"fitted model (ping-pong at p={key})"
     elif _site["machine"]:
-        base, source = machine_loader.load(_site["machine"], p), "machine"
+        base, source = profile(_site["machine"], p), "machine"
         said = f"machine profile {base.name!r} ($GPULAB_MACHINE={_site['machine']})"
     rate = _site["link_bytes_per_s"]
     if rate:

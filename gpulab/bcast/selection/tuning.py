@@ -5,14 +5,14 @@ ranks it runs on (``gpulab.bcast.measurement.experiments.sweep``), turns the tim
 size ranges (``build_table``) and stores them, with the fitted alpha-beta model, in one
 JSON file that ``select()`` (and so ``bcast(..., algorithm="auto")``) reads:
 
-    {"version": 1, "models": {"4": <Machine dict>},
+    {"version": 1, "models": {"4": <a machine description, gpulab.machines>},
      "tables": {"4": {"p": 4, "margin": 0.1, "ranges": [{"lo": 0, "hi": 1448, "algorithm": "mpi",
                                                          "options": {}, ...}, ...], "measured": [...]}}}
 
 The file is found at an explicit path, else $GPULAB_TUNING_TABLE, else
 ~/.cache/gpulab/bcast_tuning.json. Every rank reads the same file, so every
-rank makes the same choice; nothing here communicates. ``load_machine`` gives
-the fit it holds as the cost model's ``Machine``.
+rank makes the same choice; nothing here communicates. The fit it holds is a
+machine file's description: ``gpulab.machines.load(table_path(), p=p)``.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ import math
 import os
 import tempfile
 from pathlib import Path
-
-from gpulab.bcast.cost.hockney import Machine
 
 VERSION = 1
 ENV = "GPULAB_TUNING_TABLE"
@@ -63,15 +61,6 @@ def load(path=None) -> dict | None:
                              f"re-run `gpulab tune bcast`")
         _files[key] = data
     return _files[key]
-
-
-def load_machine(path=None, p: int | None = None) -> Machine:
-    """The fitted model stored in the file, for ``p`` ranks if given (the nearest fit else, the smaller on a tie)."""
-    models = (load(path) or {}).get("models", {})
-    if not models:
-        raise FileNotFoundError(f"no fitted model in {table_path(path)}: run `gpulab tune fit` first")
-    key = min(models, key=lambda k: (abs(int(k) - p) if p is not None else 0, int(k)))
-    return Machine.from_dict(models[key])
 
 
 def forget() -> None:

@@ -1,7 +1,8 @@
 """The performance model: how long an iteration takes on a grid shape and a machine, and measuring it.
 
 flops (work per iteration and per rank), volume (bytes per collective per
-layer), machines (GPU profiles with sources), terms and predict (the
+layer), rings (each collective priced as a ring), machines (the machines the
+model prices, from a description of gpulab.machines), terms and predict (the
 prediction, the ranking of grid shapes), probes, calibration and
 fitted_machine (this computer, measured and fitted), trust (how far a fit
 holds), timing (timed iterations of the real engine, MFU), pipeline (the

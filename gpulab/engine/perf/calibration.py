@@ -52,11 +52,9 @@ def calibration_shape(world: int, group: str = "col") -> tuple[int, int, int, in
 def calibrated_on(machine) -> list[tuple[int, int, int, int]]:
     """The grids a fitted ``machine`` measured itself, which scoring it leaves out ([] where it charges no
     wait: a fit not calibrated, a named machine)."""
-    found = {g: getattr(machine, field, None) for g, field in FIELDS.items()}
-    if not any(found.values()):
+    if not any(getattr(machine, field, 0.0) for field in FIELDS.values()):
         return []
-    # a fit may hold waits of some groups only (the others None): their grids alone were measured
-    return [calibration_shape(machine.ranks, g) for g, wait in found.items() if wait is not None]
+    return [calibration_shape(machine.ranks, g) for g in GROUPS]
 
 
 def waits_charged(config: GPTConfig, shape, batch_size: int, group: str = "col") -> int:

@@ -22,8 +22,8 @@ of tensor parallelism instead), so that both rank the same candidates.
 
 from __future__ import annotations
 
-from gpulab.engine.perf.machines import ring
 from gpulab.engine.perf.predict import candidate_shapes, predict
+from gpulab.engine.perf.rings import ring
 from gpulab.engine.perf.terms import axonn_layer_volumes, stride
 
 # (K, transposed) of a block's layers, in AxoNN's order: QKV, attention projection, FC1, FC2

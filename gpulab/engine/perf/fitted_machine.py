@@ -1,7 +1,7 @@
 """FittedMachine: this computer as the performance model sees it, fitted from measurements on p ranks.
 
     gpulab model fit -n 4 --out results/engine_machine_p4.json
-    m = load("results/engine_machine_p4.json")       # then perfmodel.predict(..., machine=m)
+    m = machine("results/engine_machine_p4.json")    # gpulab.engine.perf.machines; then predict(..., machine=m)
 
 Compute rates (rank 0 alone), the slowdown when all ranks compute at once,
 the cost of each collective per group size, and the overlap efficiency per
@@ -25,7 +25,6 @@ import numpy as np
 
 from gpulab.backend import gpu_of_this_rank, module_for
 from gpulab.engine.perf.calibration import measure_grids, waits
-from gpulab.engine.perf.machines import BLOCKING_OF, Level
 from gpulab.engine.perf.probes import (
     collective_costs,
     collective_key,
@@ -37,8 +36,10 @@ from gpulab.engine.perf.probes import (
     overlap_used,
     share_slowdown,
 )
+from gpulab.engine.perf.rings import BLOCKING_OF
 from gpulab.engine.perf.timing import alone, peak_matmul
 from gpulab.engine.perf.trust import combine, conditions, cpu_ticks, fit_to_fit, stolen, verdict
+from gpulab.machines import Description, LinkLevel
 
 
 @dataclass(frozen=True)
@@ -49,7 +50,7 @@ class FittedMachine:
     collectives: dict  # "op/g" -> [alpha_s, beta_s_per_byte], the line through collective_points
     matmul_rate: float  # FLOP/s of one rank alone
     elementwise_rate: float  # values/s of one rank alone
-    kernel_overhead: float  # s per array operation
+    kernel_overhead: float  # s per array operation, every rank computing at once
     share: float  # compute slowdown when all ranks (and whatever else runs) compute at once
     machine_peak: float  # FLOP/s of the whole machine (best matmul, all cores, one process)
     overlap: dict  # progress mode -> eta
@@ -57,18 +58,15 @@ class FittedMachine:
     value_bytes: int = 4  # the engine trains float32
     state_bytes_per_param: int = 16  # float32 weight, gradient, AdamW m and v
     usable_memory: float = 0.9
-    host_progress: bool = True
     sources: dict = field(default_factory=dict)
-    # "op/g" -> [[bytes, s], ...] as timed; a fit file without them is priced by the line
+    # "op/g" -> [[bytes, s], ...] as timed; an op/g without points is priced by its line
     collective_points: dict = field(default_factory=dict)
-    # how far to trust it (``perf.trust``): its timings' spread, the load they saw; {} where a file has none
+    # how far to trust it (``perf.trust``): its timings' spread, the load they saw; {}: nothing known
     trust: dict = field(default_factory=dict)
-    # how much slower than the rates the engine's work runs (``probes.engine_profile``); 1 where unprofiled
+    # how much slower than the rates the engine's work runs (``probes.engine_profile``), every rank computing at
+    # once: the sharing of the cores included, so ``share`` does not multiply the compute again
     scale: float = 1.0
-    # scale and kernel_overhead profiled with every rank computing at once (the sharing included, so
-    # ``share`` is not applied again); False in fits whose profile ran on rank 0 alone
-    contended: bool = False
-    # the overlap probe's efficiency per progress mode, as probed, ahead of ``probes.overlap_used``; {} if absent
+    # the overlap probe's efficiency per progress mode, as probed, ahead of ``probes.overlap_used``; {}: not kept
     overlap_probe: dict = field(default_factory=dict)
     # the node whose ranks most outnumber its cores (``probes.node_ranks_and_cores``): overlap hides
     # nothing where node_ranks > node_cores (``probes.overlap_used``); 0: not known
@@ -79,11 +77,10 @@ class FittedMachine:
     # s each col all-reduce over all ranks waits in training beyond its timed cost, calibrated on one
     # measured grid (``perf.calibration``); 0: not calibrated
     call_wait: float = 0.0
-    # the same for a row all-reduce, on its own grid; None: not calibrated apart, row calls pay the col wait
-    row_wait: float | None = None
-    # the same for the data group's gradient all-reduce, once an iteration, on a third grid; None: not
-    # calibrated, the gradient all-reduce waits nothing beyond its cost
-    data_wait: float | None = None
+    # the same for a row all-reduce, and for the data group's gradient all-reduce (once an iteration),
+    # each calibrated on its own grid
+    row_wait: float = 0.0
+    data_wait: float = 0.0
 
     def __post_init__(self):
         # The ops it timed, found once: collective_s asks on every call of a grid search's every row.
@@ -105,7 +102,7 @@ class FittedMachine:
         """The link between pipeline stages (``perf.pipeline.p2p_s``): a send of n bytes costs what a 2-rank
         all-gather of 2n bytes does here (one message each way)."""
         alpha, beta = self.collectives["all_gather/2"]
-        return Level(alpha, 1 / (2 * beta))
+        return LinkLevel(alpha, 2 * beta)
 
     @property
     def matmul_efficiency(self) -> float:
@@ -149,10 +146,8 @@ class FittedMachine:
         return float(t[-1] + (nbytes - x[-1]) * max(t[-1] - t[-2], 0.0) / (x[-1] - x[-2]))
 
     def compute_s(self, work: dict) -> float:
-        sharing = 1.0 if self.contended else self.share
-        return sharing * (self.scale * (work["matmul_flops"] / self.matmul_rate
-                                        + work["elementwise"] / self.elementwise_rate)
-                          + work["kernels"] * self.kernel_overhead)
+        return (self.scale * (work["matmul_flops"] / self.matmul_rate + work["elementwise"] / self.elementwise_rate)
+                + work["kernels"] * self.kernel_overhead)
 
     def assumptions(self) -> list[str]:
         return [f"{k}: {v}" for k, v in self.sources.items()] + self.trust_lines()
@@ -170,10 +165,7 @@ class FittedMachine:
         first, n = fits[0], len(fits)
         avg = {k: sum(getattr(f, k) for f in fits) / n
                for k in ("matmul_rate", "elementwise_rate", "kernel_overhead", "share", "machine_peak", "scale",
-                         "call_wait")}
-        for k in ("row_wait", "data_wait"):  # None where any fit did not calibrate it
-            waits = [getattr(f, k) for f in fits]
-            avg[k] = None if None in waits else sum(waits) / n
+                         "call_wait", "row_wait", "data_wait")}
         coll = {k: [sum(f.collectives[k][i] for f in fits) / n for i in (0, 1)] for k in first.collectives}
         points = {k: [[x, sum(f.collective_points[k][i][1] for f in fits) / n] for i, (x, _) in enumerate(v)]
                   for k, v in first.collective_points.items()}
@@ -186,20 +178,26 @@ class FittedMachine:
                                                       for k in ("measured", "call_wait") if k in first.sources},
                                   "averaged": f"mean of {n} fits"}})
 
+    def describe(self) -> Description:
+        """The machine file's description (``gpulab.machines``): its probes, and what they ran on."""
+        fields = asdict(self)
+        return Description(fields.pop("name"), cores=fields.pop("cores"), fitted_ranks=fields.pop("ranks"),
+                           sources=fields.pop("sources"), probes=fields)
+
+    @classmethod
+    def from_description(cls, d: Description) -> FittedMachine:
+        if d.probes is None:
+            raise ValueError(f"machine {d.name!r} holds no engine fit (`gpulab model fit` writes one)")
+        return cls(name=d.name, ranks=d.fitted_ranks, cores=d.cores, sources=d.sources, **d.probes)
+
     def save(self, path) -> None:
         with open(path, "w") as f:
-            json.dump(asdict(self), f, indent=1)
+            json.dump(self.describe().to_dict(), f, indent=1)
 
     @classmethod
     def from_dict(cls, d: dict) -> FittedMachine:
-        """The machine ``save`` wrote (or an engine sent back as its fields)."""
+        """The machine an engine sent back as its fields (``asdict``); a file: ``gpulab.engine.perf.machines``."""
         return cls(**d)
-
-
-def load(path) -> FittedMachine:
-    """A fitted machine's file (``gpulab.machines.resolver.resolve`` also takes profile names)."""
-    with open(path) as f:
-        return FittedMachine.from_dict(json.load(f))
 
 
 def memory_per_rank(comm, device: str) -> tuple[float, str]:

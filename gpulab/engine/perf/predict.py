@@ -53,7 +53,7 @@ from gpulab.engine.gpt.config import GPTConfig
 from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
 from gpulab.engine.perf.flops import model_flops, rank_work
-from gpulab.engine.perf.machines import NONBLOCKING
+from gpulab.engine.perf.rings import NONBLOCKING
 from gpulab.engine.perf.terms import comm_rows, memory_terms
 from gpulab.engine.perf.trust import caveat
 
@@ -109,19 +109,17 @@ def group_wait_share(group_size: int, ranks: int) -> float:
 
 def wait_s(machine, row: dict) -> float:
     """What the model charges one call of ``row`` (``terms.comm_rows``) for the ranks' wait: a col
-    all-reduce's share of the machine's ``call_wait``, a row all-reduce's of its ``row_wait`` (the col
-    wait in fits that calibrated no row grid), each gradient bucket over the data group its share of
-    ``data_wait`` (the buckets together pay it once); 0 for any other call or machine."""
+    all-reduce's share of the machine's ``call_wait``, a row all-reduce's of its ``row_wait``, each
+    gradient bucket over the data group its share of ``data_wait`` (the buckets together pay it once);
+    0 for any other call, and on a machine that calibrated none (a profile)."""
     if getattr(machine, "ranks", 1) < 2:
         return 0.0
     if row["group"] == "data":
         charged = row["phase"] == "grad-sync" and row["group_size"] > 1
-        return (getattr(machine, "data_wait", None) or 0.0) / row["count"] if charged else 0.0
+        return getattr(machine, "data_wait", 0.0) / row["count"] if charged else 0.0
     if row["op"] != "all_reduce" or row["group"] not in ("row", "col"):
         return 0.0
-    wait = getattr(machine, "call_wait", 0.0)
-    if row["group"] == "row" and getattr(machine, "row_wait", None) is not None:
-        wait = machine.row_wait
+    wait = getattr(machine, "row_wait" if row["group"] == "row" else "call_wait", 0.0)
     return wait * group_wait_share(row["group_size"], machine.ranks)
 
 

@@ -12,8 +12,8 @@ runs it will price keep them (``device``: host numpy, CuPy on each rank's GPU, o
   on fewer cores; a rank waiting in MPI spins) and with whatever else runs.
   ``share`` = (a compute loop on all ranks at once) / (the same loop on one
   rank alone), the best of several pairs, says how much the sharing costs
-  (it multiplies every compute time of a fit whose profile ran on rank 0
-  alone, ``contended`` False);
+  (``perf.compare`` reads it in the matmul efficiency; the profiled scale
+  already holds it);
 - collectives: for each op and each group size g dividing p, the ranks form
   p/g groups that all run the collective together, each call right after a
   short compute kernel, as in training: its cost is the time it adds to the
@@ -46,7 +46,7 @@ import numpy as np
 
 from gpulab.backend import module_for, synchronize
 from gpulab.engine.parallel import collectives as coll
-from gpulab.engine.perf.machines import NONBLOCKING
+from gpulab.engine.perf.rings import NONBLOCKING
 from gpulab.engine.perf.timing import alone
 from gpulab.lazy_mpi import lazy_mpi
 from gpulab.machines.linefit import relative_line
@@ -107,7 +107,7 @@ def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5, devi
     times the kernel loop's ``share`` moves a lot from run to run. The mean over
     ranks gives a line t = a + b x sequences: ``scale`` = b / the rates' time per sequence multiplies the
     work (matmuls, elementwise), ``kernel_overhead`` = a / the step's array operations is the fixed cost
-    of each; both include the sharing of the cores (``contended``)."""
+    of each; both include the sharing of the cores."""
     from gpulab.engine.perf.flops import rank_work
     from gpulab.engine.perf.timing import bench_config, measure, sleeping_barrier
 
@@ -124,7 +124,7 @@ def engine_profile(comm, rates: dict, batches=(1, 2, 4, 8), iters: int = 5, devi
     work = rank_work(cfg, (1, 1, 1, 1), 1)
     per_sequence = work["matmul_flops"] / rates["matmul_rate"] + work["elementwise"] / rates["elementwise_rate"]
     return {"scale": max(float(slope), 1e-9) / per_sequence,
-            "kernel_overhead": max(float(a) / work["kernels"], rates["kernel_overhead"]), "contended": True,
+            "kernel_overhead": max(float(a) / work["kernels"], rates["kernel_overhead"]),
             # how evenly the cores were shared: the slowest rank over the mean, at the largest batch
             "profile_rank_spread": float(max(times[-1]) / mean[-1])}
 

@@ -21,9 +21,9 @@ import numpy as np
 
 from gpulab.engine.parallel.gpt import check_divisibility
 from gpulab.engine.parallel.mesh import grid_shapes
-from gpulab.engine.perf.machines import ring
 from gpulab.engine.perf.pipeline import p2p_bytes, stage_config
 from gpulab.engine.perf.predict import predict
+from gpulab.engine.perf.rings import ring
 from gpulab.engine.perf.terms import comm_rows
 
 SYNC = ("data", "batch")  # once per iteration; the rest once per micro-batch
