@@ -1,4 +1,5 @@
-"""The package's shape: importing the library never starts MPI, and no two modules import each other."""
+"""The package's shape: importing the library never starts MPI, no two modules import each other, and only
+what starts emulated clusters imports them (the layer order itself: test_layers.py)."""
 
 import ast
 import subprocess
@@ -88,22 +89,6 @@ def test_no_import_cycles():
     assert not cycles, f"modules that import each other (directly or around a loop): {cycles}"
 
 
-def test_the_broadcast_never_imports_the_workloads():
-    """The workloads sit above the broadcast: they import it, never the other way round."""
-    graph = _imports()
-    assert not [m for m in graph if m.startswith("gpulab.bcast")
-                and any(t.startswith("gpulab.workloads") for t in graph[m])]
-
-
-def test_the_engine_imports_neither_the_broadcast_nor_the_workloads():
-    """The engine and the broadcast are side by side; a workload that uses both (reduce + broadcast
-    training) sits above them, in gpulab.workloads."""
-    graph = _imports()
-    wrong = {m: sorted(t for t in targets if _within(t, ["gpulab.bcast", "gpulab.workloads"]))
-             for m, targets in graph.items() if _within(m, ["gpulab.engine"])}
-    assert not {m: t for m, t in wrong.items() if t}
-
-
 def test_no_public_name_of_the_broadcast_is_shadowed_by_a_module():
     """``from gpulab.bcast import select`` must give the function even after the module that defines
     it was imported (Python binds an imported submodule to its package under the module's name)."""
@@ -117,19 +102,6 @@ def _within(module: str, packages) -> bool:
     return any(module == p or module.startswith(p + ".") for p in packages)
 
 
-def test_the_command_line_sits_on_top():
-    """``gpulab.cli`` parses and prints: the library never imports it (at the top or inside a function)."""
-    graph = _imports()
-    assert "gpulab.engine.training.loop" in graph["gpulab.cli.train"]  # the graph sees the command's imports
-    upward = {m: sorted(t for t in targets if _within(t, ["gpulab.cli"]))
-              for m, targets in graph.items() if not _within(m, ["gpulab.cli"])}
-    upward = {m: t for m, t in upward.items() if t}
-    assert not upward, f"modules below the command line that import it (move what they use into the library): {upward}"
-
-
-# The floor: what every MPI rank and the emulated cluster's keeper import, beneath everything else.
-FLOOR = ("gpulab", "gpulab.launch", "gpulab.jobsite", "gpulab.procfs", "gpulab.lazy_mpi", "gpulab.backend",
-         "gpulab.host", "gpulab.stats", "gpulab.records", "gpulab.fakedevice")
 # What may start emulated clusters, and so import gpulab.emulated: the commands (--nodes, `gpulab cluster`),
 # the notebook widgets (the cluster panel), the engines (start_engines(nodes=...)) and the scoreboard
 # (its live rows run on an emulated cluster). Everything else learns where a
@@ -142,27 +114,6 @@ def test_only_what_starts_emulated_clusters_imports_them():
     wrong = {m: sorted(t for t in targets if _within(t, ["gpulab.emulated"]))
              for m, targets in graph.items() if not _within(m, STARTS_EMULATED_CLUSTERS)}
     assert not {m: t for m, t in wrong.items() if t}
-
-
-def test_the_floor_imports_nothing_above_it():
-    graph = _imports()
-    floor = [m for m in graph if m in FLOOR or _within(m, FLOOR[1:])]
-    assert "gpulab.jobsite" in floor and "gpulab.procfs" in floor
-    above = {m: sorted(t for t in graph[m] if not (t in FLOOR or _within(t, FLOOR[1:]))) for m in floor}
-    assert not {m: t for m, t in above.items() if t}
-
-
-def test_the_machines_sit_on_the_floor():
-    """``gpulab.machines`` describes machines and loads them; the models build theirs from it, so it imports
-    nothing of gpulab but itself and the floor (at the top or inside a function)."""
-    graph = _imports()
-    machines = [m for m in graph if _within(m, ["gpulab.machines"])]
-    assert {"gpulab.machines.loader", "gpulab.machines.description"} <= set(machines)
-    assert "gpulab.machines" in graph["gpulab.bcast.cost.hockney"] | graph["gpulab.engine.perf.machines"]
-    above = {m: sorted(t for t in graph[m] if not (_within(t, ["gpulab.machines"]) or t in FLOOR
-                                                   or _within(t, FLOOR[1:])))
-             for m in machines}
-    assert not {m: t for m, t in above.items() if t}
 
 
 def test_launching_loads_only_the_floor():
