@@ -110,13 +110,13 @@ def caveat(machine, compute_s: float, iter_s: float, overlap=None) -> str | None
     notes = []
     if compute_bound_on_shared_cores(ranks, cores, compute_s, iter_s):
         notes.append(f"compute is {compute_s / iter_s:.0%} of the iteration on {ranks} ranks sharing {cores} "
-                     "cores: such predictions were off by a median of 6% on emulated clusters and 13% on one "
-                     "machine (5.1% where the links dominate)")
+                     "cores: the model's least accurate case (docs/engine_model_accuracy.md gives its measured "
+                     "error)")
     node_ranks, node_cores = getattr(machine, "node_ranks", 0), getattr(machine, "node_cores", 0)
     if overlap is not None and overlap.any and overlap.progress != "none" and 0 < node_cores < node_ranks:
         notes.append(f"overlap where {node_ranks} ranks share the {node_cores} core{'s' if node_cores > 1 else ''} "
-                     "of a node: priced as hiding nothing, where overlapping measured from 22% faster to 24% "
-                     "slower than not")
+                     "of a node: priced as hiding nothing, since overlapping there measures anywhere from faster "
+                     "to slower than not (docs/engine_model_accuracy.md)")
     return "; ".join(notes) or None
 
 
