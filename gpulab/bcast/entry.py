@@ -30,7 +30,7 @@ from gpulab.backend import is_device_array
 from gpulab.bcast.algorithms import registry
 from gpulab.bcast.algorithms.native import native
 from gpulab.bcast.algorithms.registry import REGISTRY
-from gpulab.bcast.runtime import argument_check, fastpath, gpu, trace
+from gpulab.bcast.runtime import argument_check, fastpath, gpu, trace, waiting
 from gpulab.bcast.runtime.executor import Group, c_plan, execute, on_free, private_comm, runner
 from gpulab.bcast.selection import tuning
 from gpulab.bcast.selection.auto import select
@@ -327,11 +327,13 @@ def in_use():
 
 def entry_record() -> dict:
     """Which entry the broadcasts run through, for a record: ``{"bcast_entry": "c" or "python",
-    "bcast_entry_reason": why not C ("" when C)}``. Chooses and configures it if no broadcast has yet
+    "bcast_entry_reason": why not C ("" when C), "bcast_wait": how a pipeline's ranks wait
+    (``gpulab.bcast.runtime.waiting``)}``. Chooses and configures it if no broadcast has yet
     (call it inside the MPI job)."""
     in_use()
     _c_configure()
-    return {"bcast_entry": "c" if _c_ready else "python", "bcast_entry_reason": fastpath.status()["reason"]}
+    return {"bcast_entry": "c" if _c_ready else "python", "bcast_entry_reason": fastpath.status()["reason"],
+            "bcast_wait": waiting.mode()}
 
 
 def _entry(name: str) -> functools.partial:

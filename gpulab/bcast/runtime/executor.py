@@ -47,7 +47,7 @@ from typing import NamedTuple
 import numpy as np
 
 from gpulab.backend import mpi_view
-from gpulab.bcast.runtime import trace
+from gpulab.bcast.runtime import trace, waiting
 from gpulab.lazy_mpi import lazy_mpi
 
 MPI = lazy_mpi(globals())
@@ -197,6 +197,7 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
     if not schedule:
         return
     comm, status, any_tag, byte = g.comm, g.status, MPI.ANY_TAG, MPI.BYTE
+    wait, wait_all = waiting.waiter(waiting.mode())
     events = [] if trace.active() else None
     hooks = g.stager is not None or events is not None
     if type(data) is memoryview:  # a host array's bytes, exported once (the repeated broadcast)
@@ -223,7 +224,7 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
             elif kind == POST:
                 posted.append(comm.Irecv(buf[lo:hi], peer, any_tag))
             elif kind == WAIT:
-                posted.popleft().Wait(status)
+                wait(posted.popleft(), status)
                 if status.Get_count(byte) != hi - lo or (status.Get_tag() == LAST_TAG) != last:
                     raise _size_error(comm.rank, op, status.Get_count(byte))
             elif kind == SENDRECV:
@@ -231,10 +232,10 @@ def execute(g: Group, schedule: tuple[Op, ...], data) -> None:
                 if status.Get_count(byte) != rhi - rlo:
                     raise _size_error(comm.rank, op, status.Get_count(byte))
             else:  # WAITALL
-                _complete(sends, sent_events)
+                _complete(sends, sent_events, wait_all)
             if hooks:
                 _after(g, op, data, events)
-        _complete(sends, sent_events)
+        _complete(sends, sent_events, wait_all)
     except MPI.Exception as error:
         if error.Get_error_class() == MPI.ERR_TRUNCATE:
             raise _size_error(comm.rank, op, None) from None
@@ -362,9 +363,9 @@ def c_plan(c, g: Group, schedule: tuple[Op, ...], nbytes: int):
     return c.make_plan(g.comm, steps, nbytes, lambda step, got: _size_error(rank, schedule[step], got))
 
 
-def _complete(sends: list, sent_events: list) -> None:
+def _complete(sends: list, sent_events: list, wait_all) -> None:
     if sends:
-        MPI.Request.Waitall(sends)
+        wait_all(sends)
         sends.clear()
     if sent_events:
         end = MPI.Wtime()
