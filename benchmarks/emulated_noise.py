@@ -106,9 +106,10 @@ def main() -> None:
     for i in range(args.runs):
         for mode in modes if i % 2 == 0 else modes[::-1]:
             runs.append(one_run(mode))
-            chain = runs[-1]["rows"]["chain 32M"]["avg_ms"]
-            print(f"run {i + 1}/{args.runs} {mode}: chain 32M {chain:.1f} ms, softirq {runs[-1]['cpu']['softirq']:.0%}, "
-                  f"idle {runs[-1]['cpu']['idle']:.0%}, load before {runs[-1]['load_before']:.1f}", flush=True)
+            run = runs[-1]
+            print(f"run {i + 1}/{args.runs} {mode}: chain 32M {run['rows']['chain 32M']['avg_ms']:.1f} ms, "
+                  f"softirq {run['cpu']['softirq']:.0%}, idle {run['cpu']['idle']:.0%}, "
+                  f"load before {run['load_before']:.1f}", flush=True)
     record = {"provenance": provenance("the emulated cluster's run-to-run spread: the same gpulab bench bcast command "
                                        "run again and again, per way the ranks wait"),
               "bench_command": " ".join(BENCH), "modes": modes, "runs": runs,
