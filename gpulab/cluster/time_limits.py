@@ -6,9 +6,11 @@
 
 A limit is written for an idle machine that gives every rank a core; ``gpulab.host.time_limit`` stretches
 it by the runnable work per core, read when the work starts, before its ranks busy-poll and raise the
-load themselves. Engines on Slurm's nodes run on cores of their own: their limits are not stretched by
-this machine's load. When a limit fires, ``passed`` says in one paragraph what ran, on how many ranks,
-where each unfinished rank waited, how busy the machine was at the start and is now, and what to try.
+load themselves (the one-minute load average still counts the ranks of work that has just ended: the
+limit errs long, never short). Engines on Slurm's nodes run on cores of their own: their limits are not
+stretched by this machine's load. When a limit fires, ``passed`` says in one paragraph what ran, on how
+many ranks, where each unfinished rank waited, how busy the machine was at the start and is now, and
+what to try.
 """
 
 from __future__ import annotations
