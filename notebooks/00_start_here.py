@@ -47,6 +47,10 @@
 #   which never hangs: a dead engine or a deadlocked collective comes back as an
 #   error naming the engine and the line it is stuck at. A `%%px` cell stuck
 #   longer than `cell_timeout` seconds ends the engines with the same report.
+#   The limits are written for an idle machine with a core per rank and
+#   stretched for a busy one as the work starts; a limit that fires says in one
+#   paragraph what ran, where each rank waited, how busy the machine was, and
+#   what to try.
 #
 # ## The path
 # Times are rough: the notebooks' own runs with the tests' smaller
@@ -82,6 +86,8 @@
 N_ENGINES = 4        # MPI ranks; more ranks than cores is fine, they take turns
 NBYTES = 1 << 20     # message size for the first measurement: 1 MiB
 ITERS = 20           # timed iterations per measurement (OSU uses 100-1000)
+SMALL_NBYTES = 4096  # the small broadcast measured again and again in "How sure is a number?"
+REPEATS = 12         # how many times
 SCOREBOARD_LIVE = None  # claims the scoreboard measures live at the end: None = all (quick, 2-5 min), () = none
 
 # %% [markdown]
@@ -189,8 +195,95 @@ for row in rows:
 # Across a network the link's time per byte dominates and every hop is a real
 # link: the chain keeps all of them busy, and for large messages it beats the
 # tree. Notebook 02 shows it on an emulated cluster of nodes joined
-# by rate-limited links. When you are done, stop the engines (closing or
-# restarting the kernel stops them too):
+# by rate-limited links.
+
+# %% [markdown]
+# ## How sure is a number?
+# Run the measurement above again and its numbers change. A timing on a shared
+# machine is one draw from a spread, and the spread has causes:
+#
+# * **Other processes.** Whatever else runs (other users' jobs, the browser,
+#   this notebook's kernel) takes the cores in turns with the ranks. The
+#   **load average** counts the processes that are ready to run.
+# * **Ranks that busy-poll and share cores.** A waiting MPI rank spins on its
+#   core (**busy-polling**). With more than one rank per core, the rank that
+#   must forward data waits for the scheduler to give it one, and a time slice
+#   of a few milliseconds lands in one sample and not in the next.
+# * **The kernel's network work.** Messages between nodes (the emulated nodes
+#   of notebook 02 too) are moved by the operating system's network stack, on
+#   whichever core it runs, and a rate-limited link lets bytes through in bursts.
+# * **Placement.** Which core each rank lands on, and which ranks share one,
+#   changes from one start of the engines to the next.
+#
+# Other work only ever adds time, so timings have a long tail to the right and
+# sometimes several modes; a mean and a standard deviation describe them badly.
+# gpulab reports the **median** of repeated runs with its 95% **confidence
+# interval**, as Hoefler and Belli advise ("Scientific Benchmarking of
+# Parallel Computing Systems", SC15, doi 10.1145/2807591.2807644). The interval
+# assumes nothing about the distribution: of `n` runs, the number faster than
+# the true median is binomial(`n`, 1/2), so the `j`-th fastest and the `j`-th
+# slowest run bracket the median with a probability that is known exactly
+# (Le Boudec, "Performance Evaluation of Computer and Communication Systems",
+# 2010, chapter 2; `gpulab.stats.median_interval`). Below 6 runs no pair of
+# them reaches 95%.
+#
+# The cell below measures one small broadcast (`SMALL_NBYTES`) `REPEATS` times
+# on the engines, each time the way the table above did, and shows every
+# sample, their median and its interval, and how busy the machine was.
+
+# %%
+from matplotlib.figure import Figure
+
+from gpulab import stats
+from gpulab.widgets import as_image
+
+at_start = host.snapshot(N_ENGINES)  # read before the ranks busy-poll
+samples = [runner.measure("binomial", SMALL_NBYTES)["avg_us"] for _ in range(REPEATS)]
+interval = stats.median_interval(samples)
+print("samples in the order taken (us):", ", ".join(f"{s:.1f}" for s in samples))
+print(f"median with its interval: {interval.text('us')}")
+print(f"the machine as the runs started: {at_start.text()}")
+assert interval.low <= interval.median <= interval.high and interval.n == REPEATS
+
+fig = Figure(figsize=(6.5, 2.4))
+ax = fig.subplots()
+ax.axhspan(interval.low, interval.high, color="tab:blue", alpha=0.15, label=f"{interval.confidence:.0%} interval")
+ax.axhline(interval.median, color="tab:blue", label="median")
+ax.plot(range(1, len(samples) + 1), samples, "o", color="black", label="one run")
+ax.set(xlabel="run", ylabel="us", title=f"binomial broadcast of {SMALL_NBYTES} B on {N_ENGINES} ranks")
+ax.legend(fontsize=8, loc="upper right")
+fig.tight_layout()
+as_image(fig)
+
+# %% [markdown]
+# **Reading it.** The median is the typical run: half were faster. The
+# interval says where the median of many more runs, on this machine in its
+# present state, lies with 95% confidence or more (the cell prints the exact
+# figure: 12 runs give 96%, since no pair of them gives exactly 95%). It is
+# not the range of the runs (the fastest and the slowest lie outside it), and
+# a single next run may well fall outside it too. Narrow (a few percent of the
+# median): more runs would change little. Wide: the machine was noisy, or the
+# runs were few. To compare two things, measure them in **interleaved rounds**
+# (each once per round, the order turning, so that a busy moment hits one run
+# of each) and take the **paired ratio** of each round's two times; its
+# interval says whether one is faster.
+#
+# A claim ("the chain is faster than binomial above 64 KiB") is then judged
+# against its threshold three ways: it **holds** when the whole interval lies
+# on the claim's side, **does not hold** when the whole interval lies on the
+# other side, and is **inconclusive** when the interval straddles the
+# threshold: these runs cannot tell. Inconclusive is an honest answer, not a
+# failure; it comes with why (the spread, and the load and ranks per core read
+# when the runs started) and what to try: a quieter machine, fewer ranks than
+# cores, more runs. What your machine gives the ranks:
+
+# %%
+print(host.describe(ranks=N_ENGINES))
+print("to measure more decisively here:", at_start.advice())
+
+# %% [markdown]
+# When you are done, stop the engines (closing or restarting the kernel stops
+# them too):
 
 # %%
 engines.stop()
@@ -251,6 +344,10 @@ if SCOREBOARD_LIVE is None or SCOREBOARD_LIVE:
 #    last receiver?
 # 4. `busbw_GBps` is bytes over time. Compare it with your machine's memory
 #    bandwidth: how far from it is a broadcast between processes on one node?
+# 5. In "How sure is a number?", the interval runs from one sorted sample to
+#    another. With `REPEATS` runs, which one is its lower end (the `j`-th
+#    fastest: give `j`)? Why is the interval not the fastest to the slowest
+#    run, and what is the verdict on a claim whose threshold lies inside it?
 
 # %% [markdown]
 # ## Answers
@@ -264,7 +361,7 @@ if SCOREBOARD_LIVE is None or SCOREBOARD_LIVE:
 from gpulab.lessons import Lesson
 
 lesson = Lesson("00")
-context = {"p": N_ENGINES}
+context = {"p": N_ENGINES, "repeats": REPEATS}
 lesson.check(1, N_ENGINES - 1, context)
 
 # %%

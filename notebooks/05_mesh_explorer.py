@@ -51,6 +51,8 @@ LINK = "1gbit"         # each node's link: 100mbit, 200mbit, 1gbit, 10gbit, unli
 PLACEMENT = "block"    # ranks to nodes: block or round-robin
 
 # %%
+import time
+
 from IPython.display import display
 
 from gpulab import host
@@ -68,7 +70,7 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 
 # %% [markdown]
 # ## Fit the model to this machine
-# About 20 seconds: matmul and elementwise rates, how much slower a rank
+# It measures matmul and elementwise rates, how much slower a rank
 # computes when all ranks (and anything else) share the cores, and what each
 # collective costs right after a kernel, per group size
 # (`gpulab.engine.perf.fitted_machine`). It also runs three grids of the engine,
@@ -77,6 +79,13 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # all-reduce and at the replicas' gradient all-reduce, which no timing of a
 # call alone shows (printed below; `gpulab.engine.perf.calibration`).
 # Every other prediction below is out of sample; the sweep marks those grids.
+#
+# How long it takes depends on the machine (the line printed above says what
+# yours gives the ranks): four ranks on two cores take about one and a half
+# minutes with little else running, three minutes at a load of 12. The cell
+# prints its own time and how busy the machine was as it started; its time
+# limit is stretched for a busy machine, and a limit that fires says in one
+# paragraph where the ranks waited.
 #
 # What to expect: on a laptop the "share" is above 1 when the ranks outnumber
 # the cores (each rank computes that many times slower with all of them
@@ -102,7 +111,9 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 
 # %%
 DEVICE = "cupy" if "cupy" in runner.devices else "host"  # GPUs where every engine has one
+fit_start, at_start = time.monotonic(), host.snapshot(N_ENGINES)
 machine = runner.fit_machine(reps=FIT_REPS, device=DEVICE)
+print(f"the fit took {time.monotonic() - fit_start:.0f} s ({at_start.text()} as it started)")
 print(f"share {machine.share:.1f}x (ranks and other load on {machine.cores} cores), "
       f"matmul {machine.matmul_rate / 1e9:.0f} GFLOP/s per rank alone, overlap efficiency {machine.overlap}")
 print("overlap:", machine.sources["overlap"])

@@ -21,9 +21,12 @@ Nothing waits forever: ``engines.run(fn, timeout=...)`` raises EngineTimeout /
 EngineDied / EngineFailed naming the engines and the line each one is stuck
 at, and a ``%%px`` cell running past ``cell_timeout`` (default 300 s) ends the
 engines, the notebook showing the stuck line; ``engines.restart()`` recovers.
+Each limit is written for an idle machine with a core per rank and stretched for
+a busy or oversubscribed one (``time_limits``); one that fires says so in one paragraph.
 
 Modules: ``start`` (start_engines: where the engines run), ``ipp_engines`` (Engines, the ipyparallel
 handle, and its errors), ``ipc_sockets`` (engines reached over unix sockets, as on an emulated cluster),
+``time_limits`` (limits stretched for this machine, the paragraph of one that fires),
 ``engine_side`` (what runs on each engine: the hang watchdog; the GPU pinning, ``pin_gpu``,
 lives in ``gpulab.launch`` because ``gpulab train`` and ``gpulab bench`` pin
 too, without ipyparallel), ``slurm`` (batch template, why Slurm ended a job), ``processes``

@@ -17,7 +17,6 @@ from gpulab.lazy_mpi import lazy_mpi
 MPI = lazy_mpi(globals())
 
 
-
 def watched(fn, args, kwargs, timeout, what, dump_file):
     """Run fn; if it still runs after timeout s, write its stack to dump_file.
 
@@ -59,7 +58,7 @@ def arm_cell_watchdog(timeout: float, dump_dir: str) -> None:
 
     %%px itself waits forever, so a cell stuck in a collective would hang the
     notebook. Exiting makes mpiexec end the job, and the notebook's %%px then
-    fails at once with EngineError; ``explain_dead_engines`` adds the stacks.
+    fails at once with EngineError; ``stopped_cells`` says where each engine was.
     Tasks sent by ``Engines.run`` are not cells and have their own bound.
     """
     from IPython import get_ipython  # on the engine (see the module docstring)
@@ -82,14 +81,14 @@ def arm_cell_watchdog(timeout: float, dump_dir: str) -> None:
     shell.events.register("post_execute", faulthandler.cancel_dump_traceback_later)
 
 
-def explain_dead_engines(dump_dir) -> str:
-    """'engine 1: %%px cell stopped after 300 s, stuck at cell line 3: comm.barrier()' per stopped engine."""
-    lines = []
-    for dump in sorted(Path(dump_dir).glob("engine*-px.txt")):
+def stopped_cells(dump_dir) -> dict[int, str]:
+    """rank -> where its %%px cell was when the cell's watchdog stopped the engine ('cell line 3: comm.barrier()'),
+    for every engine whose watchdog fired."""
+    stopped = {}
+    for dump in Path(dump_dir).glob("engine*-px.txt"):
         text = dump.read_text()
         if "Timeout (" in text:  # faulthandler's header: the watchdog fired
             head = json.loads(text.splitlines()[0])
-            where = stuck_at(dump, below="in run_code", cell=head["cell"])
-            lines.append(f"{dump.stem.removesuffix('-px')}: %%px cell stopped by its watchdog after "
-                         f"{head['timeout']:g} s, stuck at {where}")
-    return "\n".join(lines)
+            rank = int(dump.stem.removeprefix("engine").removesuffix("-px"))
+            stopped[rank] = stuck_at(dump, below="in run_code", cell=head["cell"])
+    return stopped

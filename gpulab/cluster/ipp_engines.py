@@ -14,16 +14,16 @@ from __future__ import annotations
 import re
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import ipyparallel as ipp
 from IPython import get_ipython
 
-from gpulab.cluster.engine_side import arm_cell_watchdog, explain_dead_engines, stuck_at, watched
+from gpulab.cluster.engine_side import arm_cell_watchdog, stopped_cells, stuck_at, watched
 from gpulab.cluster.processes import alive, kill_trees, remove_files, start_reaper, tree_scratch_files, wake_reaper
 from gpulab.cluster.slurm import ended_in_output
+from gpulab.cluster.time_limits import Limit, compact, rendered
 from gpulab.launch import pin_gpu
 
 PROFILE = "gpulab"  # IPython profile holding gpulab's cluster files and engine logs
@@ -40,7 +40,11 @@ class EngineProblem(RuntimeError):
 
 
 class EngineTimeout(EngineProblem):
-    """Some engines did not answer in time (typically a collective waiting for a peer)."""
+    """Some engines did not answer in time (typically a collective waiting for a peer). The message is one
+    paragraph (``time_limits.Limit.passed``); IPython shows it instead of the traceback, which says nothing more."""
+
+    def _render_traceback_(self) -> list[str]:
+        return rendered(self)
 
 
 class EngineDied(EngineProblem):
@@ -61,6 +65,7 @@ class Engines:
                  start_timeout: float = 120, emulated=None, ipc_sockets=None):
         self.n, self._make_cluster, self.launcher = n, make_cluster, launcher
         self.cell_timeout, self.start_timeout = cell_timeout, start_timeout
+        self.cell_limit: Limit | None = None  # cell_timeout stretched for this machine as the engines started
         self._job_checked = 0
         self.emulated = emulated  # gpulab.emulated.EmulatedCluster the engines run on, or None
         self.ipc_sockets = ipc_sockets  # IpcSockets that the controller listens on (engines on emulated nodes)
@@ -70,7 +75,8 @@ class Engines:
         self._start()
 
     def _start(self):
-        timeout = self.start_timeout
+        # the machine read before the engines start: their own start-up and polling raise the load
+        starting = self.limit(self.start_timeout)
         self.cluster, self.placement = self._make_cluster(), []
         try:
             if self.ipc_sockets is not None:  # ipc endpoints need a second name (see link_ipc_sockets)
@@ -78,26 +84,32 @@ class Engines:
             self.cluster.start_cluster_sync(n=self.n)
             self._reaper = start_reaper(self.cluster)  # stops all of this if our process dies
             self.client = self.cluster.connect_client_sync()
-            self._wait_for_engines(timeout)
+            self._wait_for_engines(starting)
             self.view = self.client[:]
             self.view.block = True
             if get_ipython() is not None:
                 self.view.activate()  # %px and %%px now talk to these engines
-            self.placement = self.run(pin_gpu, timeout=timeout, what="pin_gpu()")
+            self.placement = self.run(pin_gpu, timeout=self.start_timeout, what="pin_gpu()")
             # engines that are killed, stopped by signal or die (a cell's watchdog) leave MPICH's files
             # (hydra's, shared memory): stop() removes them
             self._scratch = tree_scratch_files([*self._launcher_pids(), *self._local_pids()])
             if self.cell_timeout:
-                self.run(arm_cell_watchdog, self.cell_timeout, str(self.dump_dir))
+                self.cell_limit = self.limit(self.cell_timeout, state=starting.at_start)
+                self.run(arm_cell_watchdog, self.cell_limit.seconds, str(self.dump_dir))
             if get_ipython() is not None:
                 get_ipython().set_custom_exc((ipp.error.CompositeError,), self._explain_px_error)
         except BaseException:
             self.stop()
             raise
 
-    def _wait_for_engines(self, timeout: float) -> None:
+    def limit(self, seconds: float, state=None) -> Limit:
+        """``seconds`` on an idle machine with a core per rank, stretched for this machine now where the engines
+        run on it (on Slurm's nodes they have cores of their own)."""
+        return Limit.start(seconds, self.n, stretch=self.launcher != "slurm", state=state)
+
+    def _wait_for_engines(self, limit: Limit) -> None:
         """Wait until all n engines registered; a Slurm job that ended or a launcher that exited fails at once."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + limit.seconds
         while len(self.client.ids) < self.n:
             ended = self._job_ended()
             if ended:
@@ -105,8 +117,9 @@ class Engines:
                                  f"({len(self.client.ids)} did){self._logs()}{self._job_output()}")
             if time.monotonic() > deadline:
                 queued = f" (Slurm job {self.job_id}: {self._job_state() or 'gone'})" if self.job_id else ""
-                raise EngineTimeout(f"only {len(self.client.ids)} of {self.n} engines connected within "
-                                    f"{timeout:g} s{queued}{self._logs()}")
+                raise EngineTimeout(limit.passed(f"only {len(self.client.ids)} of {self.n} engines connected",
+                                                 extra=f"Their logs: {self._log_dir()}{queued}.",
+                                                 larger="start_timeout="))
             try:
                 self.client.wait_for_engines(self.n, timeout=1, interactive=False)
             except TimeoutError:
@@ -177,12 +190,18 @@ class Engines:
         return path
 
     def _explain_px_error(self, shell, etype, value, tb, tb_offset=None):
-        """IPython handler for a failed %%px: the usual traceback, then where watchdog-stopped engines hung."""
-        shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
-        note = explain_dead_engines(self.dump_dir) if self.cluster else ""
-        if note:
-            print(f"gpulab: {note}\nA collective probably waited for a rank that never joined. "
-                  "The engines are gone: call engines.restart().", file=sys.stderr)
+        """IPython handler for a failed %%px: where the engines were when a cell's watchdog stopped them, in one
+        paragraph; any other failure with the usual traceback (the engines' own errors)."""
+        stopped = stopped_cells(self.dump_dir) if self.cluster and self.cell_limit else {}
+        if not stopped:
+            shell.showtraceback((etype, value, tb), tb_offset=tb_offset)
+            return
+        where = {rank: compact(place) for rank, place in stopped.items()}
+        paragraph = self.cell_limit.passed(
+            f"a %%px cell on {self.n} engines did not finish", where,
+            extra="A collective probably waited for a rank that never joined; the watchdog ended the engines: "
+                  "call engines.restart().", larger="cell_timeout= (of start_engines)")
+        shell.showtraceback((EngineTimeout, EngineTimeout(paragraph), None))
 
     @property
     def ids(self) -> list[int]:
@@ -191,19 +210,22 @@ class Engines:
     def run(self, fn, *args, timeout: float = 120, what: str | None = None, **kwargs) -> list:
         """Call fn(*args, **kwargs) on every engine; return the results in rank order.
 
-        Raises, within about timeout seconds: EngineFailed (fn raised), EngineDied
-        (an engine exited) or EngineTimeout (naming the engines that did not answer
-        and the line each one is stuck at; the engines on this machine are killed then,
-        since a rank stuck in MPI busy-polls a core: ``restart()`` brings fresh ones).
+        ``timeout``: seconds the work takes at most on an idle machine with a core per rank; on a busy or
+        oversubscribed one it is stretched (``limit``: the machine is read now, before the ranks start).
+        Raises, within about that limit: EngineFailed (fn raised), EngineDied (an engine exited) or
+        EngineTimeout (one paragraph: the engines that did not answer, the line each one is stuck at, how busy
+        the machine was; the engines on this machine are killed then, since a rank stuck in MPI busy-polls a
+        core: ``restart()`` brings fresh ones).
         """
         if self.client is None:
             raise EngineProblem("the engines are stopped: start_engines() or engines.restart()")
         what = what or f"{getattr(fn, '__name__', fn)}()"
+        limit = self.limit(timeout)
         dumps = self.dump_dir
-        tasks = {rank: self.client[rank].apply_async(watched, fn, args, kwargs, timeout, what,
+        tasks = {rank: self.client[rank].apply_async(watched, fn, args, kwargs, limit.seconds, what,
                                                      str(dumps / f"engine{rank}.txt"))
                  for rank in range(self.n)}
-        deadline = time.monotonic() + timeout + 2  # +2 s: the engines' watchdogs write their stacks first
+        deadline = time.monotonic() + limit.seconds + 2  # +2 s: the engines' watchdogs write their stacks first
         while pending := [rank for rank, task in tasks.items() if not task.ready()]:
             dead = self._dead_ranks()
             if dead:
@@ -213,16 +235,14 @@ class Engines:
                 raise EngineDied(f"{ended} while engine(s) {pending} were running {what}; "
                                  f"call engines.restart(){self._logs()}")
             if time.monotonic() > deadline:
-                stacks = "".join(f"\n  engine {rank} stuck at: {stuck_at(dumps / f'engine{rank}.txt', frames=4)}"
-                                 for rank in pending)
-                finished = f"(finished: {sorted(set(tasks) - set(pending))}{_errors(tasks)})"
+                waiting = {rank: compact(stuck_at(dumps / f"engine{rank}.txt", frames=3)) for rank in pending}
                 # a rank waiting in a collective busy-polls a core until it is killed (MPICH's progress
-                # throttle did not lower that): killing those on this machine bounds it to the timeout
+                # throttle did not lower that): killing those on this machine bounds it to the limit
                 kill_trees(self._local_pids())
-                raise EngineTimeout(
-                    f"{what} did not finish within {timeout:g} s on engine(s) {pending} {finished}.{stacks}\n"
-                    "A collective is probably waiting for a rank that never joined. The engines on this "
-                    "machine were killed (a rank stuck in MPI holds a core): call engines.restart().")
+                raise EngineTimeout(limit.passed(
+                    f"{what} on {self.n} engines did not finish", waiting, set(tasks) - set(pending), _errors(tasks),
+                    "The engines on this machine were killed (a rank stuck in MPI holds a core): "
+                    "call engines.restart()."))
             tasks[pending[0]].wait(0.2)
         died = [rank for rank, task in tasks.items() if _ename(task.exception()) == "EngineError"]
         if died:
@@ -244,8 +264,11 @@ class Engines:
         here = socket.gethostname()
         return [p["pid"] for p in self.placement if p["host"] == here]
 
+    def _log_dir(self) -> str:
+        return f"{self.cluster.profile_dir}/log" if self.cluster else "gone with the cluster"
+
     def _logs(self) -> str:
-        return f" (engine logs: {self.cluster.profile_dir}/log)" if self.cluster else ""
+        return f" (engine logs: {self._log_dir()})" if self.cluster else ""
 
     def restart(self):
         """Stop everything (a hung MPI call cannot be interrupted) and start a fresh cluster of the same size."""

@@ -100,6 +100,8 @@ def start_engines(n: int = 4, *, launcher: str | None = None, controller_ip: str
     ("*" = all interfaces, the default for Slurm, whose engines run elsewhere).
     A %%px cell running longer than cell_timeout s ends the engines with its
     stack shown in the notebook (None: no limit); ``Engines.run`` has its own timeout.
+    Every limit is written for an idle machine with a core per rank and stretched by
+    the ranks and load per core read as the engines start (``gpulab.cluster.time_limits``).
     nodes=N (launcher="local"): the engines run on an emulated cluster of N nodes joined by
     ``link`` ("1gbit", "10gbit", "unlimited"), ranks placed "block" or "round-robin" (see
     gpulab.emulated); ``engines.emulated`` is that cluster, taken down by ``engines.stop()``.

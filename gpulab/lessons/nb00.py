@@ -1,6 +1,7 @@
 """Answers to notebook 00's questions (start here)."""
 
 from gpulab.lessons.answers import Answer
+from gpulab.stats import order_statistic_ranks
 
 ANSWERS = {
     1: Answer(
@@ -17,8 +18,8 @@ ranks 10 instead of 1023.""",
 allgather, which send many more messages, come last. The order of close entries can change from run to
 run: the ranks share the machine's cores with each other and with everything else running, so one
 measurement is a sample, not a fact. Repeat it, interleave the algorithms, and look at the spread before
-you call a difference real (notebook 02 plots the median of several rounds with a band from the fastest
-to the slowest for this reason). Why `MPI_Bcast` wins on one machine (C against Python per message, shared
+you call a difference real: "How sure is a number?" measures one broadcast a dozen times and reports the
+median with its interval. Why `MPI_Bcast` wins on one machine (C against Python per message, shared
 memory with no link to pipeline over, busy-polling ranks sharing cores) is in the notebook's text above
 the questions."""),
     3: Answer(
@@ -36,4 +37,18 @@ ranks share the cores that do the copies. Main-memory bandwidth of a server is t
 `STREAM` copy test measures yours), so a `busbw` of a few GB/s is a fraction of it: the copies, the
 per-message calls and the ranks taking turns on the cores all cost. `busbw` for a broadcast equals
 `algbw` = bytes / time (the glossary has the rule for each collective, after NCCL's nccl-tests)."""),
+    5: Answer(
+        text="""Sort the `n` runs, fastest first: `x(1) <= ... <= x(n)`. How many of them fall below the
+true median is binomial(`n`, 1/2), like heads in `n` tosses of a fair coin, so `[x(j), x(n+1-j)]` misses
+the median only when fewer than `j` runs fall on one side of it: probability `2·P(B <= j-1)`. The interval
+takes the largest `j` that keeps this at 5% or less. For 12 runs, `j = 3`: `2·(1 + 12 + 66)/4096` = 3.9%,
+so `[x(3), x(10)]` covers the median with 96%; `j = 4` would give only 85%
+(`gpulab.stats.order_statistic_ranks(n)` computes it, after Le Boudec, 2010, section 2.2). The range
+from the fastest to the slowest run covers the median too (`1 - 2/2^n`), but it is wider than it needs
+to be and set by the two most extreme runs, which on a shared machine are the ones a stray process or a
+lucky time slice made. The interval is about the median, the typical run, not about where the next
+single run will fall. A claim whose threshold lies inside it is **inconclusive**: these runs cannot say
+on which side the median is; more runs (a narrower interval) or a quieter machine may decide it.""",
+        value=lambda ctx: order_statistic_ranks(ctx["repeats"])[0], needs=("repeats",), rel_tol=0.0, close_tol=0.0,
+        hint="Sort the samples and find the interval's lower end among them; the fastest run is j = 1."),
 }

@@ -45,7 +45,7 @@ explorer's "cache KiB" column. With depth = 1 nothing is gathered and the cache 
              "read the 'cache KiB' column of the overlap-on run."),
     4: Answer(
         text="""Here a collective is memory copies (shared memory, or TCP through the emulated link) done by the
-**same cores** that compute, and several ranks share each core (`gpulab.lessons.host.describe`
+**same cores** that compute, and several ranks share each core (`gpulab.host.describe`
 says how many here). Overlap can hide *waiting*: time a rank would spend blocked for a peer or for the
 link; the `hidden` time in the timelines is real. But it cannot make copies free, because the copy needs
 a core that is also computing, so the iteration shrinks much less than the hidden time

@@ -120,7 +120,7 @@ backward).""",
              "all-gather or a reduce-scatter (p-1)/p: count 2 all-gathers + 1 reduce-scatter against 1 all-reduce.",
         exercise="exercises/source/03_scatter_allgather"),
     5: Answer(
-        text="""`gpulab.lessons.host.describe` says how many cores this notebook got and how many ranks
+        text="""`gpulab.host.describe` says how many cores this notebook got and how many ranks
 share each: when ranks outnumber cores, they take turns, and a rank that waits for a collective also waits
 for peers the OS has descheduled. Absolute times then move a lot from run to run; the model, fitted in the
 same session, charges each collective its fitted cost and does not know who is descheduled. The kit's

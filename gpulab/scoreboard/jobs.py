@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpulab import host
 from gpulab.launch import job_environment, mpiexec_command
 
 FIT_SIZES = [8, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20]  # as benchmarks/emulated_bcast.py fits
@@ -72,7 +73,7 @@ class Bench:
 
     def run(self, ranks: int, python_args: list[str], env: dict | None = None) -> None:
         """``python *python_args`` on ``ranks`` ranks (the active emulated cluster's, if any), within the limit."""
-        timeout = JOB_TIMEOUT[self.quick]
+        timeout = round(host.time_limit(JOB_TIMEOUT[self.quick], ranks))  # for this machine, read before the job
         proc = subprocess.Popen(mpiexec_command(ranks, python_args), env=job_environment(ranks, env),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:

@@ -61,6 +61,7 @@ def test_numeric_answers_are_computed_and_checkable(stem):
 # made-up stand-ins for what a notebook measured, for answers that read it
 CONTEXT_EXAMPLES = {
     "p": 4,
+    "repeats": 12,  # 00: one small broadcast measured again and again
     # 04-07: a small GPT, its grid and batch, and what the notebooks measured
     "n_out": 8, "k_in": 12, "grid": (2, 2, 2, 1), "batch_size": 8, "ranks": 4, "micro": 8,
     "gpt_config": GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=4, n_embd=32),
