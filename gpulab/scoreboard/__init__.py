@@ -6,6 +6,7 @@
     show(("e", "f"))                                # both in one call, a line per claim as it runs
     table(load("docs/results/scoreboard_quick.json"))   # a recorded run's rows
     outcomes(rows)                                  # {"a": "holds here", "b": "inconclusive here", ...}
+    contradictions(rows, load("docs/results/scoreboard_quick.json"))   # [] unless holds meets does not hold
 
 Claims (a)-(d) and (i) are the broadcast paper's (Awan et al. 2018), measured on an emulated
 cluster where this machine can make one; (e)-(h) the AxoNN paper's (Singh et al. 2023), measured
@@ -22,7 +23,7 @@ from __future__ import annotations
 from gpulab.lazy_exports import lazy_exports
 
 _PUBLIC = {name: "board" for name in ("run", "table", "show", "load", "format_rows", "write_json", "all_claims",
-                                      "outcomes", "SCHEMA_VERSION")} | \
+                                      "outcomes", "contradictions", "SCHEMA_VERSION")} | \
     {name: "claim" for name in ("VERDICTS", "DECISIVE", "HOLDS", "DOES_NOT_HOLD", "INCONCLUSIVE", "NEEDS_GPU")}
 
 

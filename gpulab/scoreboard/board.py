@@ -14,7 +14,7 @@ import json
 import platform
 import time
 
-from gpulab.scoreboard.claim import INCONCLUSIVE, NEEDS_GPU, NotMeasured
+from gpulab.scoreboard.claim import DECISIVE, INCONCLUSIVE, NEEDS_GPU, NotMeasured
 from gpulab.scoreboard.jobs import Bench, JobFailed
 
 SCHEMA_VERSION = 2  # 2: values carry intervals, verdicts three outcomes, rows the machine's state
@@ -127,6 +127,15 @@ def table(rows: list[dict]):
 def outcomes(rows: list[dict]) -> dict:
     """{claim id: verdict} of the rows (a notebook compares a live board's with the recorded one's)."""
     return {r["id"]: r["verdict"] for r in rows}
+
+
+def contradictions(live: list[dict], recorded: list[dict]) -> list[str]:
+    """The claims whose live verdict contradicts a decisive recorded one (holds against does not hold), one line
+    each. A live run may be inconclusive where the record decided, or decide where the record could not: neither
+    is a contradiction."""
+    decided = {r["id"]: r["verdict"] for r in recorded if r["verdict"] in DECISIVE}
+    return [f"({r['id']}) {r['verdict']} now, {decided[r['id']]} recorded: {r['why']}" for r in live
+            if r["verdict"] in DECISIVE and decided.get(r["id"], r["verdict"]) != r["verdict"]]
 
 
 def format_rows(rows: list[dict]) -> str:

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from gpulab.scoreboard import board
 from gpulab.host import Snapshot
+from gpulab.scoreboard import board
 from gpulab.scoreboard.claim import DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NEEDS_GPU, Claim, NotMeasured
 from gpulab.scoreboard.jobs import Bench, JobFailed
 
@@ -87,3 +87,15 @@ def test_a_written_record_loads_back(tmp_path):
     (tmp_path / "old.json").write_text(json.dumps({**data, "schema_version": 0}))
     with pytest.raises(ValueError, match="schema 0"):
         board.load(tmp_path / "old.json")
+
+
+def test_a_live_verdict_contradicts_only_a_decisive_record_with_the_opposite_outcome():
+    def rows(**verdicts):
+        return [{"id": i, "verdict": v, "why": f"why {i}"} for i, v in verdicts.items()]
+
+    recorded = rows(a=HOLDS, b=HOLDS, c=DOES_NOT_HOLD, d=INCONCLUSIVE, e=HOLDS, g=NEEDS_GPU)
+    live = rows(a=HOLDS, b=INCONCLUSIVE, c=HOLDS, d=DOES_NOT_HOLD, e=DOES_NOT_HOLD, f=HOLDS, g=NEEDS_GPU)
+    found = board.contradictions(live, recorded)
+    assert [line[:3] for line in found] == ["(c)", "(e)"]
+    assert found[1] == f"(e) {DOES_NOT_HOLD} now, {HOLDS} recorded: why e"
+    assert board.contradictions(recorded, recorded) == []

@@ -20,8 +20,14 @@ from gpulab.scoreboard.bcast_claims import (
 from gpulab.scoreboard.claim import DECISIVE, DOES_NOT_HOLD, HOLDS, INCONCLUSIVE, NEEDS_GPU, VERDICTS
 from gpulab.scoreboard.engine_claims import GROUP_MARGIN, HIDE_MIN, SLOWER_BY, STRATEGY_MARGIN, groups_judge
 from gpulab.scoreboard.evidence import all_of, any_of, decide, interval, ratio
-from gpulab.scoreboard.grid_claims import overlap_judge, overlap_value, pick_judge, pick_value, strategies_judge, \
-    strategies_value
+from gpulab.scoreboard.grid_claims import (
+    overlap_judge,
+    overlap_value,
+    pick_judge,
+    pick_value,
+    strategies_judge,
+    strategies_value,
+)
 from gpulab.scoreboard.training_claim import TRAIN_MARGIN, training_judge, training_value
 from gpulab.scoreboard.tuned_claims import TUNED_MARGIN, nccl_judge, nccl_value, tuned_judge, tuned_value
 
