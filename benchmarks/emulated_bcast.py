@@ -11,10 +11,13 @@
                                                     #     `gpulab tune bcast` measured on the cluster (~7 min)
 
 Each experiment brings up its own EmulatedCluster (root or user namespaces), fits the cost
-model there by ping-pong (two levels: inside a node, between nodes), measures with
-``gpulab bench bcast`` (one command per entry of ``runs``) and writes
-docs/results/emulated_<experiment>.json and .png. The load average before and after each
-command is recorded: other jobs may share the cores.
+model there by ping-pong (two levels: inside a node, between nodes), measures every point of
+its ``runs`` in ``ROUNDS`` interleaved rounds, the order turning each round (the scoreboard's
+``times`` job, ``gpulab.scoreboard.on_ranks``: ``measure_bcast`` as ``gpulab bench bcast``
+calls it), and writes docs/results/emulated_<experiment>.json and .png. Each record's
+``max_us`` is the median over rounds of the slowest rank's mean time and ``max_us_rounds``
+every round's, from which the scoreboard draws intervals and paired ratios. The load
+average before and after the job is recorded: other jobs may share the cores.
 """
 
 from __future__ import annotations
@@ -31,27 +34,34 @@ RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
 from gpulab.bcast.cost.link_floor import at_most_link_rate  # noqa: E402
+from gpulab.bcast.measurement.measure import applicable_options  # noqa: E402
 from gpulab.emulated import EmulatedCluster  # noqa: E402
 from gpulab.engine.perf.trust import cpu_ticks, stolen  # noqa: E402
 from gpulab.launch import inside_mpi_job, mpiexec_command  # noqa: E402
+from gpulab.records import metadata as run_metadata  # noqa: E402
+from gpulab.stats import median_interval  # noqa: E402
 
 FIT_SIZES = [8, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20]
-BENCH = ["--iters", "5", "--warmup", "1", "--time-budget", "3"]
-FLAT = "chain,binomial,scatter_allgather_ring,mpi"
+K, M = 1 << 10, 1 << 20
+ROUNDS = 6  # per point: the fewest samples whose range holds the median with 95% (order statistics)
+BENCH = {"iters": 5, "warmup": 1, "time_budget": 3.0, "rounds": ROUNDS}  # per point and round
+FLAT = ["chain", "binomial", "scatter_allgather_ring", "mpi"]
+LARGE = [M, 8 * M, 32 * M]
 EXPERIMENTS = {
     "crossover": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size",
-                      runs=[dict(sizes="64K,256K,1M,4M,8M,32M", algorithms=FLAT, extra=["--chunk-bytes", "256K"])]),
+                      runs=[dict(sizes=[64 * K, 256 * K, M, 4 * M, 8 * M, 32 * M], algorithms=FLAT,
+                                 options={"chunk_bytes": 256 * K})]),
     "chunks": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="chunk",
-                   runs=[dict(sizes="32M", algorithms="chain", extra=["--chunk-bytes", c])
-                         for c in ("16K", "64K", "256K", "1M", "4M")]),
+                   runs=[dict(sizes=[32 * M], algorithms=["chain"], options={"chunk_bytes": c})
+                         for c in (16 * K, 64 * K, 256 * K, M, 4 * M)]),
     "placement": dict(nodes=4, ranks=8, link="1gbit", placements=["block", "round-robin"], x="size",
-                      runs=[dict(sizes="1M,8M,32M", algorithms="binomial,hierarchical,mpi", extra=[]),
-                            dict(sizes="1M,8M,32M", algorithms="hierarchical",
-                                 extra=["--inter", "chain", "--chunk-bytes", "256K"])]),
+                      runs=[dict(sizes=LARGE, algorithms=["binomial", "hierarchical", "mpi"], options={}),
+                            dict(sizes=LARGE, algorithms=["hierarchical"],
+                                 options={"inter": "chain", "inter_options": {"chunk_bytes": 256 * K}})]),
     "auto": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size",
-                 runs=[dict(sizes="1M,8M,32M", algorithms="auto,mpi", extra=[])]),
+                 runs=[dict(sizes=LARGE, algorithms=["auto", "mpi"], options={})]),
     "tuned": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size", tune="1M,8M,32M",
-                  runs=[dict(sizes="1M,8M,32M", algorithms="auto,mpi", extra=[])]),
+                  runs=[dict(sizes=LARGE, algorithms=["auto", "mpi"], options={})]),
 }
 TUNE = ["--time-budget", "2", "--no-fit"]  # the table's decisions; the model is the one fitted above
 
@@ -113,29 +123,26 @@ def measure(spec: dict, placement: str) -> dict:
         # auto decides from this cluster's fit (the "model" source of gpulab.bcast.selection.auto)
         Path(tuning).write_text(json.dumps({"version": 1, "models": {str(ranks): machine}, "tables": {}}))
         env["GPULAB_TUNING_TABLE"] = tuning
-        commands, records, metadata = [], [], None
+        commands = []
         if spec.get("tune"):  # the autotuner measures every algorithm here and writes auto's table
             command = [sys.executable, "-m", "gpulab.cli", "tune", "bcast", "-n", str(ranks), "--sizes",
                        spec["tune"], *TUNE, "--quiet"]
             subprocess.run(command, check=True, env=env, cwd=ROOT)
             commands.append(" ".join(["gpulab tune bcast"] + command[5:-1]))
-        for i, run in enumerate(spec["runs"]):
-            bench_out = os.path.join(tmp, f"bench{i}.json")
-            command = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(ranks), "--sizes",
-                       run["sizes"], "--algorithms", run["algorithms"], *BENCH, *run["extra"],
-                       "--quiet", "--json", bench_out]
-            load_before, ticks = os.getloadavg(), cpu_ticks()
-            subprocess.run(command, check=True, env=env, cwd=ROOT)
-            bench = json.loads(Path(bench_out).read_text())
-            assert bench["metadata"]["emulated"], "the bench did not run on the emulated cluster"
-            steal = stolen(ticks)
-            for r in bench["records"]:
-                r.update(load_before=load_before, load_after=os.getloadavg(), cpu_steal=steal)
-            records += bench["records"]
-            metadata = bench["metadata"]
-            commands.append(" ".join(["gpulab bench bcast"] + command[5:-3]))
-            print(f"{commands[-1]}: load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}, "
-                  f"{steal:.0%} of the CPU time stolen by the hypervisor", flush=True)
+        points = [[a, n, applicable_options(a, run["options"])]
+                  for run in spec["runs"] for n in run["sizes"] for a in run["algorithms"]]
+        args, out = json.dumps({"points": points, **BENCH}), os.path.join(tmp, "times.json")
+        load_before, ticks = os.getloadavg(), cpu_ticks()
+        subprocess.run(mpiexec_command(ranks, ["-m", "gpulab.scoreboard.on_ranks", "times", args, out]), check=True,
+                       env=env, cwd=ROOT)
+        steal = stolen(ticks)
+        records = [{**r, "load_before": load_before, "load_after": os.getloadavg(), "cpu_steal": steal}
+                   for r in json.loads(Path(out).read_text())]
+        commands.append(f"python -m gpulab.scoreboard.on_ranks times ({len(points)} points, {BENCH['rounds']} "
+                        f"rounds of {BENCH['iters']} timed broadcasts after {BENCH['warmup']} warm-up)")
+        print(f"{commands[-1]}: load {load_before[0]:.1f} -> {os.getloadavg()[0]:.1f}, "
+              f"{steal:.0%} of the CPU time stolen by the hypervisor", flush=True)
+        metadata = {**run_metadata(ranks), **cluster.topology(ranks), "emulated": True, "rounds": BENCH["rounds"]}
         topology = cluster.topology(ranks)
     machine.get("notes", {}).pop("samples", None)
     predictions(machine, records, metadata["rank_nodes"])
@@ -145,15 +152,16 @@ def measure(spec: dict, placement: str) -> dict:
 def table(runs: list[dict]) -> str:
     from gpulab.bcast.sizes import format_size
 
-    lines = ["| placement | algorithm | size | measured max over ranks (ms) | predicted (ms) "
-             "| one link transfer (ms) | load before, after |",
+    lines = ["| placement | algorithm | size | measured max over ranks (ms): median [95% interval] over rounds "
+             "| predicted (ms) | one link transfer (ms) | load before, after |",
              "|---|---|---|---|---|---|---|"]
     for run in runs:
         rate = run["topology"]["link_bytes_per_s"]
         for r in run["records"]:
             pred = f"{r['predicted_us'] / 1e3:.1f}" if r.get("predicted_us") else "-"
+            measured = median_interval(r.get("max_us_rounds") or [r["max_us"]]).scaled(1e-3).text()
             lines.append(f"| {run['topology']['placement']} | {r['label']} | {format_size(r['nbytes'])} | "
-                         f"{r['max_us'] / 1e3:.1f} | {pred} | {r['nbytes'] / rate * 1e3:.1f} | "
+                         f"{measured} | {pred} | {r['nbytes'] / rate * 1e3:.1f} | "
                          f"{r['load_before'][0]:.1f}, {r['load_after'][0]:.1f} |")
     return "\n".join(lines)
 
@@ -173,7 +181,9 @@ def plot(runs: list[dict], path: Path, title: str, x_axis: str) -> None:
         for name, rows in series.items():
             rows.sort(key=key)
             x = [key(r) for r in rows]
+            spans = [median_interval(r.get("max_us_rounds") or [r["max_us"]]).scaled(1e-3) for r in rows]
             line, = ax.plot(x, [r["max_us"] / 1e3 for r in rows], "o-", label=f"{name} measured")
+            ax.fill_between(x, [s.low for s in spans], [s.high for s in spans], color=line.get_color(), alpha=0.2)
             if any(r.get("predicted_us") for r in rows):
                 ax.plot(x, [(r.get("predicted_us") or float("nan")) / 1e3 for r in rows], "--",
                         color=line.get_color(), label=f"{name} predicted")

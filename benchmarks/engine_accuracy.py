@@ -9,9 +9,10 @@ Reads the records of repeated runs (docs/results/engine_accuracy_*.json), each w
     python benchmarks/emulated_engine.py run --nodes N --ranks-per-node R --placement P --link L \\
         --rounds 4 --iters 3 --warmup 1 --out docs/results/engine_accuracy_NxR_P_L_runK.json
     python benchmarks/engine_grids.py run --world 4 --out docs/results/engine_accuracy_1x4_machine_runK.json
-and tabulates, per setting and run, the model's median absolute error and whether its pick measured
-within 5% of the best (the targets: 10% on the emulated clusters, 20% on one machine), beside the
-signs the fit itself gives of how far to trust it (``gpulab.engine.perf.trust``).
+and tabulates, per setting and run, the model's median absolute error over the grids with its 95%
+interval (``gpulab.stats.median_interval``), and whether its pick measured within 5% of the best (the
+targets: 10% on the emulated clusters, 20% on one machine), beside the signs the fit itself gives of how
+far to trust it (``gpulab.engine.perf.trust``); per setting, the same over every run's grids together.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from gpulab.engine.perf.trust import (  # noqa: E402
     verdict,
 )
 from gpulab.machines import Description  # noqa: E402
+from gpulab.stats import median_interval  # noqa: E402
 
 NAME = re.compile(r"engine_accuracy_(?P<setting>.+)_run(?P<run>\d+)\.json")
 TARGET = {"emulated": 0.10, "machine": 0.20}  # median absolute error
@@ -99,6 +101,18 @@ def overlap_setting(row: dict) -> str:
     return "off" if row.get("setting", row.get("overlap_label")) in ("off", "none") else "on"
 
 
+def errors(row: dict, setting: str, key: str = "error") -> list[float]:
+    """A run's error of each grid with overlap ``setting``, the grids its fit measured itself left out."""
+    return [g[key] for g in row["grids"] if g["overlap"] == setting and not g["calibration"]]
+
+
+def with_interval(values: list[float], signed: bool = False) -> str:
+    """'7.5% [3.1, 12.0]': the median of ``values`` (fractions) and its 95% interval, in percent."""
+    iv = median_interval(values)
+    sign = "+" if signed else ""
+    return f"{iv.median:{sign}.1%} [{iv.low * 100:{sign}.1f}, {iv.high * 100:{sign}.1f}]"
+
+
 def meets(row: dict) -> bool:
     return all(v["median_abs_rel_error"] <= TARGET[row["kind"]] and v["pick_over_best"] <= PICK
                for v in row["accuracy"].values())
@@ -113,7 +127,7 @@ def table(rows: list[dict]) -> list[str]:
         off, on, t = r["accuracy"]["off"], r["accuracy"]["on"], r["trust"]
         ok = verdict(t)[0]
         lines.append(f"| {r['setting']} | {r['run']} | {r['date']} | {r['minutes']:.1f} | "
-                     f"{off['median_abs_rel_error']:.1%} | {on['median_abs_rel_error']:.1%} | "
+                     f"{with_interval(errors(r, 'off'))} | {with_interval(errors(r, 'on'))} | "
                      f"{off['pick_over_best']:.2f} | {on['pick_over_best']:.2f} | {off['spearman']:.2f} | "
                      f"{on['spearman']:.2f} | {pct(t.get('fit_to_fit'))} | {pct(t.get('spread'))} | "
                      f"{t.get('other_load_per_core', 0):.2f} | {pct(t.get('steal'))} | "
@@ -121,19 +135,37 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def by_setting(rows: list[dict]) -> list[str]:
+    """Per setting, every run's grids together: the median absolute error with its interval, each run's
+    median, and the runs that meet the targets."""
+    import numpy as np
+
+    lines = ["| setting | runs | grids per run and setting | error off, all runs | on, all runs "
+             "| each run's error off / on, range | runs meeting the targets |", "|---|---|---|---|---|---|---|"]
+    for setting in dict.fromkeys(r["setting"] for r in rows):
+        runs_ = [r for r in rows if r["setting"] == setting]
+        pooled = {s: [e for r in runs_ for e in errors(r, s)] for s in ("off", "on")}
+        ranges = " / ".join(f"{min(m):.1%}-{max(m):.1%}" for m in
+                            ([float(np.median(errors(r, s))) for r in runs_] for s in ("off", "on")))
+        lines.append(f"| {setting} | {len(runs_)} | {len(errors(runs_[0], 'off'))} | {with_interval(pooled['off'])} | "
+                     f"{with_interval(pooled['on'])} | {ranges} | {sum(meets(r) for r in runs_)} of {len(runs_)} |")
+    return lines
+
+
 def by_caveat(rows: list[dict]) -> list[str]:
     """Every grid's error, split by whether its prediction carries the shared-cores caveat (``trust.caveat``)."""
     import numpy as np
 
-    lines = ["| predictions | settings | grids | median abs. error | 90th percentile |", "|---|---|---|---|---|"]
+    lines = ["| predictions | settings | grids | median abs. error [95% interval] | 90th percentile |",
+             "|---|---|---|---|---|"]
     for low, label in ((False, f"compute < {COMPUTE_SHARE:.0%} of the iteration, or cores not shared: trust ok"),
                        (True, f"compute >= {COMPUTE_SHARE:.0%} on shared cores: trust LOW")):
         for kind in ("emulated", "machine"):
-            errors = [g["error"] for r in rows if r["kind"] == kind for g in r["grids"]
-                      if g["low"] == low and not g["calibration"]]
-            if errors:
-                lines.append(f"| {label} | {kind} | {len(errors)} | {np.median(errors):.1%} | "
-                             f"{np.percentile(errors, 90):.0%} |")
+            found = [g["error"] for r in rows if r["kind"] == kind for g in r["grids"]
+                     if g["low"] == low and not g["calibration"]]
+            if found:
+                lines.append(f"| {label} | {kind} | {len(found)} | {with_interval(found)} | "
+                             f"{np.percentile(found, 90):.0%} |")
     return lines
 
 
@@ -141,15 +173,15 @@ def by_sign(rows: list[dict]) -> list[str]:
     """Which way the model errs: per setting, each run's median signed error (predicted - measured) / measured."""
     import numpy as np
 
-    lines = ["| setting | signed error off, each run | on, each run | runs predicting low, off / on |",
-             "|---|---|---|---|"]
+    lines = ["| setting | signed error off, each run | on, each run | off, all runs | on, all runs "
+             "| runs predicting low, off / on |", "|---|---|---|---|---|---|"]
     for setting in dict.fromkeys(r["setting"] for r in rows):
         runs_ = [r for r in rows if r["setting"] == setting]
-        medians = {o: [float(np.median([g["signed"] for g in r["grids"] if g["overlap"] == o and not g["calibration"]]))
-                       for r in runs_]
-                   for o in ("off", "on")}
+        medians = {o: [float(np.median(errors(r, o, "signed"))) for r in runs_] for o in ("off", "on")}
+        pooled = [with_interval([e for r in runs_ for e in errors(r, o, "signed")], signed=True) for o in ("off", "on")]
         lines.append(f"| {setting} | " + " | ".join(", ".join(f"{m:+.0%}" for m in medians[o]) for o in ("off", "on"))
-                     + " | " + " / ".join(f"{sum(m < 0 for m in medians[o])} of {len(runs_)}" for o in ("off", "on"))
+                     + f" | {pooled[0]} | {pooled[1]} | "
+                     + " / ".join(f"{sum(m < 0 for m in medians[o])} of {len(runs_)}" for o in ("off", "on"))
                      + " |")
     return lines
 
@@ -187,16 +219,18 @@ def plot(rows: list[dict]) -> None:
         for r in (r for r in rows if r["setting"] == setting):
             for dx, (s, marker) in ((-0.12, ("off", "o")), (0.12, ("on", "s"))):
                 low = verdict(r["trust"])[0] is False
-                ax.scatter(x + dx, r["accuracy"][s]["median_abs_rel_error"] * 100, marker=marker,
-                           color="#d62728" if low else "#1f77b4", s=26,
-                           label=f"overlap {s}, trust {'LOW' if low else 'ok'}")
+                iv = median_interval(errors(r, s)).scaled(100)
+                ax.errorbar(x + dx, iv.median, yerr=[[iv.median - iv.low], [iv.high - iv.median]], fmt=marker,
+                            color="#d62728" if low else "#1f77b4", ms=5, elinewidth=0.6, capsize=2,
+                            label=f"overlap {s}, trust {'LOW' if low else 'ok'}")
         target = TARGET[kind_of(setting)] * 100
         ax.plot([x - 0.35, x + 0.35], [target, target], color="black", lw=0.8)
     handles = dict(zip(*reversed(ax.get_legend_handles_labels())))
     ax.legend(handles.values(), handles.keys(), fontsize=7)
     ax.set_xticks(range(len(settings)), settings, fontsize=7, rotation=15)
     ax.set_ylabel("median abs. error of the model, %")
-    ax.set_title("the engine model against every recorded run (black: the target)", fontsize=9)
+    ax.set_title("the engine model against every recorded run: median over grids, its 95% interval "
+                 "(black: the target)", fontsize=9)
     fig.tight_layout()
     fig.savefig(PNG, dpi=100)
 
@@ -209,7 +243,8 @@ def main() -> None:
     if not rows:
         raise SystemExit("no accuracy run recorded: see this script's docstring for the commands")
     plot(rows)
-    head = (HEAD + "\n".join(table(rows)) + "\n" + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
+    head = (HEAD + "\n".join(table(rows)) + "\n" + SETTING_HEAD + "\n".join(by_setting(rows)) + "\n"
+            + CAVEAT_HEAD + "\n".join(by_caveat(rows)) + "\n"
             + SIGN_HEAD + "\n".join(by_sign(rows)) + "\n" + SYNC_HEAD + "\n".join(by_sync(rows)) + "\n")
     old = DOC.read_text() if DOC.exists() else ""
     DOC.write_text(head + (old[old.index(READING):] if READING in old else ""))
@@ -224,16 +259,30 @@ then times every grid of the world size with overlap off and on; the model predi
 sample. Setting `NxR_placement_link`: N emulated nodes of R ranks (`python benchmarks/emulated_engine.py
 run --nodes N --ranks-per-node R --placement P --link L --rounds 4 --iters 3 --warmup 1 --out ...`,
 each time the median over 4 interleaved rounds); `1x4_machine`: 4 ranks on this machine without
-emulation (`python benchmarks/engine_grids.py run --world 4 --out ...`, the best round). "error" is
-the median over grids of |predicted - measured| / measured; "pick / best" the measured time of the
+emulation (`python benchmarks/engine_grids.py run --world 4 --out ...`; these records keep each grid's
+best round). "error" is
+the median over grids of |predicted - measured| / measured, with its 95% distribution-free interval over
+those grids (the grids the fit measured itself left out: 7 of 4 ranks, 17 of 8; `gpulab.stats`): how far
+the typical grid's error is pinned down by the run's grids. "pick / best" the measured time of the
 model's first pick over the measured best. Targets: error at most {TARGET['emulated']:.0%} on the
-emulated clusters and {TARGET['machine']:.0%} on one machine, pick within {PICK - 1:.0%} ("meets").
+emulated clusters and {TARGET['machine']:.0%} on one machine, pick within {PICK - 1:.0%} ("meets": the
+median, as the targets are stated). Each grid's own time has no interval here: the records keep 4 rounds
+per grid (3 on one machine), fewer than the 6 a 95% interval of a median needs, so the intervals are over
+grids and, below, over the runs of a setting.
 The trust columns are what the fit knows about itself before any grid is measured (`gpulab.engine.perf.trust`):
 how far its two fits came out apart, the spread of each timing's repetitions, the load beyond the job's
 own ranks at the end, the CPU time the hypervisor stole; "trust" is LOW when one is past its limit.
 Machine: 2 cores (see the setup in docs/emulated_engine.md).
 
 ![error per setting and run](results/{PNG.name})
+
+"""
+
+SETTING_HEAD = """
+### Each setting over its runs
+
+Every run's grids of a setting together (the runs repeat the same measurement, so the pooled interval
+says how well the setting's typical error is known), beside the spread of the runs' own medians.
 
 """
 
@@ -262,8 +311,9 @@ replicas' gradient all-reduce on a third (`gpulab.engine.perf.calibration`).
 SIGN_HEAD = """
 ### Which way the model errs
 
-The same runs, each run's median of the signed error (predicted - measured) / measured over its grids:
-negative where the model predicts the iteration shorter than it measured.
+The same runs, each run's median of the signed error (predicted - measured) / measured over its grids,
+and every run's grids together with the median's 95% interval: negative where the model predicts the
+iteration shorter than it measured.
 
 """
 

@@ -10,8 +10,9 @@ four with gpulab's progress thread, with no progress at all (the control),
 and with MPICH's own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1; one round:
 it is slow), each beside its own overlap-off run, and the bucket size swept
 on the data-parallel grid. Every setting is
-timed in interleaved rounds (``gpulab.engine.perf.timing``); the record keeps the
-best round (other jobs only add time) and the load average around each invocation.
+timed in interleaved rounds (``gpulab.engine.perf.timing`` in the scoreboard's ``engine`` job,
+``gpulab.scoreboard.on_ranks``); each record's times are medians over rounds, ``rounds`` keeps every
+round's, and the load average around each invocation is recorded.
 """
 
 from __future__ import annotations
@@ -50,10 +51,10 @@ def run(args) -> None:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
                **extra}
         before = os.getloadavg()[0]
-        cmd = mpiexec_command(4, ["-m", "gpulab.cli", "bench", "engine", "--shapes", shapes, "--overlap", overlaps,
-                                  "--progress", progress, "--bucket-kb", str(bucket_kb), "--iters",
-                                  str(args.iters), "--rounds", str(rounds or args.rounds), "--warmup", "2",
-                                  "--out", str(raw)])
+        job = {"shapes": [[int(v) for v in s.split(",")] for s in shapes.split(";")], "overlaps": overlaps.split(";"),
+               "progress": progress, "bucket_kb": bucket_kb, "batch_size": 16, "iters": args.iters,
+               "rounds": rounds or args.rounds, "warmup": 2}
+        cmd = mpiexec_command(4, ["-m", "gpulab.scoreboard.on_ranks", "engine", json.dumps(job), str(raw)])
         subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL)
         for r in json.loads(raw.read_text()):
             r.pop("per_rank", None)
@@ -105,7 +106,7 @@ def report(args) -> None:
         rows = [r for r in recs if r["shape"] == shape]
         bases = {r["setting"]: r for r in rows if r["overlap_label"] == "none"}
         lines.append(f"\n## grid {tuple(shape)}\n")
-        lines.append("| progress | overlap | ms/iter: best (every round) | best vs off | paired vs off: median "
+        lines.append("| progress | overlap | ms/iter: median (every round) | median vs off | paired vs off: median "
                      "[quartiles] | exposed comm ms | hidden comm ms | weight cache KiB | load |")
         lines.append("|---|---|---|---|---|---|---|---|---|")
         for r in rows:
@@ -129,10 +130,10 @@ def report(args) -> None:
 HEAD = """# Overlap on this machine: measured
 
 `python benchmarks/engine_overlap.py run` ({date}; {iters} timed iterations per setting, {rounds}
-interleaved rounds, the best round kept: every round is listed), then `... report`. 4 ranks on 2 cores, the model of
+interleaved rounds, the median over rounds: every round is listed), then `... report`. 4 ranks on 2 cores, the model of
 docs/engine_bench.md (2 layers, n_embd 128, batch 16 x 64 tokens, float32). "exposed" = time the
 ranks sat inside MPI, "hidden" = time a collective was in flight while its rank computed
-(``gpulab.engine.parallel.timeline``), both per iteration, mean over ranks, in the best round. "Paired": the
+(``gpulab.engine.parallel.timeline``), both per iteration, mean over ranks, median over rounds. "Paired": the
 rounds of one invocation are interleaved, so round i of a setting and round i of overlap-off ran
 side by side; the median of their ratios is the least load-sensitive comparison here. Numbers are identical with every
 setting (tests/engine/test_overlap.py checks it bit for bit). Switch names: AxoNN's OAR (``oar``, the dX

@@ -13,7 +13,8 @@ def main(doc: str, run, report, *, world: bool = False) -> None:
     if world:
         r.add_argument("--world", type=int, required=True, help="MPI ranks")
     r.add_argument("--iters", type=int, default=5, help="timed iterations per setting")
-    r.add_argument("--rounds", type=int, default=3, help="interleaved rounds (the best is kept)")
+    r.add_argument("--rounds", type=int, default=6,
+                   help="interleaved rounds (6: the fewest whose range is a 95%% interval of the median)")
     r.add_argument("--out", default=None, help="the record to write (default: the one report renders)")
     r.set_defaults(func=run)
     sub.add_parser("report", help="render the docs record from the JSON").set_defaults(func=report)

@@ -293,7 +293,8 @@ engines.stop()
 # One table to read before the other notebooks. For each claim of the two
 # papers (a-d, i: the broadcast paper; e-h: AxoNN) it gives the paper's
 # number, a measurement, the model's prediction and a verdict computed from
-# them (*holds here*, *does not hold here* and why, *needs a GPU*); notebooks
+# them (*holds here*, *does not hold here*, *inconclusive here*, each with
+# why, or *needs a GPU*); notebooks
 # 02, 03, 04, 05 and 07 show their own rows where their experiments run, and
 # [docs/scoreboard.md](../docs/scoreboard.md) says how each is measured.
 #
@@ -304,12 +305,15 @@ engines.stop()
 # %%
 from IPython.display import display
 
-from gpulab.scoreboard import load, show, table
+from gpulab import scoreboard
+from gpulab.scoreboard import VERDICTS, contradictions, load, table
 from gpulab.scoreboard.recorded import results_dir  # docs/results, or an installed gpulab's copy of it
 
 recorded = results_dir() / "scoreboard_quick.json"
 print(f"recorded: {recorded}")
-display(table(load(recorded)))
+recorded_rows = load(recorded)
+display(table(recorded_rows))
+assert all(row["verdict"] in VERDICTS for row in recorded_rows)
 
 # %% [markdown]
 # Then **live**, on this machine: the claims in `SCOREBOARD_LIVE` (all by
@@ -317,19 +321,26 @@ display(table(load(recorded)))
 # "this run" column is measured now. **What to expect:** about 2-3 minutes on
 # two busy cores (the broadcast claims on an emulated cluster of nodes joined
 # by 100 Mbit/s links where this machine can make one, else on the machine
-# itself, which the row's "where" says; the engine claims on 4 ranks here);
-# on a laptop the verdicts should match the recorded ones, and a claim that
-# flips says why in its row. `d-gpu` needs GPUs. **On a real cluster** the
+# itself, which the row's "where" says; the engine claims on 4 ranks here).
+# Each quantity is a median over interleaved rounds with its 95% interval.
+# *Inconclusive here* means that interval straddles the claim's threshold
+# (or too few rounds gave none): this run cannot tell, which is not *does
+# not hold*; the row says how busy the machine was and what to try (more
+# `--rounds`, the full run, a quieter machine). So a live verdict may be
+# inconclusive where the record decided, but must never contradict a
+# decisive recorded one (holds against does not hold): the cell checks
+# that. `d-gpu` needs GPUs. **On a real cluster** the
 # broadcast rows would be measured over its network, and claims (e)-(h) at the
 # paper's scale only through the model (the "model" column), which is what
 # the AxoNN rows compare with.
 
 # %%
 if SCOREBOARD_LIVE is None or SCOREBOARD_LIVE:
-    board = show(SCOREBOARD_LIVE)  # None: every claim
+    live_rows = scoreboard.run(SCOREBOARD_LIVE, progress=print)  # None: every claim
     print("live, this run:")
-    display(board)
-    assert all(row["verdict"] for row in board.rows)
+    display(table(live_rows))
+    assert all(row["verdict"] in VERDICTS for row in live_rows)
+    assert not contradictions(live_rows, recorded_rows), contradictions(live_rows, recorded_rows)
 # %% [markdown]
 # ## Questions
 # 1. The broadcast above used the binomial tree. Had the root instead sent

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 HOLDS = "holds here"
 DOES_NOT_HOLD = "does not hold here"
+INCONCLUSIVE = "inconclusive here"  # the interval straddles the threshold, or there is no interval
 NEEDS_GPU = "needs a GPU"
-VERDICTS = (HOLDS, DOES_NOT_HOLD, NEEDS_GPU)
+VERDICTS = (HOLDS, DOES_NOT_HOLD, INCONCLUSIVE, NEEDS_GPU)
+DECISIVE = (HOLDS, DOES_NOT_HOLD)
 
 AWAN = "Awan et al., EuroMPI 2018 (arXiv 1707.09414)"
 AWAN_JOURNAL = "Awan et al., Parallel Computing 85 (2019), the journal version of EuroMPI 2018"
@@ -24,8 +26,9 @@ class Claim:
     """``live(bench)`` -> {"value", "text", "where", "model"}: measured here, with the model's prediction
     for the same set-up (``model`` may be None); ``recorded()`` -> {"value", "text", "source"} from
     docs/results; ``model(bench)`` -> {"value", "text", "source"}: the prediction when there is no live run;
-    ``judge(value, model_value)`` -> (verdict, why), from a live or recorded value. Each may raise
-    ``NotMeasured`` or ``JobFailed``; the row then says why."""
+    ``judge(value, model_value)`` -> (verdict, why), from a live or recorded value (``evidence``: the
+    value's intervals against the claim's thresholds). Each may raise ``NotMeasured`` or ``JobFailed``;
+    the row then says why."""
 
     id: str
     claim: str
@@ -35,7 +38,3 @@ class Claim:
     model: Callable
     judge: Callable
     gpu: bool = False  # measured only where there are GPUs: without them the verdict is NEEDS_GPU
-
-
-def ratio_text(x: float) -> str:
-    return f"{x:.2f}x"

@@ -1,12 +1,13 @@
 """How the scoreboard measures: MPI jobs through ``gpulab.launch``, on an emulated cluster where one can be made.
 
-    bench = Bench(quick=True)
+    bench = Bench(quick=True)                # bench.rounds: interleaved rounds per measurement (6 quick, 10 full)
     with bench.cluster(nodes=4, ranks_per_node=1, link="1gbit") as where:   # where.cluster is None on one machine
         machine = bench.bcast_fit(where, ranks=4)                             # cached per cluster shape
-        rows = bench.on_ranks(4, "times", {...}, table=machine)
+        rows = bench.on_ranks(4, "times", {..., "rounds": bench.rounds}, table=machine)
 
 Every job has a time limit; when it is passed, or the job fails, ``JobFailed`` says why
-(and the claim's row says it instead of a live value).
+(and the claim's row says it instead of a live value). Before each job the machine's state is read
+(``gpulab.host.snapshot``: load, ranks per core) and kept in ``snapshots``, for a verdict that cannot decide.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from gpulab.launch import job_environment, mpiexec_command
 FIT_SIZES = [8, 1024, 16384, 65536, 262144, 1 << 20, 4 << 20]  # as benchmarks/emulated_bcast.py fits
 QUICK_FIT_SIZES = FIT_SIZES[:-1]  # 4 MiB ping-pongs take 40 s over a 100 Mbit/s link; the line through 1 MiB
 # extends to larger messages (the large-message regime is a straight line in the fit)
+ROUNDS = {True: 6, False: 10}  # 6: the fewest samples whose range covers the median with 95% (order statistics)
 JOB_TIMEOUT = {True: 240, False: 1200}  # seconds per job, quick and full: a hung rank must not hang the board
 
 
@@ -52,10 +54,13 @@ class Where:
 class Bench:
     """What one scoreboard run shares between claims: quick or full, a fit per cluster shape, progress lines."""
 
-    def __init__(self, quick: bool = True, progress=None):
+    def __init__(self, quick: bool = True, progress=None, rounds: int | None = None):
         self.quick = quick
+        self.rounds = rounds or ROUNDS[quick]
         self.progress = progress or (lambda line: None)
+        self.snapshots: list = []  # the machine before each job (``gpulab.host.Snapshot``)
         self._fits: dict = {}
+        self._fit_snapshots: dict = {}
 
     @contextmanager
     def cluster(self, nodes: int, ranks_per_node: int, link: str | None, placement: str = "block"):
@@ -73,7 +78,9 @@ class Bench:
 
     def run(self, ranks: int, python_args: list[str], env: dict | None = None) -> None:
         """``python *python_args`` on ``ranks`` ranks (the active emulated cluster's, if any), within the limit."""
-        timeout = round(host.time_limit(JOB_TIMEOUT[self.quick], ranks))  # for this machine, read before the job
+        state = host.snapshot(ranks)  # before the job: its own busy ranks would raise the load
+        self.snapshots.append(state)
+        timeout = round(host.time_limit(JOB_TIMEOUT[self.quick], ranks, state))  # stretched for this machine
         proc = subprocess.Popen(mpiexec_command(ranks, python_args), env=job_environment(ranks, env),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
         try:
@@ -109,17 +116,21 @@ class Bench:
         cheaper than the link allows; fitted once per cluster shape in a run."""
         from gpulab.bcast.cost.link_floor import at_most_link_rate
 
-        key = (json.dumps(where.topology, sort_keys=True), ranks)
-        if key not in self._fits:
+        def fit():
             machine = self.on_ranks(ranks, "fit", {"sizes": QUICK_FIT_SIZES if self.quick else FIT_SIZES})
             machine.get("notes", {}).pop("samples", None)
-            self._fits[key] = at_most_link_rate(machine, where.topology.get("link_bytes_per_s"))
-        return self._fits[key]
+            return at_most_link_rate(machine, where.topology.get("link_bytes_per_s"))
+        return self.cached(("bcast fit", json.dumps(where.topology, sort_keys=True), ranks), fit)
 
     def cached(self, key, compute):
-        """``compute()`` once per run for ``key`` (a fit, a sweep, a prediction that several claims use)."""
+        """``compute()`` once per run for ``key`` (a fit, a sweep, a prediction that several claims use); a
+        claim that reuses it gets the snapshots its jobs took too."""
         if key not in self._fits:
+            start = len(self.snapshots)
             self._fits[key] = compute()
+            self._fit_snapshots[key] = self.snapshots[start:]
+        else:
+            self.snapshots.extend(self._fit_snapshots[key])
         return self._fits[key]
 
     def engine_fit(self, ranks: int):
@@ -130,9 +141,9 @@ class Bench:
         return self.cached(("engine", ranks), lambda: FittedMachine.from_description(Description.from_dict(
             self.cli(ranks, ["model", "fit", "--reps", "1" if self.quick else "3"]), "`gpulab model fit`'s file")))
 
-    def engine_rows(self, ranks: int, shapes: str, overlap: str = "none", progress: str = "poll") -> list[dict]:
-        """``gpulab bench engine`` rows (best round of each shape x overlap), cached per request in a run."""
-        iters, rounds = ("3", "2") if self.quick else ("5", "3")
-        return self.cached(("bench engine", ranks, shapes, overlap, progress), lambda: self.cli(
-            ranks, ["bench", "engine", "--shapes", shapes, "--overlap", overlap, "--progress", progress,
-                    "--iters", iters, "--rounds", rounds, "--warmup", "1"]))
+    def engine_rounds(self, ranks: int, shapes, overlaps: list[str], progress: str = "poll") -> list[dict]:
+        """Engine iterations of each grid (``shapes``: "all" or a list) and overlap setting in ``rounds``
+        interleaved rounds (``on_ranks.engine``), a warm-up and 1 timed iteration each (quick) or 3; cached."""
+        args = {"shapes": shapes, "overlaps": overlaps, "progress": progress, "batch_size": 16,
+                "iters": 1 if self.quick else 3, "warmup": 1, "rounds": self.rounds}
+        return self.cached(("engine", ranks, json.dumps(args)), lambda: self.on_ranks(ranks, "engine", args))

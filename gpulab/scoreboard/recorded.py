@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from gpulab.scoreboard.claim import NotMeasured
+from gpulab.scoreboard.evidence import rounds_of
 
 ENV_RESULTS = "GPULAB_RESULTS"  # another folder of records (a course's own runs); default: this checkout's docs/results
 PACKAGE = Path(__file__).resolve().parents[1]
@@ -49,6 +50,7 @@ def source(name: str) -> str:
     return f"docs/results/{name}"
 
 
-def times_by(records: list[dict], key) -> dict:
-    """{(key(record), nbytes): max_us}: the slowest rank's mean time, which the model predicts."""
-    return {(key(r), r["nbytes"]): r["max_us"] for r in records}
+def samples_by(records: list[dict], key) -> dict:
+    """{(key(record), nbytes): [max_us of each round]}: the slowest rank's mean time, which the model predicts
+    (a record of one run: one sample)."""
+    return {(key(r), r["nbytes"]): rounds_of(r, "max_us") for r in records}

@@ -1,4 +1,5 @@
-"""``gpulab scoreboard --quick --json F`` runs every claim and writes rows that hold together."""
+"""``gpulab scoreboard --quick --json F`` runs every claim and writes rows that hold together: each verdict one of
+the outcomes and following from the row's intervals, the machine's state beside a live one."""
 
 import json
 import os
@@ -10,7 +11,8 @@ import pytest
 
 from gpulab.scoreboard import SCHEMA_VERSION
 from gpulab.scoreboard.board import all_claims
-from gpulab.scoreboard.claim import VERDICTS
+from gpulab.scoreboard.claim import INCONCLUSIVE, VERDICTS, NotMeasured
+from gpulab.scoreboard.jobs import ROUNDS, Bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,10 +23,17 @@ def gpulab(*argv, timeout):
                           timeout=timeout, env={**env, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
 
 
-@pytest.mark.timeout(600)  # about 3 minutes on 2 busy cores; CI's 2 cores may be busier
+def recorded_model(claim):
+    try:
+        return claim.model(Bench(quick=True))["value"]
+    except NotMeasured:
+        return None
+
+
+@pytest.mark.timeout(900)  # about 3.5 minutes on 2 busy cores (load 11); CI's 2 cores may be busier
 def test_quick_scoreboard_rows(tmp_path):
     out = tmp_path / "scoreboard.json"
-    run = gpulab("scoreboard", "--quick", "--json", str(out), timeout=580)
+    run = gpulab("scoreboard", "--quick", "--json", str(out), timeout=880)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     record = json.loads(out.read_text())
     assert record["schema_version"] == SCHEMA_VERSION and record["quick"] is True
@@ -44,8 +53,12 @@ def test_quick_scoreboard_rows(tmp_path):
             assert claim.judge(basis["value"], model)[0] == row["verdict"], row["id"]
         else:
             assert row["verdict"] == "needs a GPU" and claim.gpu, row["id"]
-        if row["recorded"] is not None:  # what the docs hold, read now, not typed in
+        if row["verdict_from"] == "this run":  # measured in rounds, beside the machine's state before its jobs
+            assert row["rounds"] == ROUNDS[True] and row["machine"]["cores"] >= 1, row["id"]
+            assert row["verdict"] != INCONCLUSIVE or "the machine before the jobs" in row["why"], row["id"]
+        if row["recorded"] is not None:  # what the docs hold, read now, not typed in, judged by the same rule
             assert row["recorded"]["value"] == json.loads(json.dumps(claim.recorded()["value"])), row["id"]
+            assert claim.judge(row["recorded"]["value"], recorded_model(claim))[0] == row["recorded_verdict"], row["id"]
     for claim in claims:  # progress: one line as each claim starts and one as it ends
         assert f"[{claim}] " in run.stderr and run.stderr.count(f"[{claim}] ") == 2, run.stderr
     assert "claims in" in run.stdout
