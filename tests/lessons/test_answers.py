@@ -46,7 +46,7 @@ def test_numeric_answers_are_computed_and_checkable(stem):
     lesson = Lesson(stem)
     for q, answer in lesson.answers_by_question.items():
         assert answer.text.strip(), f"{stem} Q{q}: empty answer"
-        if answer.value is None:
+        if not answer.numeric:
             continue
         context = {key: CONTEXT_EXAMPLES.get(key, 4) for key in answer.needs}
         expected = lesson.expected(q, context)
