@@ -92,13 +92,15 @@ assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
 # the ranks busy-poll and share this machine's cores: at 1 Gbit/s a rank that
 # forwards a chunk waits for a core about as long as for the link.
 #
-# **What to expect.** On a 2-core machine under load (a load average of 22)
-# `gpulab bench bcast --nodes 4 --link 100mbit` with these settings gave:
+# **What to expect.** A recorded run with these settings (`gpulab bench
+# bcast --nodes 4 --link 100mbit`, 4 ranks on 2 cores shared with other work)
+# gave:
 # binomial and the chain level up to 128 KiB (latency and
 # noise), the chain ahead from 256 KiB (1.5x) to 2.4x at 2 MiB; at 1 Gbit/s
-# the same machine showed the chain behind binomial up to 4 MiB. A laptop
-# with idle cores may show the crossover at 1 Gbit/s too (not measured
-# here: raise the **link** and see). **On a real cluster** (InfiniBand: a
+# the same run showed the chain behind binomial up to 4 MiB. A laptop
+# with idle cores may show the crossover at 1 Gbit/s too (not recorded:
+# raise the **link** and see; `host.describe()` says how many cores yours
+# has and how busy they are). **On a real cluster** (InfiniBand: a
 # few microseconds of latency, 10-25 GB/s) the link is 800-2000x faster:
 # where the crossover sits follows the ratio of latency to per-byte time
 # (question 1; notebook 03's model predicts it for a cluster's profile), the
@@ -123,8 +125,8 @@ else:
 # on a second emulated cluster (a few seconds) and runs a second explorer;
 # the first one stays usable.
 #
-# **What to expect.** Here (`gpulab bench bcast -n 8 --nodes 4 --placement
-# round-robin --link 100mbit`: 8 busy-polling ranks on 2 cores, load 22)
+# **What to expect.** In a recorded run (`gpulab bench bcast -n 8 --nodes 4
+# --placement round-robin --link 100mbit`: 8 busy-polling ranks on 2 busy cores)
 # hierarchical was 1.2-1.6x faster than binomial from 64 KiB to 1 MiB
 # (1 MiB: 152 ms against 242 ms); `MPI_Bcast` lay between the two up to
 # 512 KiB and on binomial at 1 MiB: on 8 ranks MPICH's rule (notebook 01

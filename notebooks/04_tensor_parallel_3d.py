@@ -80,6 +80,15 @@ display(as_image(owner_figure(8, 8, (2, 2, 2, 1), transposed=True)))
 # and reduce-scatter). The sums by group show where the traffic goes: `nbytes`
 # is the buffer a call works on (the summed array, the gathered block),
 # `wire_bytes` what one rank sends for it.
+#
+# Besides row, col and depth, two groups can appear: **data**, the replicas of
+# the whole grid (one here: `(2, 2, 2, 1)`), which sum the weight shards'
+# gradients; and **batch**, the depth × data ranks that hold the same piece
+# of a parameter but see different tokens, which sum the loss and the
+# gradients of the parameters depth does not shard (biases, LayerNorm's gain
+# and bias; `gpulab.engine.parallel.shards.grad_group`). A **tensor** group
+# (row × col × depth, one model replica) sums the gradient norm when clipping
+# is on; this step has none.
 
 # %%
 from gpulab.engine import GPTConfig, collective_calls, totals
@@ -97,8 +106,11 @@ Table([{"group": g, "wire KiB per step": round(b / 1024, 1), "at twice the batch
        for g, b in by_group.items()], ["group", "wire KiB per step", "at twice the batch"])
 
 # %%
+from gpulab.lessons import answers_hidden
+
 growth = sum(by_group_doubled.values()) / sum(by_group.values())
-print(f"twice the batch: {growth:.2f}x the wire bytes of one step")
+if not answers_hidden():  # question 3's answer: with the answers hidden the learner sums the table
+    print(f"twice the batch: {growth:.2f}x the wire bytes of one step")
 
 # %%
 assert set(by_group) <= {"row", "col", "depth", "data", "batch", "tensor"}

@@ -86,7 +86,14 @@ for m in machines.values():
 # ## Ranking the shapes of one run
 # `gpulab model rank --world 1024 --model gpt-20b --machine perlmutter` does
 # exactly this. Seconds per iteration, split into compute and the
-# communication that is left exposed, per group.
+# communication that is left exposed, per group. Columns: `row`, `col`,
+# `depth`, `data` the shape; `iter s` the predicted iteration, `compute s`
+# its compute, `exposed s` the communication not hidden behind compute, and
+# `row s` ... `data s` that exposed time by group; `MFU %` model FLOPs per
+# second over the machine's peak; `memory GB` per GPU. The calculator below
+# also lists **batch**: the depth × data ranks that share a parameter piece
+# but see different tokens, which sum the loss and the gradients of the
+# parameters depth does not shard (biases, LayerNorm), once per iteration.
 
 # %%
 ranked = {name: rank(gpt_config(MODEL), WORLD, BATCH, m, OVERLAP, **ASSUME) for name, m in machines.items()}
@@ -310,7 +317,7 @@ print(f"{len(differ)} of {len(verdicts)} settings pick differently; mean rank co
 # %% [markdown]
 # What to look for: where the two picks differ, the "pick / best" columns say
 # which one the measurement sided with, and the lines above count it. On one
-# computer the collectives are short messages between processes on two shared
+# computer the collectives are short messages between processes on a few shared
 # cores: their start-up (latency) and the compute they wait for weigh as much
 # as their bytes, and communication alone prices bytes only, so it can favour a
 # grid of many small collectives (a deep depth group, say) that measures slow.

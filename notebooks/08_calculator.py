@@ -43,6 +43,7 @@ VOLUME_GPUS = [4, 8, 16, 32, 64, 128, 256, 512]    # the 1D vs 3D traffic plot
 # %%
 import sys
 
+from gpulab.lessons import answers_hidden
 from gpulab.widgets.calculator import Calculator
 
 calc = Calculator(model=MODEL, world=WORLD, shape=SHAPE, pipe=PIPE, micro_batches=MICRO_BATCHES,
@@ -93,18 +94,32 @@ ddp = calc.result["wire"]["data"]
 calc.zero.value = 3
 zero3 = calc.result["wire"]["data"]
 calc.zero.value = 0
-print(f"data group, per GPU per iteration: {ddp / 1e9:.2f} GB without ZeRO, {zero3 / 1e9:.2f} GB with "
-      f"ZeRO-3: {zero3 / ddp:.2f}x")
+if answers_hidden():  # the ratio is question 2's answer: the learner reads the calculator's wire table
+    print("set ZeRO to 3 in the calculator and compare the data group's row of the wire table with ZeRO 0")
+else:
+    print(f"data group, per GPU per iteration: {ddp / 1e9:.2f} GB without ZeRO, {zero3 / 1e9:.2f} GB with "
+          f"ZeRO-3: {zero3 / ddp:.2f}x")
 
 # %% [markdown]
 # ## One dimension of tensor parallelism, or three
 # AxoNN's core argument. Split one model replica over more and more GPUs
-# (no data parallelism). Megatron-style 1D tensor parallelism all-reduces
-# every layer's whole activations on every GPU, so each GPU sends about the
-# same however many GPUs share the work (and it stops where the heads no
-# longer split). AxoNN's 3D grid splits activations over row and col and
-# weights over depth, so what each GPU sends shrinks as the grid grows. The
-# 3D points use the shape the performance model predicts fastest.
+# (no data parallelism), at the global batch above. Megatron-style 1D tensor
+# parallelism all-reduces every layer's whole activations (tokens x width)
+# on every GPU: `2(g-1)/g` of them per all-reduce, which *grows* towards a
+# constant as the GPUs `g` are added (and it stops where the heads no longer
+# split over `g`). AxoNN's 3D grid can put GPUs on row and col (activations,
+# split) or on depth (weights, gathered). The 3D points use the shape the
+# performance model predicts **fastest**, not the one that sends least: at a
+# batch of a million tokens the activations dwarf the weights, so the model
+# picks all depth (`1 x 1 x g`, ZeRO-3-like), whose all-gathers run ahead of
+# the compute and hide. Each GPU then sends the weights' bytes `(g-1)/g` of
+# them twice (gathered for forward and for backward) and the gradients once
+# (reduce-scattered): `3(g-1)/g` times the bf16 weights, which also *rises*
+# with `g`, towards 3 x 154 GB for gpt-80b. Neither curve falls; the point is
+# the gap: the 3D pick sends tens of times fewer bytes than 1D, and bytes it
+# can hide. (A grid with some row, `4 x 1 x 128` at 512 GPUs, sends less still,
+# about half, but the model predicts it slower: its activation all-reduces sit
+# between the matmuls.)
 
 # %%
 rows = calc.draw_volume(VOLUME_GPUS)
@@ -124,5 +139,30 @@ print("mpi4py loaded:", any(name.split(".")[0] == "mpi4py" for name in sys.modul
 # 2. With ZeRO-3 over `p` data replicas, what factor of DDP's traffic does each
 #    GPU send in the data group? Why not 3x, when ZeRO-3 runs three
 #    collectives where DDP runs one?
-# 3. In the 1D vs 3D plot, why does the per-GPU volume of 1D tensor
-#    parallelism not fall as GPUs are added, while 3D's does?
+# 3. In the 1D vs 3D plot, neither curve falls as GPUs are added. What shape
+#    does the model pick for 3D, and how many times the model's bf16 weights
+#    (2 bytes a parameter) does each GPU send at the largest GPU count? Why is
+#    1D's traffic so much larger?
+
+# %% [markdown]
+# ## Answers
+# Try the questions first. `lesson.check(n, value)` says whether your number
+# is right, close or wrong, and why; the cell below checks question 3 with the
+# plot's last 3D point. `lesson.answers(context)` shows every answer,
+# collapsed (a teacher can hide them with `GPULAB_HIDE_ANSWERS=1`).
+
+# %%
+from IPython.display import display
+
+from gpulab.engine.perf.flops import params_count
+from gpulab.lessons import Lesson
+
+lesson = Lesson("08")
+context = {"gpt_model": MODEL, "gpus": VOLUME_GPUS[-1], "global_batch": GLOBAL_BATCH, "machine": MACHINE}
+weights_bytes = params_count(calc.config()) * calc.result["machine"].value_bytes
+verdict = lesson.check(3, rows[-1]["3d"] / weights_bytes, context)
+assert verdict, verdict  # the notebook's own plot agrees with the kit's
+display(verdict)
+
+# %%
+lesson.answers(context)

@@ -7,10 +7,11 @@
 
 A teacher hides the answers for a whole hub or course with one switch,
 ``GPULAB_HIDE_ANSWERS=1`` in the learners' environment (JupyterHub's
-``Spawner.environment``); ``check`` then still says right or wrong, but not the
-expected value.
+``Spawner.environment``); ``check`` then says right, close or wrong and too high
+or too low, nothing more, and every answer's text, hint and value refuse.
+Notebook cells that would print an answer's number ask ``answers_hidden()``.
 """
 
-from gpulab.lessons.answers import HIDE_ANSWERS, Answer, Lesson, Verdict
+from gpulab.lessons.answers import HIDE_ANSWERS, Answer, Lesson, Verdict, answers_hidden
 
-__all__ = ["HIDE_ANSWERS", "Answer", "Lesson", "Verdict"]
+__all__ = ["HIDE_ANSWERS", "Answer", "Lesson", "Verdict", "answers_hidden"]

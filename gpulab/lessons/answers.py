@@ -4,6 +4,12 @@ Each notebook ``NN_name`` has a module ``gpulab.lessons.nbNN`` with ``ANSWERS``:
 question number -> :class:`Answer`. A numeric answer is computed by the kit
 (the cost model, a formula in the library, or the notebook's own measurements
 passed as ``context``), never typed in, so it stays true when the kit changes.
+
+With ``GPULAB_HIDE_ANSWERS=1`` every public way to an answer refuses: its text,
+hint and value raise ``PermissionError``, the answers cell shows one line, and a
+verdict says right, close or wrong and too high or too low, nothing that would
+let a learner work the number back. The source of this package still holds
+the answers: graded work goes through the nbgrader exercises (docs/teaching.md).
 """
 
 from __future__ import annotations
@@ -16,10 +22,22 @@ from importlib import import_module
 from pathlib import Path
 
 HIDE_ANSWERS = "GPULAB_HIDE_ANSWERS"  # a teacher's switch: "1" hides every answer's text and value
+HIDDEN = ("your teacher has hidden the answers (GPULAB_HIDE_ANSWERS): lesson.check(n, value) still says "
+          "right, close or wrong")
 GLOSSARY = "docs/glossary.md"
 
 
-@dataclass(frozen=True)
+def answers_hidden() -> bool:
+    """Whether a teacher has hidden the answers in this environment."""
+    return os.environ.get(HIDE_ANSWERS, "") not in ("", "0")
+
+
+def _revealed(thing):
+    if answers_hidden():
+        raise PermissionError(HIDDEN)
+    return thing
+
+
 class Answer:
     """One question's answer: the reasoning, and for a numeric question how the kit computes it.
 
@@ -27,26 +45,45 @@ class Answer:
     notebook measured (``needs`` names the keys it reads) and is ``{}`` for a
     number the kit can compute on its own. A learner's number within ``rel_tol``
     is right, within ``close_tol`` close (relative to the expected value).
+    ``text``, ``value``, ``hint`` and ``expected()`` refuse while a teacher hides the answers.
     """
 
-    text: str
-    value: Callable[[dict], float] | None = None
-    unit: str = ""
-    needs: tuple[str, ...] = ()
-    rel_tol: float = 0.05
-    close_tol: float = 0.25
-    hint: str = ""  # said when the learner's number is wrong: the usual mistake
-    exercise: str = ""  # the exercise notebook that builds this, if any
+    __slots__ = ("_text", "_value", "_hint", "unit", "needs", "rel_tol", "close_tol", "exercise")
+
+    def __init__(self, text: str, value: Callable[[dict], float] | None = None, unit: str = "",
+                 needs: tuple[str, ...] = (), rel_tol: float = 0.05, close_tol: float = 0.25,
+                 hint: str = "", exercise: str = ""):
+        self._text, self._value, self._hint = text, value, hint  # hint: said on a wrong number, the usual mistake
+        self.unit, self.needs, self.rel_tol, self.close_tol = unit, tuple(needs), rel_tol, close_tol
+        self.exercise = exercise  # the exercise notebook that builds this, if any
+
+    text = property(lambda self: _revealed(self._text), doc="the reasoning (refused while hidden)")
+    hint = property(lambda self: _revealed(self._hint), doc="the usual mistake (refused while hidden)")
+    value = property(lambda self: _revealed(self._value), doc="how the kit computes the number (refused while hidden)")
+
+    @property
+    def numeric(self) -> bool:
+        """Whether ``check`` can judge a number for this question."""
+        return self._value is not None
+
+    def __repr__(self) -> str:
+        kind = f"numeric, unit={self.unit!r}, needs={self.needs!r}" if self.numeric else "reasoning only"
+        return f"Answer({kind})"
 
     def expected(self, context: dict | None = None) -> float:
-        if self.value is None:
+        """The kit's number (refused while a teacher hides the answers)."""
+        _revealed(None)
+        return self._compute(context)
+
+    def _compute(self, context: dict | None) -> float:
+        if self._value is None:
             raise ValueError("this question has no numeric answer: open the answers to compare your reasoning")
         context = context or {}
         missing = [k for k in self.needs if k not in context]
         if missing:
             raise ValueError(f"this answer needs the notebook's {', '.join(missing)}: pass context={{...}} "
                              "with what the notebook measured")
-        return float(self.value(context))
+        return float(self._value(context))
 
 
 @dataclass(frozen=True)
@@ -70,13 +107,21 @@ class Verdict:
         return f"{mark} **Question {self.question}: {self.verdict}.** {self.message}"
 
 
-def judge(answer: Answer, question: int, yours: float, context: dict | None = None,
-          hidden: bool = False) -> Verdict:
-    """Right, close or wrong, with the reason: how far off, in which direction, and the usual mistake."""
-    expected = answer.expected(context)
+def _sentence(text: str) -> str:
+    text = text.strip()
+    return text if text.endswith((".", "?", "!")) else text + "."
+
+
+def judge(answer: Answer, question: int, yours: float, context: dict | None = None) -> Verdict:
+    """Right, close or wrong, with the reason: how far off, in which direction, and the usual mistake.
+
+    While a teacher hides the answers only the verdict and the direction are said."""
+    hidden = answers_hidden()
+    expected = answer._compute(context)
     yours = float(yours)
     unit = f" {answer.unit}" if answer.unit else ""
     error = abs(yours - expected) / abs(expected) if expected else abs(yours)
+    hint = ""
     if not math.isfinite(yours):
         verdict, why = "wrong", "your value is not a finite number"
     elif error <= answer.rel_tol:
@@ -84,13 +129,15 @@ def judge(answer: Answer, question: int, yours: float, context: dict | None = No
     else:
         verdict = "close" if error <= answer.close_tol else "wrong"
         side = "high" if yours > expected else "low"
-        ratio = yours / expected if expected else math.inf
-        why = f"{error:.0%} too {side} (x{ratio:.3g} the kit's value)"
-        if verdict == "wrong" and answer.hint:
-            why += f". {answer.hint}"
-    shown = None if hidden else expected
+        if hidden:
+            why = f"{verdict}, too {side}"
+        else:
+            ratio = yours / expected if expected else math.inf
+            why = f"{error:.0%} too {side} (x{ratio:.3g} the kit's value)"
+            hint = answer._hint if verdict == "wrong" else ""
     told = "" if hidden else f"; the kit computes {expected:.4g}{unit}"
-    return Verdict(question, verdict, yours, shown, f"yours {yours:.4g}{unit}: {why}{told}.")
+    message = f"yours {yours:.4g}{unit}: {why}{told}." + (f" {_sentence(hint)}" if hint else "")
+    return Verdict(question, verdict, yours, None if hidden else expected, message)
 
 
 @dataclass
@@ -113,7 +160,7 @@ class Lesson:
 
     @property
     def hidden(self) -> bool:
-        return os.environ.get(HIDE_ANSWERS, "") not in ("", "0")
+        return answers_hidden()
 
     def answer(self, question: int) -> Answer:
         try:
@@ -124,12 +171,10 @@ class Lesson:
 
     def check(self, question: int, yours: float, context: dict | None = None) -> Verdict:
         """Your number against the kit's: right, close or wrong, and why."""
-        return judge(self.answer(question), question, yours, context, hidden=self.hidden)
+        return judge(self.answer(question), question, yours, context)
 
     def expected(self, question: int, context: dict | None = None) -> float:
         """The kit's number for a question (what ``check`` compares with)."""
-        if self.hidden:
-            raise PermissionError("your teacher has hidden the answers (GPULAB_HIDE_ANSWERS)")
         return self.answer(question).expected(context)
 
     def markdown(self, context: dict | None = None) -> str:
@@ -139,7 +184,7 @@ class Lesson:
         blocks = []
         for q, answer in sorted(self.answers_by_question.items()):
             body = answer.text.strip()
-            if answer.value is not None:
+            if answer.numeric:
                 try:
                     body += f"\n\n**The kit's number:** {answer.expected(context):.4g} {answer.unit}".rstrip()
                 except ValueError as err:

@@ -22,6 +22,21 @@ def _zero3_factor(ctx) -> float:
     return data[1] / data[0]
 
 
+def _traffic_over_weights(ctx) -> float:
+    """3D's per-GPU bytes per iteration at the plot's last GPU count over the model's weights in the
+    machine's precision, at the shape the performance model picks (as the notebook's plot)."""
+    from gpulab.engine.perf.flops import params_count
+    from gpulab.engine.perf.machines import machine
+    from gpulab.engine.perf.predict import gpt_config
+    from gpulab.engine.perf.wire import tensor_parallel_volume
+    from gpulab.widgets.calculator import OVERLAP
+
+    cfg, m = gpt_config(ctx["gpt_model"]), machine(ctx["machine"])
+    row = tensor_parallel_volume(cfg, [ctx["gpus"]], global_batch=ctx["global_batch"], machine=m,
+                                 overlap=OVERLAP)[0]
+    return row["3d"] / (params_count(cfg) * m.value_bytes)
+
+
 ANSWERS = {
     1: Answer(
         text="""gpt-80b has about 76.8 billion parameters (42 blocks of 12 x 12288^2, plus the embeddings). At 16
@@ -38,10 +53,21 @@ all: 1.5 times DDP's bytes, not 3 times. Counting buffer sizes instead of wire b
         value=_zero3_factor, unit="x DDP", rel_tol=0.01,
         hint="Count bytes on the wire, not buffers: all-reduce = reduce-scatter + all-gather."),
     3: Answer(
-        text="""1D tensor parallelism splits each layer's weights over g GPUs, but every GPU still holds and
-all-reduces the layer's *whole* activations (tokens x width): 2(g-1)/g of them per all-reduce, which tends
-to a constant as g grows, while the compute per GPU shrinks as 1/g, so communication takes over. The 3D grid
-splits the activations over row and col (each all-reduce moves a 1/row or 1/col slice) and the weights over
-depth (each GPU gathers only its block), so the bytes per GPU fall roughly like g^(-1/3) to g^(-1/2)
-(Singh et al., AxoNN). 1D also stops where the heads no longer split over g.""")
+        text="""At the notebook's batch (1024 sequences of 2048 tokens) the model picks **all depth**, `1 x 1 x g`:
+the activations of a million tokens are far larger than the weights, and depth moves only weights, in
+all-gathers that run a layer ahead of the compute and hide. A depth group of `g` sends, per GPU, `(g-1)/g` of
+the weights for the forward all-gather, the same again for backward's, and `(g-1)/g` of the gradients in the
+reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs (2.99), rising from 2.25x at 4.
+It does not fall because every GPU must receive every weight it computes with, however many GPUs share them.
+
+1D tensor parallelism all-reduces every layer's activations (tokens x width), `2(g-1)/g` of them per
+all-reduce, which also tends to a constant: tens of TB per GPU here, 30-40 times the 3D pick, and it stops
+where the 96 heads no longer split over `g`. What 3D buys is the choice: put the GPUs where the bytes are
+smallest and can hide. A grid with some row (`4 x 1 x 128` at 512 GPUs) sends about half of all-depth's
+bytes, but the model predicts it slower, because its activation all-reduces wait between matmuls; at a
+small batch the activations shrink and the pick moves towards row and col (Singh et al., AxoNN).""",
+        value=_traffic_over_weights, unit="x the weights", needs=("gpt_model", "gpus", "global_batch", "machine"),
+        rel_tol=0.02, close_tol=0.1,
+        hint="Read the shape of the last 3D point: depth gathers the weights twice and reduce-scatters the "
+             "gradients once, (g-1)/g of them each time."),
 }

@@ -69,8 +69,9 @@ class Calculator(W.VBox):
         self.volume_button.on_click(lambda _: self.draw_volume())
         self.result: dict = {}
         self.volume_rows: list = []
+        self._following = False  # while the shape sliders take the selected model's values
         for control in self.controls():
-            control.observe(lambda _: self.update(), names="value")
+            control.observe(lambda _: self._following or self.update(), names="value")
         left = W.VBox([self.model, self.width, self.depth_layers, self.heads, self.machine, self.recompute,
                        self.cache, self.zero])
         right = W.VBox([self.world, self.row, self.col, self.depth, self.pipe, self.micro_batches,
@@ -102,10 +103,22 @@ class Calculator(W.VBox):
                              f"{R}x{C}x{D}x{pipe} x data")
         return R, C, D, self.world.value // (R * C * D * pipe)
 
+    def follow_model(self) -> None:
+        """The width, layers and heads sliders show the selected model's; they set only a custom one."""
+        custom = self.model.value == CUSTOM
+        cfg = None if custom else gpt_config(self.model.value)
+        self._following = True
+        try:
+            for w, attr in ((self.width, "n_embd"), (self.depth_layers, "n_layer"), (self.heads, "n_head")):
+                w.disabled = not custom
+                if cfg is not None:
+                    w.value = getattr(cfg, attr)
+        finally:
+            self._following = False
+
     def compute(self) -> dict:
         """Every number the widget shows, for the controls' values (ValueError: why none can be shown)."""
-        for w in (self.width, self.depth_layers, self.heads):
-            w.disabled = self.model.value != CUSTOM
+        self.follow_model()
         cfg, m, shape = self.config(), machine(self.machine.value), self.shape()
         pipe, micro, batch = self.pipe.value, self.micro_batches.value, self.global_batch.value
         if batch % micro:

@@ -35,7 +35,7 @@ def memory_figure(stages: list[dict], limit: float, device: float, title: str = 
 
 def time_figure(split: dict, mfu: float, title: str = "") -> Figure:
     """The predicted iteration as one horizontal stacked bar: compute, exposed communication, bubble."""
-    fig = Figure(figsize=(6.4, 1.6), layout="constrained")
+    fig = Figure(figsize=(6.4, 1.9), layout="constrained")
     ax = fig.add_subplot()
     left = 0.0
     for (part, seconds), color in zip(split.items(), ("#4c72b0", "#c44e52", "#bbbbbb")):
@@ -44,7 +44,7 @@ def time_figure(split: dict, mfu: float, title: str = "") -> Figure:
     ax.set_yticks([])
     ax.set_xlabel("seconds per iteration")
     ax.set_title(f"{title}MFU {mfu:.1%}", fontsize=10)
-    ax.legend(fontsize=7, ncol=3, loc="lower center", bbox_to_anchor=(0.5, 1.15))
+    fig.legend(fontsize=7, ncol=3, loc="outside lower center")  # below the axis: it covers neither bar nor title
     return fig
 
 

@@ -56,6 +56,17 @@ def test_each_control_changes_what_it_should(calc):
     assert calc.width.disabled
 
 
+def test_the_shape_sliders_show_the_selected_model(calc):
+    for name in ("gpt-5b", "gpt-80b"):
+        calc.model.value = name
+        cfg = calc.config()
+        assert (calc.width.value, calc.depth_layers.value, calc.heads.value) == (cfg.n_embd, cfg.n_layer, cfg.n_head)
+    assert (calc.width.value, calc.depth_layers.value, calc.heads.value) == (12288, 42, 96)
+    calc.model.value = CUSTOM  # a custom model starts from the last one's sliders
+    assert calc.config().n_embd == 12288 and not calc.heads.disabled
+    calc.model.value = "gpt-80b"
+
+
 def test_a_combination_that_cannot_run_says_why_in_one_line(calc):
     calc.row.value = 64  # 96 heads do not split over 64 rows
     assert calc.result == {"error": calc.result["error"]} and "n_head (96)" in calc.status.value

@@ -348,6 +348,13 @@ def level(machine: Machine, which: str) -> Machine:
     return replace(machine, intra=link, inter=link, ranks_per_node=None)
 
 
+def as_run(levels: Machine, on_nodes: bool, name: str | None = None) -> Machine:
+    """The fitted two-level machine as the ranks really run: across its nodes when they are (emulated)
+    nodes, so a flat broadcast that spans them pays the link; on one machine the two levels are the
+    same memory, so every rank is on one node and flat algorithms use the intra fit."""
+    return replace(levels, name=name or levels.name, ranks_per_node=levels.ranks_per_node if on_nodes else None)
+
+
 def choose(nbytes: int, p: int, machine: Machine) -> tuple[str, dict, list[tuple[float, str, dict]]]:
     """The model's pick: (algorithm, options, ranking as (seconds, algorithm, options), fastest first)."""
     ranking = sorted(((predict(a, nbytes, p, machine, **o), a, o) for a, o in choices(nbytes, p, machine)),
