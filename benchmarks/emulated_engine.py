@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import replace
@@ -115,7 +114,7 @@ def job(args) -> None:
     from gpulab.engine.perf.calibration import calibrated_on
     from gpulab.engine.perf.fitted_machine import FittedMachine, fit
     from gpulab.engine.perf.predict import predict
-    from gpulab.engine.perf.timing import bench_config, measure
+    from gpulab.engine.perf.timing import bench_config, measure, over_rounds
 
     comm = MPI.COMM_WORLD
     cfg, start, ticks = bench_config(), time.time(), cpu_ticks()
@@ -145,9 +144,7 @@ def job(args) -> None:
     one_node, floored = contiguous_only(machine), link_floor(machine, link_bytes_per_s(args.link), nodes_of)
     left_out, rows = calibrated_on(machine), []  # the grids the fit measured itself: left out of the error
     for (shape, setting), runs in rounds.items():
-        row = dict(sorted(runs, key=lambda x: x["iter_s"])[len(runs) // 2])  # the median round's details
-        row.update(setting=setting, iter_s=statistics.median(x["iter_s"] for x in runs),
-                   iter_s_rounds=[x["iter_s"] for x in runs])
+        row = dict(over_rounds(runs), setting=setting)  # the median over rounds, its interval, the median round
         for key, m in (("prediction", machine), ("prediction_one_node", one_node),
                        ("prediction_link_floor", floored)):
             pred = predict(cfg, shape, BATCH, m, overlap_for(setting), seq_len=cfg.block_size)
@@ -272,7 +269,10 @@ def section(record: dict) -> str:
         off, on = d["off"], d["on"]
         share = lambda r: (f"{_ms(r['summary']['exposed_comm_s'])} "  # noqa: E731
                            f"({r['summary']['exposed_comm_s'] / r['summary']['wall_s']:.0%})")
-        rounds = lambda r: f"{_ms(r['iter_s'])} ({', '.join(_ms(t) for t in r['iter_s_rounds'])})"  # noqa: E731
+        rounds = lambda r: (f"{_ms(r['iter_s'])}" + (f" [{_ms(r['iter_s_interval']['low'])}, "  # noqa: E731
+                                                      f"{_ms(r['iter_s_interval']['high'])}]"
+                                                      if "iter_s_interval" in r else "")
+                            + f" ({', '.join(_ms(t) for t in r['iter_s_rounds'])})")
         lines.append(f"| {shape} | {rounds(off)} | {share(off)} | {rounds(on)} | {share(on)} | "
                      f"{_ms(on['summary']['hidden_comm_s'])} | {off['iter_s'] / on['iter_s']:.2f} | "
                      f"{_ms(off['prediction']['iter_s'])} | {_ms(on['prediction']['iter_s'])} | "

@@ -7,7 +7,7 @@ The AxoNN paper switches its overlaps on one after the other: OAR (the dX
 all-reduce behind the dW matmul), then ORS (the dW reduce-scatter behind the
 layers before), then OAG (the next layer's all-gather issued ahead). ``run``
 times the same cumulative settings on the engine (``gpulab bench engine``,
-interleaved rounds, best round kept, MPI_Test progress) on grids where each
+interleaved rounds, the median over them with its interval, MPI_Test progress) on grids where each
 switch has something to hide: (2, 1, 2, 1) (row and depth) and (1, 2, 2, 1)
 (col and depth); and predicts them with the performance model for the 80B GPT
 on 1024 Perlmutter GPUs at a grid with tensor parallelism (the model's best
@@ -29,6 +29,7 @@ OUT = RESULTS / "engine_ablation_p4.json"
 sys.path.insert(0, str(ROOT))
 
 from gpulab.engine.parallel.overlap import Overlap  # noqa: E402
+from gpulab.stats import Interval  # noqa: E402
 
 STEPS = [("baseline", "none"), ("+OAR", "oar"), ("+ORS", "oar,ors"), ("+OAG", "oar,ors,oag")]
 SHAPES = "2,1,2,1;1,2,2,1"
@@ -78,13 +79,16 @@ def section() -> str:
     """The ablation's section of docs/engine_overlap.md (markdown), from the recorded JSON."""
     data = json.loads(OUT.read_text())
     labels = {Overlap.parse(s).label(): step for step, s in STEPS}
+    medians = all("iter_s_interval" in r for r in data["measured"])  # records of gpulab bench engine's medians
     lines = [f"\n{TITLE}\n",
              f"`{data['command']}` ({data['date']}, {data['seconds']:.0f} s, load average "
              f"{data['load_before'][0]:.1f} before, {data['load_after'][0]:.1f} after): the switches on one "
-             "after the other as in the paper; ms per iteration, best of "
-             f"{len(data['measured'][0]['iter_s_rounds'])} interleaved rounds (every round in brackets), exposed "
-             "and hidden communication of that round. With a load average far above the 2 cores, the rounds "
-             "of one setting spread by 2x or more and the order of the best rounds is mostly scheduling: read "
+             "after the other as in the paper; ms per iteration, " + ("the median of " if medians else "best of ")
+             + f"{len(data['measured'][0]['iter_s_rounds'])} interleaved rounds"
+             + (" with its 95% interval" if medians else "") + " (every round in brackets), exposed "
+             "and hidden communication of " + ("the median round" if medians else "that round")
+             + ". With a load average far above the 2 cores, the rounds "
+             "of one setting spread by 2x or more and the order of the rows is mostly scheduling: read "
              "the measured rows as what the switches do to exposed and hidden time, not as a ranking. "
              "![ablation](results/engine_ablation_p4.png)\n",
              "| grid | step | overlap | ms/iter (rounds) | vs baseline | exposed ms | hidden ms |",
@@ -94,7 +98,9 @@ def section() -> str:
         base = next(r for r in rows if r["overlap_label"] == "none")["iter_s"]
         for r in rows:
             rounds = ", ".join(f"{t * 1e3:.0f}" for t in r["iter_s_rounds"])
-            lines.append(f"| {shape} | {labels[r['overlap_label']]} | {r['overlap_label']} | {r['iter_s'] * 1e3:.1f} "
+            kept = (Interval.from_dict(r["iter_s_interval"]).scaled(1e3).text() if medians
+                    else f"{r['iter_s'] * 1e3:.1f}")
+            lines.append(f"| {shape} | {labels[r['overlap_label']]} | {r['overlap_label']} | {kept} "
                          f"({rounds}) | {r['iter_s'] / base:.2f} | {r['summary']['exposed_comm_s'] * 1e3:.1f} | "
                          f"{r['summary']['hidden_comm_s'] * 1e3:.1f} |")
     pred, at = data["predicted"], data["at_scale"]

@@ -11,8 +11,8 @@ and with MPICH's own progress thread (MPIR_CVAR_ASYNC_PROGRESS=1; one round:
 it is slow), each beside its own overlap-off run, and the bucket size swept
 on the data-parallel grid. Every setting is
 timed in interleaved rounds (``gpulab.engine.perf.timing`` in the scoreboard's ``engine`` job,
-``gpulab.scoreboard.on_ranks``); each record's times are medians over rounds, ``rounds`` keeps every
-round's, and the load average around each invocation is recorded.
+``gpulab.scoreboard.on_ranks``); each record's times are medians over rounds with their 95% interval,
+``rounds`` keeps every round's, and the load average around each invocation is recorded.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ OUT = RESULTS / "engine_overlap_p4.json"
 sys.path.insert(0, str(ROOT))
 
 from gpulab.launch import mpiexec_command  # noqa: E402
+from gpulab.stats import Interval  # noqa: E402
 
 SHAPES = "2,1,2,1;1,1,2,2;1,1,1,4;4,1,1,1"
 # (label, progress, overlap list, extra env, shapes, bucket KiB, rounds: None = --rounds)
@@ -100,20 +101,26 @@ def summary(recs) -> str:
 def report(args) -> None:
     data = json.loads(OUT.read_text())
     recs = data["records"]
-    lines = [HEAD.format(date=data["date"], iters=data["iters"], rounds=data["rounds"])]
+    medians = all("iter_s_interval" in r for r in recs)  # records of gpulab bench engine's medians
+    kept = "the median over them with its 95% interval" if medians else "the best round kept"
+    lines = [HEAD.format(date=data["date"], iters=data["iters"], rounds=data["rounds"], kept=kept,
+                         which="the median round" if medians else "the best round")]
     for shape in [s.split(",") for s in SHAPES.split(";")]:
         shape = [int(v) for v in shape]
         rows = [r for r in recs if r["shape"] == shape]
         bases = {r["setting"]: r for r in rows if r["overlap_label"] == "none"}
         lines.append(f"\n## grid {tuple(shape)}\n")
-        lines.append("| progress | overlap | ms/iter: median (every round) | median vs off | paired vs off: median "
+        lines.append("| progress | overlap | ms/iter: " + ("median [95% interval]" if medians else "best")
+                     + " (every round) | " + ("median" if medians else "best") + " vs off | paired vs off: median "
                      "[quartiles] | exposed comm ms | hidden comm ms | weight cache KiB | load |")
         lines.append("|---|---|---|---|---|---|---|---|---|")
         for r in rows:
             s = r["summary"]
             bucket = f" ({r['overlap']['bucket_bytes'] >> 10} KiB)" if r["overlap"]["buckets"] else ""
             rounds = ", ".join(f"{t * 1e3:.0f}" for t in r["iter_s_rounds"])
-            lines.append(f"| {r['setting']} | {r['overlap_label']}{bucket} | {r['iter_s'] * 1e3:.1f} ({rounds}) | "
+            time = (Interval.from_dict(r["iter_s_interval"]).scaled(1e3).text() if medians
+                    else f"{r['iter_s'] * 1e3:.1f}")
+            lines.append(f"| {r['setting']} | {r['overlap_label']}{bucket} | {time} ({rounds}) | "
                          f"{r['iter_s'] / bases.get(r['setting'], bases['poll'])['iter_s']:.2f} | "
                          f"{_paired(r, bases.get(r['setting']))} | {s['exposed_comm_s'] * 1e3:.1f} | "
                          f"{s['hidden_comm_s'] * 1e3:.1f} | {r['memory']['weight_cache'] / 1024:.0f} | "
@@ -130,10 +137,10 @@ def report(args) -> None:
 HEAD = """# Overlap on this machine: measured
 
 `python benchmarks/engine_overlap.py run` ({date}; {iters} timed iterations per setting, {rounds}
-interleaved rounds, the median over rounds: every round is listed), then `... report`. 4 ranks on 2 cores, the model of
+interleaved rounds, {kept}: every round is listed), then `... report`. 4 ranks on 2 cores, the model of
 docs/engine_bench.md (2 layers, n_embd 128, batch 16 x 64 tokens, float32). "exposed" = time the
 ranks sat inside MPI, "hidden" = time a collective was in flight while its rank computed
-(``gpulab.engine.parallel.timeline``), both per iteration, mean over ranks, median over rounds. "Paired": the
+(``gpulab.engine.parallel.timeline``), both per iteration, mean over ranks, in {which}. "Paired": the
 rounds of one invocation are interleaved, so round i of a setting and round i of overlap-off ran
 side by side; the median of their ratios is the least load-sensitive comparison here. Numbers are identical with every
 setting (tests/engine/test_overlap.py checks it bit for bit). Switch names: AxoNN's OAR (``oar``, the dX

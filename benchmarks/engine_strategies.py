@@ -8,8 +8,9 @@ One MPI job per world size: fit the performance model to this machine
 (``gpulab.engine.perf.fitted_machine``), let it pick each strategy's fastest grid
 (``gpulab.engine.perf.live_plans.best_plans``: AxoNN, Megatron-LM TP x DP and TP x PP
 x DP, ZeRO-3, HSDP, DDP), then train a few iterations of each
-(``live_plans.measure_plan``) over ``--rounds`` interleaved rounds and keep each
-strategy's best round (other jobs on shared cores only add time). Recorded per
+(``live_plans.measure_plan``) over ``--rounds`` interleaved rounds; each strategy's
+row is the median over its rounds with its 95% interval (``timing.over_rounds``;
+records made before kept the best round instead, and the report says which). Recorded per
 strategy: the median iteration of every round, the exposed communication, the
 bytes each group (row, col, depth, data, pipe...) moved per rank, and the
 prediction for the same configuration. With ``--nodes`` the ranks run on an
@@ -55,21 +56,20 @@ def job(args) -> None:
 
     from gpulab.engine.perf.fitted_machine import fit
     from gpulab.engine.perf.live_plans import best_plans, measure_plan
+    from gpulab.engine.perf.timing import over_rounds
 
     comm = MPI.COMM_WORLD
     machine = fit(comm, reps=args.fit_reps, name=f"this machine, {comm.size} ranks")
     plans = comm.bcast(best_plans(model(), comm.size, BATCH, machine) if comm.rank == 0 else None, root=0)
-    best: dict = {}
+    measured: dict = {}
     for r in range(args.rounds):
         for plan in plans:
             row = measure_plan(comm, model(), plan, BATCH, iters=args.iters)
             if comm.rank == 0:
                 print(f"round {r + 1}/{args.rounds} {plan['predicted']['config']:32s} {row['iter_s'] * 1e3:8.1f} ms "
                       f"(predicted {plan['predicted']['iter_s'] * 1e3:.1f})", flush=True)
-                rounds = best.get(plan["strategy"], {}).get("iter_s_rounds", []) + [row["iter_s"]]
-                if plan["strategy"] not in best or row["iter_s"] < best[plan["strategy"]]["iter_s"]:
-                    best[plan["strategy"]] = row
-                best[plan["strategy"]]["iter_s_rounds"] = rounds
+                measured.setdefault(plan["strategy"], []).append(row)
+    best = {strategy: over_rounds(rows) for strategy, rows in measured.items()}  # the median over rounds
     if comm.rank == 0:
         from gpulab.records import provenance
 
@@ -146,7 +146,10 @@ def plot(records) -> None:
 
 
 def section(records) -> str:
+    from gpulab.stats import Interval
+
     first = records[0]
+    medians = all("iter_s_interval" in r for data in records for r in data["rows"])
     m = first["model"]
     lines = [f"\n{TITLE}\n",
              f"The strategies above, run for real on the engine: a GPT of {m['n_layer']} layers, width {m['n_embd']}, "
@@ -156,8 +159,10 @@ def section(records) -> str:
              "(`gpulab.engine.perf.live_plans.best_plans`; Megatron-LM once as TP x DP and once with a pipeline, "
              "`megatron-pp`, 2 micro-batches per stage, 1F1B; AxoNN's row is its best shape that no other strategy "
              "has, since its search includes all of theirs), then trains each grid for interleaved rounds of "
-             f"{first['rows'][0]['iters']} iterations and keeps each strategy's best round (median iteration; "
-             "every round's median in brackets, the min-max of the kept round's iterations after it). "
+             f"{first['rows'][0]['iters']} iterations and keeps "
+             + ("the median over each strategy's rounds with its 95% interval" if medians else
+                "each strategy's best round") + " (every round's median iteration in brackets, the min-max of the "
+             "iterations of the round it stands for after it). "
              "Bytes (the KiB columns) are the **buffer sizes** of each group's collectives per rank in the median "
              "iteration (`collectives.trace`, full buffers: the summed array, the gathered block, the array to "
              "reduce-scatter), not the bytes each rank puts on the wire; for every grid without a pipeline they "
@@ -169,13 +174,16 @@ def section(records) -> str:
         lines += [f"**{data['world']} ranks**, {data['cluster']}: `{data['command']}`, {data['date']}, "
                   f"{data['cpus']} cores, `cat /proc/loadavg` {load} before, {after} after "
                   f"([record](results/{out_path(data['world']).name})).\n",
-                  "| strategy | grid | ms/iter (rounds) | min-max ms | predicted ms | exposed comm ms | "
+                  "| strategy | grid | ms/iter" + (": median [95% interval]" if medians else ": best")
+                  + " (rounds) | min-max ms | predicted ms | exposed comm ms | "
                   + " | ".join(f"{g} KiB" for g in GROUPS) + " |",
                   "|---|---|---|---|---|---|" + "---|" * len(GROUPS)]
         for r in data["rows"]:
             rounds = ", ".join(f"{t * 1e3:.0f}" for t in r["iter_s_rounds"])
             kib = " | ".join(f"{r['bytes_by_group'].get(g, 0) / 1024:.0f}" for g in GROUPS)
-            lines.append(f"| {r['strategy']} | {r['config_name']} | {r['iter_s'] * 1e3:.0f} ({rounds}) | "
+            kept = (Interval.from_dict(r["iter_s_interval"]).scaled(1e3).text() if "iter_s_interval" in r
+                    else f"{r['iter_s'] * 1e3:.0f}")
+            lines.append(f"| {r['strategy']} | {r['config_name']} | {kept} ({rounds}) | "
                          f"{min(r['iter_s_all']) * 1e3:.0f}-{max(r['iter_s_all']) * 1e3:.0f} | "
                          f"{r['predicted']['iter_s'] * 1e3:.0f} | {r['summary']['exposed_comm_s'] * 1e3:.0f} | {kib} |")
         lines.append("")

@@ -44,6 +44,7 @@
 # %% tags=["parameters"]
 N_ENGINES = 4          # MPI ranks (the grid's world size can be smaller)
 ITERS = 5              # timed iterations per run (after one warm-up)
+ROUNDS = 3             # runs per measurement: the table gives their median and its interval
 FIT_REPS = 3           # repetitions of each measurement when fitting the model to this machine
 SHAPE = (2, 1, 2, 1)   # the grid of the first comparison below
 NODES = 2              # emulated nodes where this machine can make them (None: the single machine)
@@ -64,7 +65,7 @@ from gpulab.widgets.mesh_explorer import MeshExplorer
 
 print(host.describe(ranks=N_ENGINES))
 engines, cluster = notebook_engines(N_ENGINES, nodes=NODES, link=LINK, placement=PLACEMENT)
-runner = MeshRunner(engines, iters=ITERS, warmup=1)
+runner = MeshRunner(engines, iters=ITERS, warmup=1, rounds=ROUNDS)
 cluster.follow(runner)
 display(cluster)  # what the engines run on: nodes, ranks, link
 

@@ -12,14 +12,18 @@ mpiexec) it measures on the ranks it was given. A native variant
 (``mpi:<MPICH algorithm>``, see ``gpulab.bcast.measurement.native_variants``) runs in a job
 of its own, since MPICH reads the variables that force it at MPI_Init; the
 rows of every job end up in one table, JSON and plot. The 'mpi' column on host
-buffers is the bare comm.Bcast on the job's communicator. The JSON and CSV
-records follow docs/bench_schema.md (``SCHEMA``, versioned).
+buffers is the bare comm.Bcast on the job's communicator.
+
+Every point is measured in interleaved rounds (``gpulab.bcast.measurement.rounds``): by default until
+its median's 95% interval is within ``--target`` of it or ``--budget`` seconds are spent, ``--rounds N``
+for exactly N; ``--time-budget`` caps each round's timed iterations of a point. The table shows each
+median with its interval; the JSON and CSV records (``gpulab.cli.bench_output``, docs/bench_schema.md)
+keep every round's sample and the machine's state read before the job.
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import sys
@@ -28,8 +32,9 @@ from gpulab.backend import DEVICES
 from gpulab.bcast.algorithms import registry
 from gpulab.bcast.entry import ALGORITHMS, entry_record
 from gpulab.bcast.measurement import native_variants, nccl
-from gpulab.bcast.measurement.measure import sweep
-from gpulab.bcast.sizes import format_size
+from gpulab.bcast.measurement.rounds import MAX_ROUNDS, MIN_ROUNDS
+from gpulab.cli.bench_output import format_table, write_outputs
+from gpulab.cli.bench_rounds import measure_rounds, snapshot_env
 from gpulab.cli.checks import (
     nonnegative_float,
     nonnegative_int,
@@ -44,13 +49,16 @@ from gpulab.cli.checks import (
 from gpulab.emulated.topology import add_topology_args, topology_context
 from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
 from gpulab.engine.parallel.overlap import PROGRESS, Overlap
-from gpulab.engine.perf.timing import bench_config, measure
+from gpulab.engine.perf.timing import bench_config, measure, over_rounds
 from gpulab.jobsite import record_topology
 from gpulab.launch import inside_mpi_job, pin_gpu, relaunch
 from gpulab.lazy_mpi import lazy_mpi
-from gpulab.records import metadata, provenance
+from gpulab.records import metadata
+from gpulab.stats import Interval
 
 MPI = lazy_mpi(globals())
+ENGINE_ROUNDS = 6  # the fewest rounds whose order statistics bracket a median at 95%
+BUDGET = 300.0  # seconds of rounds per sweep by default: the README's example (-n 4, all, 1K:64M) in 5 minutes at most
 
 
 class _LevelAlgorithms:
@@ -80,8 +88,17 @@ def add_parser(subparsers) -> None:
     p.add_argument("--root", type=nonnegative_int, default=0, help="root rank (default 0)")
     p.add_argument("--iters", type=positive_int, default=None, help="timed iterations (default: OSU's 1000/100)")
     p.add_argument("--warmup", type=nonnegative_int, default=None, help="warm-up iterations (default: OSU's 100/10)")
-    p.add_argument("--time-budget", type=nonnegative_float, default=1.0,
-                   help="max seconds of timed iterations per point, 0 for none (default 1.0)")
+    p.add_argument("--time-budget", type=nonnegative_float, default=0.1,
+                   help="max seconds of timed iterations per point and round, 0 for none (default 0.1)")
+    p.add_argument("--rounds", type=positive_int, default=None,
+                   help="measure every point exactly this many times, in interleaved rounds (default: until "
+                        "--target or --budget)")
+    p.add_argument("--target", type=positive_float, default=0.05,
+                   help=f"without --rounds: a point stops once its median's 95%% interval is within this share "
+                        f"of it (default 0.05; it takes at least {MIN_ROUNDS} rounds)")
+    p.add_argument("--budget", type=positive_float, default=BUDGET,
+                   help=f"without --rounds: no round starts that would end after this many seconds of the "
+                        f"sweep (default {BUDGET:.0f}; at most {MAX_ROUNDS} rounds)")
     p.add_argument("--dtype", default="uint8", type=_dtype,
                    help="element type of the buffer, e.g. uint8, float32, float64 (default uint8): MPI sees it")
     p.add_argument("--check", action="store_true",
@@ -139,7 +156,7 @@ def run(args) -> int:
                 from gpulab.cli.bench_jobs import run_jobs
 
                 return run_jobs(args, algorithms, native, report)
-            return relaunch(args.ranks, sys.argv[1:])
+            return relaunch(args.ranks, sys.argv[1:], env=snapshot_env(args.ranks))
     return _measure(args)
 
 
@@ -170,28 +187,23 @@ def _measure(args) -> int:
         return 2
     options = {"chunk_bytes": args.chunk_bytes, "radix": args.radix, "ranks_per_node": args.ranks_per_node,
                "path": args.path, "staging_chunk_bytes": args.staging_chunk_bytes, **_level_options(args)}
-    bar = _progress(len(algorithms) * len(args.sizes)) if comm.rank == 0 and not args.quiet else None
-    records = sweep(comm, algorithms, args.sizes, options=options, root=args.root, iters=args.iters,
-                    dtype=args.dtype, check=args.check, back_to_back=args.back_to_back,
-                    device="cupy" if "nccl" in algorithms else args.device,
-                    warmup=args.warmup, time_budget=args.time_budget or None,
-                    progress=(lambda done, total, r: _advance(bar, r)) if bar else None)
+    records, sweep = measure_rounds(comm, args, algorithms, options=options, dtype=args.dtype, check=args.check,
+                                    back_to_back=args.back_to_back,
+                                    device="cupy" if "nccl" in algorithms else args.device)
     if comm.rank != 0:
         return 0
-    if bar:
-        bar.close()
-    return report(args, records, comm.size, metadata(comm.size, **entry_record()))
+    return report(args, records, comm.size, metadata(comm.size, **entry_record()), [sweep])
 
 
-def report(args, records: list[dict], p: int, meta: dict) -> int:
+def report(args, records: list[dict], p: int, meta: dict, sweeps: list[dict]) -> int:
     """Rank 0 of the job, or the process that merged several jobs: the table and files, or the rows for that
     process (--inner-out); exit 1 when a validation failed."""
     if args.inner_out:
         with open(args.inner_out, "w") as f:
-            json.dump({"metadata": meta, "records": records}, f)
+            json.dump({"metadata": meta, "records": records, "sweeps": sweeps}, f)
         return 0 if all(r["valid"] for r in records) else 1
-    print(format_table(records))
-    _write_outputs(args, records, p, meta)
+    print(format_table(records, sweeps[0].get("snapshot") if sweeps else None))
+    write_outputs(args, records, p, meta, sweeps)
     return 0 if all(r["valid"] for r in records) else 1
 
 
@@ -216,80 +228,6 @@ def _level_options(args) -> dict:
     return options
 
 
-def _progress(total: int):
-    # deferred: every gpulab command imports this module to build its parser; only the ranks use it
-    from tqdm import tqdm
-
-    return tqdm(total=total, unit="point", file=sys.stderr, mininterval=0.5, dynamic_ncols=True)
-
-
-def _advance(bar, record: dict) -> None:
-    bar.set_postfix_str(f"{record['algorithm']} {format_size(record['nbytes'])}", refresh=False)
-    bar.update()
-
-
-def format_table(records: list[dict]) -> str:
-    """Rows = sizes, columns = algorithms, cells = avg us; '!' marks a failed validation."""
-    algorithms = list(dict.fromkeys(r["algorithm"] for r in records))
-    cells = {(r["nbytes"], r["algorithm"]): r for r in records}
-    width = max(10, *(len(a) + 1 for a in algorithms))
-    lines = ["size".rjust(8) + "".join(a.rjust(width) for a in algorithms) + "  best (x vs mpi)"]
-    for nbytes in sorted({r["nbytes"] for r in records}):
-        row = [cells.get((nbytes, a)) for a in algorithms]
-        text = "".join((f"{r['avg_us']:.1f}" + ("" if r["valid"] else "!")).rjust(width) if r else
-                       "-".rjust(width) for r in row)
-        present = [r for r in row if r]
-        best = min(present, key=lambda r: r["avg_us"])
-        mpi = cells.get((nbytes, "mpi"))
-        ratio = f" ({mpi['avg_us'] / best['avg_us']:.2f}x)" if mpi else ""
-        lines.append(format_size(nbytes).rjust(8) + text + f"  {best['algorithm']}{ratio}")
-    p = records[0]["p"] if records else "?"
-    chose = [f"{format_size(r['nbytes'])}: {r['chose']['algorithm']}"
-             + "".join(f" {k}={v}" for k, v in sorted(r["chose"]["options"].items()))
-             + f" ({r['chose']['source']})" for r in records if "chose" in r]
-    mode = records[0].get("mode", "barrier") if records else "barrier"
-    bare = any(r.get("entry") == "comm.Bcast" for r in records)
-    title = (f"broadcast time per call (us, average over {p} ranks), {mode}"
-             + ("; mpi = bare comm.Bcast" if bare else ""))
-    alone = ("\non 1 rank nothing moves between ranks: these are the calls' fixed costs, not their speeds"
-             if p == 1 else "")
-    return (title + "\n" + "\n".join(lines)
-            + ("\nauto chose: " + "; ".join(chose) if chose else "") + alone)
-
-
-# the records' format (docs/bench_schema.md); the version changes whenever a field changes meaning or goes
-SCHEMA = {"name": "gpulab-bench-bcast", "version": 2}
-WHAT = "gpulab bench bcast: time per broadcast call, per algorithm and message size"
-CSV_FIELDS = ("schema_version", "algorithm", "entry", "nbytes", "dtype", "count", "p", "root", "iters", "warmup",
-              "mode", "avg_us", "min_us", "max_us", "p50_us", "p90_us", "p99_us", "algbw_GBps", "busbw_GBps",
-              "check", "errors", "valid", "device", "path", "options", "chose")
-
-
-def _write_outputs(args, records: list[dict], p: int, meta: dict) -> None:
-    if args.json_path:
-        with open(args.json_path, "w") as f:
-            json.dump({"schema": SCHEMA, "provenance": provenance(WHAT, meta["command"]), "metadata": meta,
-                       "records": records}, f, indent=1)
-    if args.csv_path:
-        with open(args.csv_path, "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows({**r, "schema_version": SCHEMA["version"], "options": json.dumps(r["options"]),
-                              "chose": json.dumps(r["chose"]) if "chose" in r else ""} for r in records)
-    if args.plot_path:
-        import matplotlib  # here, not at the top: every rank of every gpulab command imports this module
-
-        from gpulab.bcast.plots.drawings import sweep_figure
-
-        matplotlib.use("Agg")
-        fig = sweep_figure(records)
-        fig.suptitle(f"broadcast on {p} ranks ({meta['mpi']})")
-        fig.savefig(args.plot_path, dpi=120)
-    for path in (args.json_path, args.csv_path, args.plot_path):
-        if path:
-            print(f"wrote {path}")
-
-
 def _add_engine(what) -> None:
     p = what.add_parser("engine", help="time ParallelGPT iterations on grid shapes (gpulab.engine.perf.timing)")
     p.add_argument("-n", "--ranks", type=positive_int, default=4, help="ranks to start when not inside an MPI job")
@@ -301,8 +239,9 @@ def _add_engine(what) -> None:
     p.add_argument("--config", default=None, help="GPTConfig as JSON (default: bench_config)")
     p.add_argument("--batch-size", type=positive_int, default=16)
     p.add_argument("--iters", type=positive_int, default=5)
-    p.add_argument("--rounds", type=positive_int, default=1,
-                   help="sweep every (shape, overlap) this many times, interleaved; keep the best round")
+    p.add_argument("--rounds", type=positive_int, default=ENGINE_ROUNDS,
+                   help="sweep every (shape, overlap) this many times, interleaved; each row is the median "
+                        f"over rounds with its 95%% interval (default {ENGINE_ROUNDS}: the fewest that give one)")
     p.add_argument("--warmup", type=nonnegative_int, default=2)
     p.add_argument("--peak", type=positive_float, default=None, help="machine peak FLOP/s for MFU")
     p.add_argument("--device", default="host", choices=tuple(DEVICES), help="where the arrays live")
@@ -311,7 +250,8 @@ def _add_engine(what) -> None:
 
 
 def run_engine(args) -> int:
-    """Every (shape, overlap) in interleaved rounds, the best round of each kept; rank 0 writes the rows."""
+    """Every (shape, overlap) in interleaved rounds, the median over rounds of each with its interval
+    (``timing.over_rounds``); rank 0 writes the rows."""
     if not inside_mpi_job():
         env = {"MPIR_CVAR_ASYNC_PROGRESS": "1"} if args.progress == "mpich" else {}
         return relaunch(args.ranks, sys.argv[1:], env=env)
@@ -332,21 +272,20 @@ def run_engine(args) -> int:
     for shape, _ in runs:
         check_divisibility(config, shape, args.batch_size)
     results = {i: [] for i in range(len(runs))}
-    for _ in range(args.rounds):  # interleaved: a burst of load elsewhere hits one round of each
+    for round_ in range(args.rounds):  # interleaved: a burst of load elsewhere hits one round of each
         for i, (shape, overlap) in enumerate(runs):
             row = measure(comm, config, shape, args.batch_size, overlap, iters=args.iters,
                           warmup=args.warmup, peak_flops=args.peak, device=args.device)
             if comm.rank == 0:
                 results[i].append(row)
-                print(f"{shape} {overlap.label():>30}: {row['iter_s'] * 1e3:8.1f} ms "
-                      f"exposed {row['summary']['exposed_comm_s'] * 1e3:6.1f} ms "
+                print(f"round {round_ + 1}/{args.rounds} {shape} {overlap.label():>30}: "
+                      f"{row['iter_s'] * 1e3:8.1f} ms exposed {row['summary']['exposed_comm_s'] * 1e3:6.1f} ms "
                       f"hidden {row['summary']['hidden_comm_s'] * 1e3:6.1f} ms", flush=True)
     if comm.rank == 0:
-        rows = []
-        for rounds in results.values():
-            if rounds:  # the least disturbed round: other jobs only ever add time (timeit's argument)
-                best = min(rounds, key=lambda r: r["iter_s"])
-                rows.append({**best, "iter_s_rounds": [r["iter_s"] for r in rounds]})
+        rows = [over_rounds(rounds) for rounds in results.values() if rounds]
+        for row in rows:
+            iv = Interval.from_dict(row["iter_s_interval"]).scaled(1e3)
+            print(f"{tuple(row['shape'])} {row['overlap_label']:>30}: {iv.text('ms')}", flush=True)
         with open(args.out, "w") as f:
             json.dump(rows, f)
     return 0

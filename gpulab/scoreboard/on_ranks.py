@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.stats import median_interval
 
 MPI = lazy_mpi(globals())
 
@@ -98,8 +99,8 @@ def train(comm, args: dict):
 
 def engine(comm, args: dict):
     """Each (shape, overlap) as ``gpulab bench engine`` rows it, with ``iter_s`` and the summary's times the
-    medians over rounds (its groups' bytes are the same every round), ``rounds`` every round's times and
-    ``iter_s_rounds`` every round's iteration."""
+    medians over rounds (its groups' bytes are the same every round), ``rounds`` every round's times,
+    ``iter_s_rounds`` every round's iteration and ``iter_s_interval`` its median's 95% interval."""
     from threadpoolctl import threadpool_limits
 
     from gpulab.engine import GPTConfig, check_divisibility, grid_shapes
@@ -132,7 +133,9 @@ def engine(comm, args: dict):
         speed = {"tokens_per_s": row["batch_size"] * row["seq_len"] / median["iter_s"],
                  "flops_per_s": row["model_flops"] / median["iter_s"],
                  "mfu": row["model_flops"] / median["iter_s"] / row["peak_flops"] if row["peak_flops"] else None}
-        out.append({**row, **speed, "iter_s": median["iter_s"], "iter_s_rounds": [r["iter_s"] for r in rounds],
+        times = [r["iter_s"] for r in rounds]
+        out.append({**row, **speed, "iter_s": median["iter_s"], "iter_s_rounds": times,
+                    "iter_s_interval": median_interval(times).to_dict(),
                     "summary": {**row["summary"], **{k: median[k] for k in ENGINE_TIMES}}})
     return out
 

@@ -9,11 +9,13 @@
 Each run measures every chosen algorithm at every power-of-two size in the
 range (native MPI_Bcast alongside), ``rounds`` times, the rounds interleaved
 so that a burst of load on a shared machine hits one round of every point
-rather than every round of one point. A point shows its median round (every
-column of its table row from that one round), with the band from the fastest
-to the slowest round: a bump inside the band is noise, not an effect. The rows go to
-``explorer.results``; earlier runs stay on
-the plot so runs can be compared.
+rather than every round of one point. A point shows the median of its rounds
+(``results.over_rounds``: every time column the median over rounds) with the
+median's 95% interval as a band on the plot and ``median [low, high]`` in the
+table: a bump inside the band is noise, not an effect. With a fitted
+``machine`` the cost model's time for the last rank stands beside each point
+(dotted on the plot). The rows go to ``explorer.results``; earlier runs stay
+on the plot so runs can be compared.
 
 Buffers: host (numpy), GPU (CuPy, where every engine has one) or the fake
 GPU; for device buffers the path (auto, staged through host memory,
@@ -35,13 +37,15 @@ from IPython.display import display
 
 from gpulab.backend import DEVICES
 from gpulab.bcast.algorithms import registry
-from gpulab.bcast.measurement.results import median_row
+from gpulab.bcast.cost.hockney import predict
+from gpulab.bcast.measurement.results import over_rounds
 from gpulab.bcast.plots.drawings import series_of, sweep_figure
+from gpulab.stats import Interval
 from gpulab.widgets.plots import as_image, size_label
 
 SIZES = [1 << k for k in range(0, 27)]  # 1 B .. 64 MiB
 CHUNKS = [1 << k for k in range(10, 23)]  # 1 KiB .. 4 MiB
-ROUNDS = 3  # rounds per point by default: the least that has a median and a spread
+ROUNDS = 6  # rounds per point by default: the fewest whose order statistics bracket the median at 95%
 # A redraw renders the figure to PNG, which costs far more than a small size's measurement: during a run,
 # at most one a second (redrawn after every curve of every round, a run of small sizes spends most of its
 # time drawing)
@@ -55,10 +59,11 @@ NATIVE_NOTE = ("<small>MPICH's own algorithms (<code>mpi:pipelined_tree/kary/1</
 class BcastExplorer(W.VBox):
     """Controls + progress + plot + table over a runner (see gpulab.cluster.bcast_runner)."""
 
-    def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=None, rounds: int = ROUNDS):
-        """``algorithms``: those chosen at first (default: the registry's featured ones)."""
+    def __init__(self, runner, *, sizes=(1 << 10, 1 << 20), algorithms=None, rounds: int = ROUNDS, machine=None):
+        """``algorithms``: those chosen at first (default: the registry's featured ones); ``machine``: a fitted
+        ``gpulab.bcast.cost.hockney.Machine`` whose predictions stand beside the measurements (None: none)."""
         algorithms = registry.featured_names() if algorithms is None else algorithms
-        self.runner, self.results, self._runs = runner, [], 0
+        self.runner, self.machine, self.results, self._runs = runner, machine, [], 0
         self._drawn = (0.0, None)  # when the figure was last drawn, and after which measurement
         names = [a for a in runner.algorithms if a != "mpi"]
         size_options = [(size_label(s), s) for s in SIZES]
@@ -144,7 +149,7 @@ class BcastExplorer(W.VBox):
                                          f"{size_label(nbytes)}B ({i + 1}/{len(plan)})")
                     measured[i].append(self.runner.measure(algorithm, nbytes, self.root.value, options,
                                                            device=self.device.value))
-                    self.results = earlier + [median_row(rows, self._runs) for rows in measured if rows]
+                    self.results = earlier + [self._point(rows) for rows in measured if rows]
                     self.progress.value += 1
                     curve_done = i + 1 == len(plan) or plan[i + 1][0] != algorithm
                     if curve_done and time.monotonic() - self._drawn[0] >= REDRAW_EVERY_S:
@@ -160,6 +165,17 @@ class BcastExplorer(W.VBox):
         finally:
             self.run_button.disabled = False
         return self.results[len(earlier):]
+
+    def _point(self, rounds: list[dict]) -> dict:
+        """A point from its rounds so far, with the model's time for the last rank where there is one."""
+        row = over_rounds(rounds, run=self._runs)
+        if self.machine is not None and row["algorithm"] != "nccl" and row.get("device", "host") == "host":
+            try:
+                row["model_us"] = predict(row["algorithm"], row["nbytes"], row["p"], self.machine,
+                                          **row["options"]) * 1e6
+            except (KeyError, TypeError, ValueError):  # an algorithm or option the model does not price
+                pass
+        return row
 
     def clear(self):
         self.results, self._runs = [], 0
@@ -177,21 +193,21 @@ class BcastExplorer(W.VBox):
 
 
 def results_html(rows: list[dict], last: int = 12) -> str:
-    """The last few result rows as a small HTML table.
-
-    A row's avg/min/max/busbw all come from one round, the median one (min and max: that round's fastest
-    and slowest rank); the last column is the spread of the average over the rounds.
-    """
-    head = ("<tr><th>series</th><th>size</th><th>avg us</th><th>min us (rank)</th><th>max us (rank)</th>"
-            "<th>busbw GB/s</th><th>avg us over rounds</th><th>valid</th></tr>")
-    body = "".join(f"<tr><td>{series_of(r)}</td><td>{size_label(r['nbytes'])}</td><td>{r['avg_us']:.1f}</td>"
-                   f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td><td>{r['busbw_GBps']:.3f}</td>"
-                   f"<td>{_spread(r)}</td><td>{r['valid']}</td></tr>" for r in rows[-last:])
-    caption = ("<caption style='text-align:left'>each row: the median round (min/max: its fastest and slowest "
-               "rank); the last column: the fastest to the slowest round</caption>")
+    """The last few result rows as a small HTML table: each time the median over the point's rounds, the
+    average over ranks with its 95% interval; min and max: the fastest and slowest rank; the model's time
+    (for the last rank to finish, so beside max) where the explorer has a machine."""
+    model = any("model_us" in r for r in rows)
+    head = ("<tr><th>series</th><th>size</th><th>avg us: median [95% interval]</th><th>min us (rank)</th>"
+            "<th>max us (rank)</th>" + ("<th>model us</th>" if model else "")
+            + "<th>busbw GB/s</th><th>valid</th></tr>")
+    body = "".join(f"<tr><td>{series_of(r)}</td><td>{size_label(r['nbytes'])}</td><td>{_interval(r)}</td>"
+                   f"<td>{r['min_us']:.1f}</td><td>{r['max_us']:.1f}</td>"
+                   + (f"<td>{r['model_us']:.1f}</td>" if "model_us" in r else "<td>-</td>" if model else "")
+                   + f"<td>{r['busbw_GBps']:.3f}</td><td>{r['valid']}</td></tr>" for r in rows[-last:])
+    caption = ("<caption style='text-align:left'>each time: the median over the point's rounds; the interval "
+               "holds the true median with the probability shown (n = rounds)</caption>")
     return f"<table>{caption}{head}{body}</table>" if rows else ""
 
 
-def _spread(row: dict) -> str:
-    times = row.get("rounds_us") or [row["avg_us"]]
-    return f"{min(times):.1f}" if len(times) == 1 else f"{min(times):.1f} - {max(times):.1f} ({len(times)})"
+def _interval(row: dict) -> str:
+    return html.escape(Interval.from_dict(row["avg_interval_us"]).text(digits=4))

@@ -13,9 +13,11 @@ depth what is left and the batch; data is the rest. Beside data the shape's
 name (``gpulab.engine.strategies.describe``: "Megatron-LM TP2 x DP2",
 "ZeRO-3/FSDP x4", "AxoNN 4D (2,1,2,1)" ...), also in the table. Run trains a few
 iterations on the engines (``gpulab.engine.perf.timing.measure`` on the first
-``world`` ranks), then draws the slowest iteration's per-rank timeline and a
-breakdown of every run so far (compute, exposed and hidden communication)
-next to the performance model's prediction for the same settings.
+``world`` ranks, in the runner's rounds), then draws the per-rank timeline of
+the median round's median iteration and a breakdown of every run so far
+(compute, exposed and hidden communication, the median iteration time over
+rounds with its 95% interval as an error bar) next to the performance model's
+prediction for the same settings; the table gives ``median [low, high]``.
 The engines do the measuring; this module only asks and draws, so it is
 tested with a fake runner.
 """
@@ -34,6 +36,7 @@ from gpulab.engine.parallel.timeline_plot import breakdown, gantt
 from gpulab.engine.perf.predict import predict
 from gpulab.engine.perf.timing import bench_config
 from gpulab.engine.strategies import describe
+from gpulab.stats import Interval
 from gpulab.widgets.plots import as_image
 from gpulab.widgets.tables import Table
 
@@ -137,7 +140,7 @@ class MeshExplorer(W.VBox):
         self.predictions.append(self._predict(shape, overlap, device))
         caveat = (self.predictions[-1] or {}).get("caveat")
         fitted = self.fitted_device
-        self.status.value = f"{row['label']}: {row['iter_s'] * 1e3:.1f} ms per iteration" + (
+        self.status.value = f"{row['label']}: {html.escape(iteration_ms(row).text('ms'))} per iteration" + (
             f"; the model's trust is LOW here: {html.escape(caveat)}" if caveat else "") + (
             f"; no prediction: the model was fitted with arrays on {fitted} "
             f"(runner.fit_machine(device={device!r}) fits one for {device})"
@@ -156,11 +159,14 @@ class MeshExplorer(W.VBox):
         return predict(self.config, shape, self.batch_size, self.machine, overlap)
 
     def rows(self) -> list[dict]:
-        """One line per run: measured and predicted milliseconds."""
+        """One line per run: measured (the median over rounds and its interval) and predicted milliseconds."""
         out = []
         for r, p in zip(self.results, self.predictions):
             s = r["summary"]
-            out.append({"run": r["label"], "strategy": describe(r["shape"]), "iter ms": r["iter_s"] * 1e3,
+            iteration = iteration_ms(r)
+            out.append({"run": r["label"], "strategy": describe(r["shape"]), "iter ms": iteration.median,
+                        "95% interval ms": f"[{iteration.low:.1f}, {iteration.high:.1f}] (n={iteration.n}, "
+                                           f"{iteration.confidence:.0%})",
                         "compute ms": s["compute_s"] * 1e3, "exposed ms": s["exposed_comm_s"] * 1e3,
                         "hidden ms": s["hidden_comm_s"] * 1e3,
                         "predicted ms": p["iter_s"] * 1e3 if p else float("nan"),
@@ -180,3 +186,10 @@ class MeshExplorer(W.VBox):
         with self.breakdown_plot:
             self.breakdown_plot.clear_output(wait=True)
             display(as_image(breakdown(self.results, preds, title="every run: measured (bars), model (dots)")))
+
+
+def iteration_ms(row: dict) -> Interval:
+    """A run's iteration time in ms: the median over its rounds with their 95% interval (one round: no interval)."""
+    if "iter_s_interval" in row:
+        return Interval.from_dict(row["iter_s_interval"]).scaled(1e3)
+    return Interval(row["iter_s"], row["iter_s"], row["iter_s"], 1, 0.0).scaled(1e3)

@@ -66,15 +66,15 @@ def test_cli_options_and_versioned_schema(tmp_path):
     out = tmp_path / "r"
     cmd = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--algorithms", "mpi,binomial",
            "--sizes", "1K,4K", "--iters", "10", "--warmup", "1", "--dtype", "float64", "--check", "--back-to-back",
-           "--quiet", "--json", f"{out}.json", "--csv", f"{out}.csv"]
+           "--rounds", "2", "--quiet", "--json", f"{out}.json", "--csv", f"{out}.csv"]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
     assert done.returncode == 0, done.stderr
     assert "back-to-back; mpi = bare comm.Bcast" in done.stdout
     report = json.loads(out.with_suffix(".json").read_text())
-    assert report["schema"] == {"name": "gpulab-bench-bcast", "version": 2}
+    assert report["schema"] == {"name": "gpulab-bench-bcast", "version": 3}
     assert {r["dtype"] for r in report["records"]} == {"float64"} and all(r["check"] for r in report["records"])
     rows = list(csv.DictReader(out.with_suffix(".csv").open()))
-    assert len(rows) == 4 and {r["schema_version"] for r in rows} == {"2"}
+    assert len(rows) == 4 and {r["schema_version"] for r in rows} == {"3"}
     assert float(rows[0]["p99_us"]) >= float(rows[0]["p50_us"]) > 0
     bad = subprocess.run([sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--sizes", "1K,3",
                           "--dtype", "float32"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)

@@ -65,10 +65,11 @@ def _gpulab(*args, env=None):
 
 
 def test_bench_runs_each_variant_in_its_own_job_and_merges_the_rows(tmp_path):
+    """Each job runs its points in rounds, in its share of the time budget (by its number of algorithms)."""
     out = tmp_path / "bench.json"
     run = _gpulab("bench", "bcast", "-n", "2", "--sizes", "1K,64K", "--algorithms",
                   "chain,mpi,mpi:binomial,mpi:pipelined_tree/kary/1", "--chunk-bytes", "16K", "--iters", "3",
-                  "--warmup", "1", "--quiet", "--json", str(out))
+                  "--warmup", "1", "--budget", "8", "--quiet", "--json", str(out))
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(out.read_text())
     names = [r["algorithm"] for r in report["records"]]
@@ -79,6 +80,13 @@ def test_bench_runs_each_variant_in_its_own_job_and_merges_the_rows(tmp_path):
     assert [job["algorithms"] for job in report["metadata"]["jobs"]] == [
         ["chain", "mpi"], ["mpi:binomial"], ["mpi:pipelined_tree/kary/1"]]
     assert "mpi:pipelined_tree/kary/1@16K" in run.stdout  # the table has its column
+    sweeps = report["sweeps"]
+    assert [s["algorithms"] for s in sweeps] == [["chain", "mpi"], ["mpi:binomial"], ["mpi:pipelined_tree/kary/1@16K"]]
+    assert [s["budget_s"] for s in sweeps] == [4.0, 2.0, 2.0]
+    assert all(s["snapshot"]["ranks"] == 2 and s["stopped"] in ("narrow", "budget", "max_rounds") for s in sweeps)
+    for r in report["records"]:
+        assert r["rounds"] == len(r["rounds_us"]) >= 1 and r["stopped"] in ("narrow", "budget", "max_rounds")
+        assert r["avg_interval_us"]["low"] <= r["avg_us"] <= r["avg_interval_us"]["high"]
 
 
 def test_bench_refuses_a_variant_inside_a_job_it_did_not_start():

@@ -43,7 +43,7 @@ def test_cluster_up_show_down():
         again = gpulab("cluster", "up", "--name", name, "--nodes", "2")
         assert again.returncode == 1 and "already up" in again.stderr
         job = gpulab("bench", "bcast", "-n", "4", "--sizes", "1K", "--algorithms", "chain", "--iters", "2",
-                     "--warmup", "1", "--quiet", "--json", "/dev/stdout", env={"GPULAB_CLUSTER": name})
+                     "--warmup", "1", "--rounds", "2", "--quiet", "--json", "/dev/stdout", env={"GPULAB_CLUSTER": name})
         assert job.returncode == 0, job.stderr
         assert '"placement": "round-robin"' in job.stdout and '"nodes": 2' in job.stdout
     finally:
@@ -58,7 +58,8 @@ def test_bench_records_the_topology(tmp_path):
     out = tmp_path / "bench.json"
     run = gpulab("bench", "bcast", "-n", "4", "--nodes", "2", "--link", "unlimited", "--placement", "round-robin",
                  "--sizes", "1K,64K", "--algorithms", "chain,hierarchical,mpi", "--inter", "chain",
-                 "--chunk-bytes", "16K", "--iters", "2", "--warmup", "1", "--quiet", "--json", str(out))
+                 "--chunk-bytes", "16K", "--iters", "2", "--warmup", "1", "--rounds", "2", "--quiet", "--json",
+                 str(out))
     assert run.returncode == 0, run.stderr[-3000:]
     report = json.loads(out.read_text())
     meta = report["metadata"]
@@ -73,7 +74,7 @@ def test_bench_records_the_topology(tmp_path):
 def test_bench_without_nodes_records_one_machine(tmp_path):
     out = tmp_path / "bench.json"
     run = gpulab("bench", "bcast", "-n", "2", "--sizes", "1K", "--algorithms", "chain", "--iters", "2",
-                 "--warmup", "1", "--quiet", "--json", str(out))
+                 "--warmup", "1", "--rounds", "2", "--quiet", "--json", str(out))
     assert run.returncode == 0, run.stderr[-3000:]
     meta = json.loads(out.read_text())["metadata"]
     assert not meta["emulated"] and meta["nodes"] == 1 and meta["ranks_per_node"] == 2

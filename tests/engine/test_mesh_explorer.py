@@ -145,3 +145,43 @@ def test_the_model_prices_only_runs_on_the_device_it_was_fitted_on():
     assert [r["predicted ms"] > 0 for r in explorer.rows()] == [True, False]  # nan: not priced
     assert "fitted with arrays on cupy" in explorer.status.value and "device='host'" in explorer.status.value
     assert MeshExplorer(GpuRunner(), machine=FakeMachine()).device.value == "host"  # a host fit: host runs
+
+
+class RoundsRunner(FakeRunner):
+    """Each run is six rounds whose iterations took 10, 12, 11, 30, 9 and 11 ms: one disturbed round."""
+
+    def measure(self, *args, **kwargs):
+        from gpulab.engine.perf.timing import over_rounds
+
+        row = super().measure(*args, **kwargs)
+        rounds = [dict(row, iter_s=t / 1e3, batch_size=16, seq_len=64, model_flops=1e9, peak_flops=None)
+                  for t in (10, 12, 11, 30, 9, 11)]
+        return over_rounds(rounds)
+
+
+def test_a_run_shows_its_median_over_rounds_with_the_interval_beside_the_model():
+    explorer = MeshExplorer(RoundsRunner(), machine=FakeMachine())
+    row = explorer.run()
+    assert row["iter_s"] == pytest.approx(0.011) and row["rounds"] == 6
+    interval = row["iter_s_interval"]
+    assert interval["low"] == pytest.approx(0.009) and interval["high"] == pytest.approx(0.03)
+    assert row["tokens_per_s"] == pytest.approx(16 * 64 / 0.011)  # the rates follow the median
+    (line,) = explorer.rows()
+    assert line["iter ms"] == pytest.approx(11.0) and line["95% interval ms"] == "[9.0, 30.0] (n=6, 97%)"
+    assert line["predicted ms"] > 0
+    assert "11.0 ms [9.00, 30.0] (n=6, 97%) per iteration" in explorer.status.value
+    fig = breakdown([dict(row, label="run")], None)
+    (bars,) = [c for c in fig.axes[0].containers if type(c).__name__ == "ErrorbarContainer"]
+    assert bars.get_label() == "measured iteration: median, 95% interval"
+
+
+def test_over_rounds_takes_the_median_round_whole_and_the_median_time():
+    from gpulab.engine.perf.timing import over_rounds
+
+    rounds = [{"iter_s": t, "summary": {"tag": t}, "batch_size": 2, "seq_len": 4, "model_flops": 8.0,
+               "peak_flops": 4.0} for t in (3.0, 1.0, 2.0, 4.0)]
+    row = over_rounds(rounds)
+    assert row["iter_s"] == 2.5 and row["iter_s_rounds"] == [3.0, 1.0, 2.0, 4.0] and row["rounds"] == 4
+    assert row["summary"] == {"tag": 2.0}  # an even count: the lower of the middle two rounds
+    assert row["mfu"] == pytest.approx(8.0 / 2.5 / 4.0) and row["tokens_per_s"] == pytest.approx(8 / 2.5)
+    assert row["iter_s_interval"]["n"] == 4 and row["iter_s_interval"]["confidence"] < 0.95  # four: not 95%

@@ -99,7 +99,7 @@ def test_cli_refuses_nccl_without_a_gpu_and_runs_fake_device_buffers(tmp_path):
     from tests.mpi_harness import ROOT
 
     bench = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", "2", "--sizes", "1K", "--iters", "2",
-             "--warmup", "1", "--quiet"]
+             "--warmup", "1", "--rounds", "2", "--quiet"]
     if not nccl.available():
         done = subprocess.run(bench + ["--algorithms", "chain,nccl"], cwd=ROOT, capture_output=True, text=True,
                               timeout=120)

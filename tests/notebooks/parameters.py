@@ -18,7 +18,7 @@ PARAMETERS = {
                             "NETWORKS": ["resnet50"],
                             "TRAIN_STEPS": 3, "SCOREBOARD_LIVE": ()},  # the live training: 2 steps counted
     "04_tensor_parallel_3d": {},  # already small: one 8 x 12 layer on 4 ranks
-    "05_mesh_explorer": {"ITERS": 2, "FIT_REPS": 1},  # every 4-rank grid, overlap on and off
+    "05_mesh_explorer": {"ITERS": 2, "ROUNDS": 2, "FIT_REPS": 1},  # every 4-rank grid, overlap on and off
     "06_scaling_on_paper": {"WEAK": [("gpt-5b", 64), ("gpt-80b", 1024), ("gpt-640b", 16384)]},
     # every strategy live, both pipelines
     "07_axonn_vs_baselines": {"ITERS": 2, "FIT_REPS": 1, "MICRO": 4, "SCOREBOARD_LIVE": ()},

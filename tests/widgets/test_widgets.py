@@ -42,15 +42,16 @@ def test_pressing_run_measures_the_plan_and_draws_one_line_per_series():
     explorer = BcastExplorer(runner, sizes=(1 << 10, 1 << 13), algorithms=("binomial", "chain"))
     explorer.chunk.value = 1 << 12
     explorer.run_button.click()
-    # 4 sizes x (binomial, chain, native mpi), each with only the options it accepts, in 3 rounds
-    assert len(explorer.results) == 12 and explorer.rounds.value == 3
+    # 4 sizes x (binomial, chain, native mpi), each with only the options it accepts, in 6 rounds
+    assert len(explorer.results) == 12 and explorer.rounds.value == 6
     assert ("chain", 1 << 10, 0, {"chunk_bytes": 4096}) in runner.calls
     assert ("binomial", 1 << 10, 0, {}) in runner.calls
-    assert explorer.progress.value == explorer.progress.max == 36
-    assert runner.calls[:12] == runner.calls[12:24] == runner.calls[24:]  # rounds interleaved, not repeats
+    assert explorer.progress.value == explorer.progress.max == 72
+    assert all(runner.calls[i:i + 12] == runner.calls[:12] for i in range(0, 72, 12))  # interleaved rounds
     labels = [line.get_label() for line in explorer.figure.axes[0].lines]
     assert labels == ["#1 binomial", "#1 chain(chunk_bytes=4K)", "#1 mpi"]
     assert "<td>#1 mpi</td>" in explorer.table.value
+    assert "(n=6, 97%)" in explorer.table.value  # six rounds: a 96.9% interval of each median
 
 
 def test_a_run_redraws_curve_by_curve_at_most_once_a_second_and_always_at_its_end(monkeypatch):
@@ -66,7 +67,7 @@ def test_a_run_redraws_curve_by_curve_at_most_once_a_second_and_always_at_its_en
             clock["now"] += 0.3
             return super().measure(*args, **kwargs)
 
-    explorer = BcastExplorer(SlowRunner(), sizes=(1 << 10, 1 << 11), algorithms=("binomial", "chain"))
+    explorer = BcastExplorer(SlowRunner(), sizes=(1 << 10, 1 << 11), algorithms=("binomial", "chain"), rounds=3)
     drawn, redraw = [], explorer.redraw
 
     def counted_redraw():
@@ -97,19 +98,25 @@ class NoisyRunner(FakeRunner):
         return dict(row, avg_us=avg, busbw_GBps=row["nbytes"] / avg / 1e3)
 
 
-def test_a_point_is_the_median_of_its_rounds_with_their_spread():
-    # two sizes, one algorithm, five rounds: the size-1K point gets 50, 10, 30, 20, 90 us
-    explorer = BcastExplorer(NoisyRunner([50, 5, 10, 6, 30, 4, 20, 7, 90, 8]), sizes=(1 << 10, 1 << 11),
-                             algorithms=("binomial",), rounds=5)
+def test_a_point_is_the_median_of_its_rounds_with_its_interval():
+    # two sizes, one algorithm, nine rounds: the size-1K point gets 50, 10, 30, 20, 90, 40, 35, 25, 45 us
+    size_1k = [50, 10, 30, 20, 90, 40, 35, 25, 45]
+    size_2k = [5, 6, 4, 7, 8, 6, 5, 7, 6]
+    explorer = BcastExplorer(NoisyRunner([t for pair in zip(size_1k, size_2k) for t in pair]),
+                             sizes=(1 << 10, 1 << 11), algorithms=("binomial",), rounds=9)
     explorer.with_mpi.value = False
     rows = explorer.run()
-    assert [r["avg_us"] for r in rows] == [30, 6]
-    assert rows[0]["rounds_us"] == [50, 10, 30, 20, 90] and rows[0]["busbw_GBps"] == pytest.approx(1024 / 30 / 1e3)
+    assert [r["avg_us"] for r in rows] == [35, 6]
+    assert rows[0]["rounds_us"] == size_1k and rows[0]["busbw_GBps"] == pytest.approx(1024 / 35 / 1e3)
+    # nine samples: the 2nd smallest to the 2nd largest hold the median with 96.1%, the extremes left out
+    assert rows[0]["avg_interval_us"] == {"median": 35, "low": 20, "high": 50, "n": 9,
+                                          "confidence": pytest.approx(0.9609375)}
     time_axis = explorer.figure.axes[0]
-    assert list(time_axis.lines[0].get_ydata()) == [30, 6]
+    assert list(time_axis.lines[0].get_ydata()) == [35, 6]
     band = time_axis.collections[0].get_paths()[0].vertices[:, 1]
-    assert band.min() == 4 and band.max() == 90  # fastest to slowest round of the points
-    assert "median of rounds" in time_axis.get_ylabel()
+    assert band.min() == 5 and band.max() == 50  # the intervals, not the fastest and slowest rounds (4, 90)
+    assert "median of rounds, band: its 95% interval" in time_axis.get_ylabel()
+    assert "35.00 [20.00, 50.00] (n=9, 96%)" in explorer.table.value
 
 
 def test_runs_accumulate_for_comparison_and_clear_resets():
@@ -240,9 +247,10 @@ def test_crossover_is_where_the_fast_one_stays_ahead():
     assert crossover(measured, "binomial", "chain") is None
 
 
-def test_every_column_of_a_table_row_comes_from_one_round():
-    """Rounds whose ranks' spreads differ: the row shows the median round's mean, fastest and slowest rank
-    together (a row read avg 43.5, min 8.0, max 42.2 when min/max came from the first round)."""
+def test_every_time_of_a_row_is_its_median_over_rounds_and_they_stay_in_order():
+    """Rounds whose ranks' spreads differ: each column is the median over rounds of its own, and since in
+    every round fastest <= average <= slowest rank, their medians keep that order (a row once read avg 43.5,
+    min 8.0, max 42.2 when min and max came from another round than the average)."""
     from gpulab.widgets.explorer import results_html
 
     class RoundsRunner(FakeRunner):
@@ -253,15 +261,30 @@ def test_every_column_of_a_table_row_comes_from_one_round():
             low, high = next(self.rounds)
             return dict(row, min_us=low, max_us=high, avg_us=(low + high) / 2)
 
-    explorer = BcastExplorer(RoundsRunner(), sizes=(1 << 10, 1 << 10), algorithms=("binomial",))
+    explorer = BcastExplorer(RoundsRunner(), sizes=(1 << 10, 1 << 10), algorithms=("binomial",), rounds=3)
     explorer.with_mpi.value = False
     (row,) = explorer.run()
-    assert (row["avg_us"], row["min_us"], row["max_us"]) == (43.5, 43.0, 44.0)  # the second round: the median
+    assert (row["avg_us"], row["min_us"], row["max_us"]) == (43.5, 40.0, 44.0)
     assert row["min_us"] <= row["avg_us"] <= row["max_us"]
     assert row["busbw_GBps"] == pytest.approx(1024 / 43.5 / 1e3)
-    assert row["rounds_us"] == [25.1, 43.5, 44.5]
+    assert row["rounds_us"] == [25.1, 43.5, 44.5] and row["rounds_max_us"] == [42.2, 44.0, 49.0]
     html = results_html([row])
-    assert "<td>43.5</td><td>43.0</td><td>44.0</td>" in html and "25.1 - 44.5 (3)" in html
+    assert "<td>43.50 [25.10, 44.50] (n=3, 75%)</td><td>40.0</td><td>44.0</td>" in html
+
+
+def test_a_fitted_machine_puts_the_model_beside_each_point():
+    from gpulab.bcast.cost.hockney import Link, Machine, predict
+    from gpulab.widgets.explorer import results_html
+
+    machine = Machine("plain", Link.plain(5e-6, 1e-9), Link.plain(5e-6, 1e-9))
+    explorer = BcastExplorer(FakeRunner(), sizes=(1 << 10, 1 << 11), algorithms=("binomial",), rounds=2,
+                             machine=machine)
+    rows = explorer.run()
+    assert [r["model_us"] for r in rows if r["algorithm"] == "binomial"] == [
+        pytest.approx(predict("binomial", n, 4, machine) * 1e6) for n in (1 << 10, 1 << 11)]
+    assert "<th>model us</th>" in results_html(rows)
+    assert len(explorer.figure.axes[0].lines) == 4  # binomial and mpi, each with its model dotted
+    assert "<th>model us</th>" not in results_html(BcastExplorer(FakeRunner(), rounds=1).run())
 
 
 def test_hierarchical_takes_the_real_nodes_on_an_emulated_cluster():

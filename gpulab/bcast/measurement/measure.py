@@ -21,6 +21,8 @@ reached MPI: "host", "cuda-aware", "staged" (see ``gpulab.bcast.runtime.gpu``) o
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from gpulab.backend import copy_from_host, empty_bytes, to_host
@@ -46,8 +48,11 @@ def applicable_options(algorithm: str, options: dict) -> dict:
     return {k: v for k, v in options.items() if k in accepted and v is not None}
 
 
+@lru_cache(maxsize=2)  # a sweep in rounds validates each point twice a round (salts 1 and 2), size by size
 def _pattern(nbytes: int, salt: int) -> np.ndarray:
-    return ((np.arange(nbytes, dtype=np.uint32) * 2654435761 + salt) >> 13).astype(np.uint8)
+    pattern = ((np.arange(nbytes, dtype=np.uint32) * 2654435761 + salt) >> 13).astype(np.uint8)
+    pattern.flags.writeable = False  # shared by every call that asks for it
+    return pattern
 
 
 def _fill(comm, raw, root: int, salt: int) -> np.ndarray:
@@ -180,16 +185,3 @@ def measure_bcast(comm, algorithm: str, nbytes: int, *, root: int = 0, iters: in
         **chose,
     }
 
-
-def sweep(comm, algorithms: list[str], sizes: list[int], *, options: dict | None = None,
-          progress=None, **measure_kwargs) -> list[dict]:
-    """Measure every algorithm at every size; ``progress(done, total, record)`` after each point."""
-    records, total = [], len(algorithms) * len(sizes)
-    for size in sizes:
-        for algorithm in algorithms:
-            record = measure_bcast(comm, algorithm, size, **applicable_options(algorithm, options or {}),
-                                   **measure_kwargs)
-            records.append(record)
-            if progress is not None:
-                progress(len(records), total, record)
-    return records

@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+from gpulab.stats import median_interval
 
-def median_row(rounds: list[dict], run: int) -> dict:
-    """One point from its rounds: the median round's row whole (its mean, its fastest and slowest rank,
-    the bandwidth from its time), so that every column comes from one round; the rounds' times kept as
-    ``rounds_us`` for the spread; valid only if every round was.
+# the times a row of ``measure_bcast`` has per round; a point keeps the median over rounds of each
+TIMES = ("avg_us", "min_us", "max_us", "p50_us", "p90_us", "p99_us")
 
-    With an even number of rounds the lower of the two middle rounds stands for the point (a mean of two
-    would be a time no round measured).
+
+def over_rounds(rounds: list[dict], **more) -> dict:
+    """One point from its rounds (``measure_bcast`` rows of the same algorithm, size and options).
+
+    Each time is the median over rounds of that round's value: ``avg_us`` the median of the rounds'
+    averages over ranks, ``max_us`` of their slowest ranks. Every round's average and slowest rank stay
+    in ``rounds_us`` and ``rounds_max_us``, their medians' 95% intervals (order statistics, ``gpulab.stats``)
+    in ``avg_interval_us`` and ``max_interval_us``; the bandwidth is the median's. ``iters`` is the fewest
+    timed iterations of a round (the time budget may cut them), ``errors`` the most; valid only if every
+    round was. ``more`` is added (the explorer's run number, a sweep's stop reason).
     """
-    times = [r["avg_us"] for r in rounds]
-    middle = sorted(rounds, key=lambda r: r["avg_us"])[(len(rounds) - 1) // 2]
-    median = middle["avg_us"]
-    bandwidth = middle["nbytes"] / median / 1e3 if median > 0 else 0.0  # GB/s; broadcast: busbw = algbw
-    return dict(middle, run=run, algbw_GBps=bandwidth, busbw_GBps=bandwidth, rounds_us=times,
-                valid=all(r["valid"] for r in rounds))
+    averages = [r["avg_us"] for r in rounds]
+    slowest = [r.get("max_us", r["avg_us"]) for r in rounds]
+    avg, worst = median_interval(averages), median_interval(slowest)
+    row = dict(rounds[0])
+    row.update({key: median_interval([r[key] for r in rounds]).median for key in TIMES if key in rounds[0]})
+    bandwidth = row["nbytes"] / avg.median / 1e3 if avg.median > 0 else 0.0  # GB/s; broadcast: busbw = algbw
+    row.update(avg_us=avg.median, algbw_GBps=bandwidth, busbw_GBps=bandwidth, rounds=len(rounds),
+               rounds_us=averages, rounds_max_us=slowest, avg_interval_us=avg.to_dict(),
+               max_interval_us=worst.to_dict(), valid=all(r["valid"] for r in rounds), **more)
+    if "iters" in row:
+        row["iters"] = min(r["iters"] for r in rounds)
+    if "errors" in row:
+        row["errors"] = max(r["errors"] for r in rounds)
+    return row
 
 
 def crossover(rows: list[dict], fast: str, slow: str) -> int | None:

@@ -31,8 +31,9 @@ def series_of(row: dict) -> str:
 def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
     """Two panels against message size: average time (log-log) and bus bandwidth.
 
-    Rows measured in several rounds (``rounds_us``, the explorer's) are drawn at their median
-    with a band from the fastest to the slowest round."""
+    Rows measured in several rounds (``results.over_rounds``: the bench's, the explorer's) are drawn at
+    their median with a band for the median's 95% interval (``avg_interval_us``); a row's ``model_us`` (a cost
+    model's time, the explorer's) is drawn dotted in its line's colour."""
     fig = fig or Figure(figsize=(10, 4), layout="constrained")
     fig.clear()
     ax_time, ax_bw = fig.subplots(1, 2)
@@ -46,8 +47,11 @@ def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
         style = "--" if points[0]["algorithm"] == "mpi" else "-"
         line, = ax_time.plot(sizes, [r["avg_us"] for r in points], style, marker="o", ms=3, label=label)
         ax_bw.plot(sizes, [r["busbw_GBps"] for r in points], style, marker="o", ms=3, label=label)
-        if any(len(r.get("rounds_us", ())) > 1 for r in points):
-            low, high = ([f(r.get("rounds_us") or [r["avg_us"]]) for r in points] for f in (min, max))
+        if any("model_us" in r for r in points):  # the cost model's time for the last rank, dotted
+            ax_time.plot(sizes, [r.get("model_us", float("nan")) for r in points], ":", color=line.get_color())
+        if any(_rounds(r) > 1 for r in points):
+            low, high = ([r.get("avg_interval_us", {}).get(end, r["avg_us"]) for r in points]
+                         for end in ("low", "high"))
             ax_time.fill_between(sizes, low, high, color=line.get_color(), alpha=0.2, lw=0)
             ax_bw.fill_between(sizes, [n / t / 1e3 for n, t in zip(sizes, high)],
                                [n / t / 1e3 for n, t in zip(sizes, low)], color=line.get_color(), alpha=0.2, lw=0)
@@ -56,8 +60,9 @@ def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
         ax.set_xlabel("message size (bytes)")
         ax.grid(True, which="both", alpha=0.3)
     ax_time.set_yscale("log")
-    rounds = any(len(r.get("rounds_us", ())) > 1 for r in rows)
-    ax_time.set_ylabel("time (us): median of rounds, band min-max" if rounds else "average time (us)")
+    sure = min((r["avg_interval_us"]["confidence"] for r in rows if _rounds(r) > 1), default=None)
+    ax_time.set_ylabel("average time (us)" if sure is None else "time (us): median of rounds, band: its "
+                       + ("95% interval" if sure >= 0.95 else f"interval ({sure:.0%} sure: few rounds)"))
     ax_bw.set_ylabel("bus bandwidth (GB/s)")
     if series:
         p = rows[-1].get("p", "?")
@@ -65,6 +70,10 @@ def sweep_figure(rows: list[dict], fig: Figure | None = None) -> Figure:
         ax_bw.set_title("busbw = bytes / time (broadcast)")
         ax_bw.legend(fontsize=7, loc="best")
     return fig
+
+
+def _rounds(row: dict) -> int:
+    return row.get("avg_interval_us", {}).get("n", 1)
 
 
 def phase_label(event: dict) -> str:

@@ -77,7 +77,8 @@ def breakdown(rows: list[dict], predicted: list[dict] | None = None, *, title: s
     """Stacked bars per run: compute, exposed and hidden communication (ms); predictions as dots.
 
     ``rows``: dicts with "label" and a timeline summary under "summary" (``bench.measure`` rows
-    plus a label); ``predicted``: ``perfmodel.predict`` results in the same order.
+    plus a label; with ``iter_s_interval``, runs in rounds, an error bar each); ``predicted``:
+    ``perfmodel.predict`` results in the same order.
     """
     if ax is None:
         fig = Figure(figsize=(max(6, 0.9 * len(rows) + 2), 3.8), layout="constrained")
@@ -92,6 +93,12 @@ def breakdown(rows: list[dict], predicted: list[dict] | None = None, *, title: s
     ax.bar(x, exposed, bottom=comp, color="#d62728", label="exposed communication")
     ax.bar(x, hidden, bottom=[c + e for c, e in zip(comp, exposed)], color="#d62728", alpha=0.3,
            label="hidden communication (in flight while computing)")
+    spans = [r.get("iter_s_interval") for r in rows]
+    if spans and all(spans):  # runs measured in rounds: the median iteration and its interval
+        mid = [s["median"] * 1e3 for s in spans]
+        ax.errorbar(x, mid, yerr=[[m - s["low"] * 1e3 for m, s in zip(mid, spans)],
+                                  [s["high"] * 1e3 - m for m, s in zip(mid, spans)]],
+                    fmt="none", ecolor="#1f77b4", capsize=5, label="measured iteration: median, 95% interval")
     if predicted:
         ax.plot(x, [p["iter_s"] * 1e3 for p in predicted], "o", color="black", label="predicted iteration")
         ax.plot(x, [p["compute_s"] * 1e3 for p in predicted], "_", color="white", markersize=18,

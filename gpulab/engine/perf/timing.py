@@ -13,8 +13,10 @@ An iteration is what ``gpulab train`` does per step: forward_backward, the
 global gradient norm, clipping, an AdamW step. Ranks start each iteration
 together (a barrier); its time is the slowest rank's, and the reported time
 is the median over ``iters`` timed iterations after ``warmup`` untimed ones.
-``--rounds`` repeats the whole sweep, interleaved, and keeps each setting's
-best round: other jobs on shared cores only ever add time.
+``--rounds`` repeats the whole sweep, interleaved, and ``over_rounds`` makes
+one row of a setting's rounds: the median over rounds with its 95% interval.
+The interval comes from rounds, not iterations: a round's iterations follow
+each other and share whatever else the machine was doing then.
 The timeline summary (``timeline.summarize``) is the mean over ranks of the
 median iteration. MFU divides the model FLOPs per second (``flops``) by the
 measured peak of the machine (``peak_matmul``), if given.
@@ -40,6 +42,7 @@ from gpulab.engine.parallel.overlap import Overlap
 from gpulab.engine.perf.flops import model_flops
 from gpulab.engine.training.optim import AdamW, train_step
 from gpulab.lazy_mpi import lazy_mpi
+from gpulab.stats import median_interval
 
 MPI = lazy_mpi(globals())
 
@@ -138,23 +141,39 @@ def measure(comm, config, shape, batch_size: int, overlap=None, *, seq_len: int 
     mesh.free()
     if comm.rank != 0:
         return None
-    iter_s = statistics.median(times)
-    flops = model_flops(config, batch_size, T)
     groups = sorted({g for b in group_bytes for g in b})
     row = {"shape": list(shape), "pipe": pipe, "micro_batches": gpt.micro_batches, "schedule": schedule,
            "virtual_stages": virtual_stages,
            "world": comm.size, "device": device, "overlap": overlap.to_dict(),
            "overlap_label": overlap.label(), "config": config.to_dict(), "batch_size": batch_size,
-           "seq_len": T, "iters": iters, "iter_s": iter_s, "iter_s_all": times,
-           "tokens_per_s": batch_size * T / iter_s, "model_flops": flops, "flops_per_s": flops / iter_s,
-           "peak_flops": peak_flops, "mfu": flops / iter_s / peak_flops if peak_flops else None,
-           "summary": timeline.mean_summary(gathered), "per_rank": gathered,
+           "seq_len": T, "iters": iters, "iter_s_all": times, "model_flops": model_flops(config, batch_size, T),
+           "peak_flops": peak_flops, "summary": timeline.mean_summary(gathered), "per_rank": gathered,
            "memory": {k: max(m[k] for m in memories) for k in memories[0]},
            "bytes_by_group": {g: sum(b.get(g, 0) for b in group_bytes) / comm.size for g in groups},
            "wire_by_group": {g: sum(b.get(g, 0) for b in group_wire) / comm.size for g in groups}}
+    row.update(_rates(row, statistics.median(times)))
     if keep_events:
         row["events"] = timelines
     return row
+
+
+def _rates(row: dict, iter_s: float) -> dict:
+    """The iteration time and what follows from it: tokens and model FLOPs per second, MFU."""
+    flops_per_s = row["model_flops"] / iter_s
+    return {"iter_s": iter_s, "tokens_per_s": row["batch_size"] * row["seq_len"] / iter_s, "flops_per_s": flops_per_s,
+            "mfu": flops_per_s / row["peak_flops"] if row["peak_flops"] else None}
+
+
+def over_rounds(rounds: list[dict]) -> dict:
+    """One setting from its rounds (``measure`` rows): ``iter_s`` is the median over rounds of each round's
+    median iteration, with the rates that follow from it; ``iter_s_rounds`` keeps every round's and
+    ``iter_s_interval`` the median's 95% interval (``gpulab.stats``); the timeline summary, memory, traffic
+    and events are the median round's (the lower of the middle two with an even count)."""
+    times = [r["iter_s"] for r in rounds]
+    interval = median_interval(times)
+    middle = sorted(rounds, key=lambda r: r["iter_s"])[(len(rounds) - 1) // 2]
+    return {**middle, **_rates(middle, interval.median), "rounds": len(rounds), "iter_s_rounds": times,
+            "iter_s_interval": interval.to_dict()}
 
 
 def _bytes_by_group(calls, key: str = "nbytes") -> dict:
