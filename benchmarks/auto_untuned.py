@@ -97,7 +97,7 @@ def main() -> int:
         env = job_env(GPULAB_TUNING_TABLE=os.path.join(tmp, "no-tuning-file.json"), GPULAB_MACHINE="")
         command = [sys.executable, "-m", "gpulab.cli", "bench", "bcast", "-n", str(args.nodes), "--sizes", args.sizes,
                    "--algorithms", "auto,mpi", "--iters", args.iters, "--warmup", "1", "--time-budget", "3",
-                   "--quiet", "--json"]
+                   "--rounds", "6", "--quiet", "--json"]
         load_before = os.getloadavg()
         rounds = []
         for i in range(args.rounds):

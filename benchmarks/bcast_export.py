@@ -60,7 +60,7 @@ def measure(files: dict[str, Path | None], tmp: Path) -> dict[str, dict[int, lis
             out = tmp / f"{label}.json"
             env = {FILE_VARIABLE: str(files[label])} if files[label] else {}
             gpulab(["bench", "bcast", *CLUSTER, "--algorithms", "mpi", "--sizes", SIZES, "--iters", "1000",
-                    "--warmup", "5", "--time-budget", "2", "--quiet", "--json", str(out)], env)
+                    "--warmup", "5", "--time-budget", "2", "--rounds", "6", "--quiet", "--json", str(out)], env)
             for row in json.loads(out.read_text())["records"]:
                 assert row["valid"], row
                 times[label].setdefault(row["nbytes"], []).append(row["avg_us"])

@@ -29,8 +29,8 @@ runs it will price keep them (``device``: host numpy, CuPy on each rank's GPU, o
   "op/g@s"): on a cluster of nodes these groups cross the links while the
   contiguous ones stay inside a node, and the engine's groups have strides
   (``terms.stride``);
-  Other jobs share these cores in bursts: each number is the best of its
-  repetitions, as the benchmarks keep their best round;
+  Other jobs share these cores in bursts and only ever add time: each number
+  is the best of its repetitions, the cost without them;
 - overlap efficiency, per progress mode: a 1 MiB all-reduce over all ranks
   in flight while each rank runs matmuls (MPI_Test between them for "poll",
   the progress thread for "thread"), against the two one after the other:
