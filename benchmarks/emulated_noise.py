@@ -1,13 +1,13 @@
 """The emulated cluster's own run-to-run spread at 1 Gbit/s, and how the ranks' waiting changes it.
 
-    python benchmarks/emulated_noise.py                 # 5 runs per way of waiting, interleaved (~10 min)
-    python benchmarks/emulated_noise.py --runs 3 --modes nap
+    python benchmarks/emulated_noise.py                       # 5 runs napping, 3 spinning, interleaved (~25 min)
+    python benchmarks/emulated_noise.py --runs nap=3
 
-Each run is one whole ``gpulab bench bcast -n 4 --nodes 4 --link 1gbit --algorithms
-chain,binomial,mpi,auto --sizes 8M,32M --iters 3 --warmup 1`` (a fresh cluster, fresh ranks, as a learner
-runs it), with ``GPULAB_BCAST_WAIT`` set to each way a pipeline's ranks may wait
-(``gpulab.bcast.runtime.waiting``), the ways taking turns so that a busy moment hits both. Beside each
-run: where the machine's CPU time went while it ran (/proc/stat: the ranks' user and system time, the
+Each run is one whole ``gpulab bench bcast -n 4 --nodes 4 --link 1gbit --algorithms chain,binomial,mpi,auto
+--sizes 8M,32M --iters 3 --warmup 1`` (a fresh cluster, fresh ranks, its own rounds until each point's
+interval is within 5%, as a learner runs it), with ``GPULAB_BCAST_WAIT`` set to each way a pipeline's ranks
+may wait (``gpulab.bcast.runtime.waiting``), the ways taking turns so that a busy moment hits both. Beside
+each run: where the machine's CPU time went while it ran (/proc/stat: the ranks' user and system time, the
 kernel's network work in softirq, idle, stolen by the hypervisor) and the load before it. Writes
 docs/results/emulated_noise.json (every run's rows) and .png; docs/emulated_bcast.md reads them.
 """
@@ -51,7 +51,9 @@ def one_run(mode: str) -> dict:
         seconds = time.perf_counter() - start
         delta = [b - a for a, b in zip(ticks, cpu_ticks())]
         record = json.loads(out.read_text())
-    rows = {f"{r['algorithm']} {r['nbytes'] >> 20}M": {"avg_ms": r["avg_us"] / 1e3, "max_ms": r["max_us"] / 1e3}
+    rows = {f"{r['algorithm']} {r['nbytes'] >> 20}M": {"avg_ms": r["avg_us"] / 1e3, "max_ms": r["max_us"] / 1e3,
+                                                        "rounds": r.get("rounds"), "stopped": r.get("stopped"),
+                                                        "avg_interval_us": r.get("avg_interval_us")}
             for r in record["records"]}
     return {"mode": mode, "rows": rows, "seconds": round(seconds, 1), "load_before": before.load,
             "cpu": {kind: round(t / max(sum(delta), 1), 3) for kind, t in zip(CPU_KINDS, delta)},
@@ -97,17 +99,20 @@ def plot(runs: list[dict], modes: list[str], path: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=5, help="runs per way of waiting (default 5)")
-    parser.add_argument("--modes", default="nap,spin", help="ways of waiting, in turn (default nap,spin)")
+    parser.add_argument("--runs", default="nap=5,spin=3",
+                        help="runs per way of waiting, taking turns (default nap=5,spin=3)")
     parser.add_argument("--out", type=Path, default=RESULTS / "emulated_noise.json")
     args = parser.parse_args()
-    modes = args.modes.split(",")
+    counts = {mode: int(n) for mode, n in (part.split("=") for part in args.runs.split(","))}
+    modes = list(counts)
     runs = []
-    for i in range(args.runs):
+    for i in range(max(counts.values())):
         for mode in modes if i % 2 == 0 else modes[::-1]:
+            if i >= counts[mode]:
+                continue
             runs.append(one_run(mode))
             run = runs[-1]
-            print(f"run {i + 1}/{args.runs} {mode}: chain 32M {run['rows']['chain 32M']['avg_ms']:.1f} ms, "
+            print(f"run {i + 1}/{counts[mode]} {mode}: chain 32M {run['rows']['chain 32M']['avg_ms']:.1f} ms, "
                   f"softirq {run['cpu']['softirq']:.0%}, idle {run['cpu']['idle']:.0%}, "
                   f"load before {run['load_before']:.1f}", flush=True)
     record = {"provenance": provenance("the emulated cluster's run-to-run spread: the same gpulab bench bcast command "
