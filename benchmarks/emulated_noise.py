@@ -1,7 +1,7 @@
 """The emulated cluster's own run-to-run spread at 1 Gbit/s, and how the ranks' waiting changes it.
 
     python benchmarks/emulated_noise.py                       # 5 runs napping, 3 spinning, interleaved (~25 min)
-    python benchmarks/emulated_noise.py --runs nap=3
+    python benchmarks/emulated_noise.py --runs nap=5 --rounds 1 --out docs/results/emulated_noise_one_pass.json
 
 Each run is one whole ``gpulab bench bcast -n 4 --nodes 4 --link 1gbit --algorithms chain,binomial,mpi,auto
 --sizes 8M,32M --iters 3 --warmup 1`` (a fresh cluster, fresh ranks, its own rounds until each point's
@@ -41,12 +41,12 @@ def cpu_ticks() -> list[int]:
         return [int(x) for x in f.readline().split()[1:9]]
 
 
-def one_run(mode: str) -> dict:
+def one_run(mode: str, extra: list[str]) -> dict:
     """One bench command with the ranks waiting ``mode``'s way: its rows (ms), the CPU's split, the load."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "bench.json"
         before, ticks, start = host.snapshot(4), cpu_ticks(), time.perf_counter()
-        subprocess.run([*BENCH, "--json", str(out), "--quiet"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+        subprocess.run([*BENCH, *extra, "--json", str(out), "--quiet"], check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
                        env={**os.environ, "GPULAB_BCAST_WAIT": mode})
         seconds = time.perf_counter() - start
         delta = [b - a for a, b in zip(ticks, cpu_ticks())]
@@ -101,23 +101,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", default="nap=5,spin=3",
                         help="runs per way of waiting, taking turns (default nap=5,spin=3)")
+    parser.add_argument("--rounds", type=int, help="rounds per run (default: the bench's own, until narrow)")
     parser.add_argument("--out", type=Path, default=RESULTS / "emulated_noise.json")
     args = parser.parse_args()
     counts = {mode: int(n) for mode, n in (part.split("=") for part in args.runs.split(","))}
     modes = list(counts)
+    extra = ["--rounds", str(args.rounds)] if args.rounds else []
     runs = []
     for i in range(max(counts.values())):
         for mode in modes if i % 2 == 0 else modes[::-1]:
             if i >= counts[mode]:
                 continue
-            runs.append(one_run(mode))
+            runs.append(one_run(mode, extra))
             run = runs[-1]
             print(f"run {i + 1}/{counts[mode]} {mode}: chain 32M {run['rows']['chain 32M']['avg_ms']:.1f} ms, "
                   f"softirq {run['cpu']['softirq']:.0%}, idle {run['cpu']['idle']:.0%}, "
                   f"load before {run['load_before']:.1f}", flush=True)
     record = {"provenance": provenance("the emulated cluster's run-to-run spread: the same gpulab bench bcast command "
                                        "run again and again, per way the ranks wait"),
-              "bench_command": " ".join(BENCH), "modes": modes, "runs": runs,
+              "bench_command": " ".join(BENCH + extra), "modes": modes, "runs": runs,
               "summary": {mode: summary(runs, mode) for mode in modes}}
     args.out.write_text(json.dumps(record, indent=1) + "\n")
     plot(runs, modes, args.out.with_suffix(".png"))
