@@ -16,7 +16,7 @@ TENSOR_GROUPS = ("row", "col", "depth")
 PAPER_RUN = {"model": "gpt-80b", "world": 1024, "machine": "perlmutter"}
 
 # A margin separates a win from a tie; how much the runs move is the intervals' business (``evidence``).
-GROUP_MARGIN = 0.10  # the 3D grid must spend at least 10% less time communicating
+GROUP_MARGIN = 0.10  # a rank of the 3D grid must send at least 10% fewer bytes
 HIDE_MIN = 0.20  # overlap must take at least a fifth of the exposed communication off the critical path...
 SLOWER_BY = 0.05  # ...without making the iteration more than 5% slower (hidden but paid for elsewhere)
 STRATEGY_MARGIN = 0.05  # AxoNN's pick must beat each baseline's best grid by at least 5% (the paper: 26%)
@@ -96,19 +96,31 @@ def largest_group(row: dict) -> int:
     return max((sizes[g] for g, s in row["summary"]["groups"].items() if g in TENSOR_GROUPS and s["bytes"]), default=1)
 
 
+def sent_bytes(row: dict) -> float | None:
+    """The bytes a rank sent in the tensor-parallel groups' calls of one iteration (``wire_by_group``: counted
+    from the calls, the same every round); None for a row that did not count them."""
+    wire = row.get("wire_by_group")
+    return None if wire is None else float(sum(b for g, b in wire.items() if g in TENSOR_GROUPS))
+
+
 def groups_value(rows: list[dict]) -> dict:
-    """The 3D and the 1D grid's largest groups, and their exposed communication (3D over 1D, paired by round)."""
+    """The 3D and the 1D grid's largest groups, the bytes a rank sends in them, and their exposed communication
+    (3D over 1D, paired by round)."""
     by = _by_shape(rows)
     three, one = by[SHAPE_3D], by[SHAPE_1D]
+    sent = {"sent_mb_3d": sent_bytes(three), "sent_mb_1d": sent_bytes(one)}
+    sent = {k: None if v is None else v / 1e6 for k, v in sent.items()}
     return {"shape_3d": SHAPE_3D, "shape_1d": SHAPE_1D, "comm_ms_3d": median_of(three, "exposed_comm_s") * 1e3,
             "comm_ms_1d": median_of(one, "exposed_comm_s") * 1e3,
             "ratio": ratio(samples(three, "exposed_comm_s"), samples(one, "exposed_comm_s")),
-            "largest_group_3d": largest_group(three), "largest_group_1d": largest_group(one)}
+            "largest_group_3d": largest_group(three), "largest_group_1d": largest_group(one), **sent}
 
 
 def _groups_text(v: dict) -> str:
-    return (f"{v['shape_3d']}: groups <= {v['largest_group_3d']}, {v['comm_ms_3d']:.0f} ms comm; {v['shape_1d']}: "
-            f"groups of {v['largest_group_1d']}, {v['comm_ms_1d']:.0f} ms ({text(v['ratio'])})")
+    sent = (f"{v['sent_mb_3d']:.1f} against {v['sent_mb_1d']:.1f} MB sent per rank; "
+            if v.get("sent_mb_3d") is not None else "")
+    return (f"{v['shape_3d']}: groups <= {v['largest_group_3d']}; {v['shape_1d']}: groups of {v['largest_group_1d']}; "
+            f"{sent}exposed comm {v['comm_ms_3d']:.0f} against {v['comm_ms_1d']:.0f} ms ({text(v['ratio'])})")
 
 
 def groups_model(bench, rows=None, source=None) -> dict:
@@ -142,10 +154,22 @@ def groups_recorded() -> dict:
 
 
 def groups_judge(v: dict, model: dict | None) -> tuple[str, str]:
+    """Judged on what the claim says: smaller groups, fewer bytes sent (counted, so the same in every run). The
+    time spent communicating is shown, not judged: on shared cores it moves with which ranks share a core, a
+    placement fixed for one run, so run to run it moves more than one run's interval shows."""
     small = v["largest_group_3d"] < v["largest_group_1d"]
-    return all_of((HOLDS if small else DOES_NOT_HOLD,
-                   f"the 3D grid's largest group is {v['largest_group_3d']} against {v['largest_group_1d']}"),
-                  decide(v["ratio"], 1 - GROUP_MARGIN, "<=", what="exposed communication 3D / 1D"))
+    parts = [(HOLDS if small else DOES_NOT_HOLD,
+              f"the 3D grid's largest group is {v['largest_group_3d']} against {v['largest_group_1d']}")]
+    if v.get("sent_mb_3d") is None:
+        parts.append(decide(v["ratio"], 1 - GROUP_MARGIN, "<=", what="exposed communication 3D / 1D"))
+    else:
+        less = v["sent_mb_3d"] / v["sent_mb_1d"]
+        parts.append((HOLDS if less <= 1 - GROUP_MARGIN else DOES_NOT_HOLD,
+                      f"a rank sends {less:.2f}x the bytes on the 3D grid (counted; needed <= "
+                      f"{1 - GROUP_MARGIN:.2f}x); "
+                      f"its exposed communication 3D / 1D, {text(v['ratio'])}, is shown, not judged: on shared cores "
+                      "it moves with which ranks share a core"))
+    return all_of(*parts)
 
 
 CLAIMS = [

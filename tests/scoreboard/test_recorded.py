@@ -21,21 +21,25 @@ def load(name):
     return json.loads((DOCS / name).read_text())
 
 
-def max_us(records, algorithm, nbytes):
-    return next(r["max_us"] for r in records if r["algorithm"] == algorithm and r["nbytes"] == nbytes
-                and not (r.get("options") or {}).get("inter"))
+def max_us_rounds(records, algorithm, nbytes, where=lambda r: True):
+    """A point's slowest-rank times, one per round (a record of one run: its one time)."""
+    row = next(r for r in records if r["algorithm"] == algorithm and r["nbytes"] == nbytes
+               and not (r.get("options") or {}).get("inter") and where(r))
+    return row.get("max_us_rounds") or [row["max_us"]]
 
 
 def test_broadcast_rows_are_the_records_numbers():
+    """A recorded row's ratio is the records' rounds paired: the median of the per-round ratios."""
     claims = all_claims()
     auto = load("emulated_auto.json")[0]["records"]
     largest = max(r["nbytes"] for r in auto)
-    expected = max_us(auto, "mpi", largest) / next(r["max_us"] for r in auto if "chose" in r and r["nbytes"] == largest)
+    expected = stats.paired_ratio(max_us_rounds(auto, "mpi", largest),
+                                  max_us_rounds(auto, "auto", largest, lambda r: "chose" in r)).median
     assert claims["d"].recorded()["value"]["largest_speedup"]["median"] == pytest.approx(expected, rel=1e-12)
     rr = next(r for r in load("emulated_placement.json") if r["topology"]["placement"] == "round-robin")["records"]
     n = max(r["nbytes"] for r in rr)
     assert claims["c"].recorded()["value"]["speedup"]["median"] == pytest.approx(
-        max_us(rr, "binomial", n) / max_us(rr, "hierarchical", n), rel=1e-12)
+        stats.paired_ratio(max_us_rounds(rr, "binomial", n), max_us_rounds(rr, "hierarchical", n)).median, rel=1e-12)
     chunks = load("emulated_chunks.json")[0]
     b = claims["b"].recorded()["value"]
     assert b["model_chunk"] == chunks["best_chunk"]
@@ -80,14 +84,20 @@ def test_a_changed_record_changes_the_row(tmp_path, monkeypatch):
 
 def test_a_single_run_decides_nothing_and_rounds_decide(tmp_path, monkeypatch):
     claim = all_claims()["c"]
+
+    def one_run(data):  # a record of one run per point
+        for run in data:
+            for r in run["records"]:
+                r.pop("max_us_rounds", None)
+    copy_records(tmp_path / "one", monkeypatch, "emulated_placement.json", one_run)
     verdict, why = claim.judge(claim.recorded()["value"], None)
-    assert verdict == INCONCLUSIVE and "one run" in why  # the records hold one run per point
+    assert verdict == INCONCLUSIVE and "one run" in why
 
     def with_rounds(data):  # 6 rounds each, as benchmarks/emulated_bcast.py now records them
         for run in data:
             for i, r in enumerate(run["records"]):  # each point's rounds in its own order
                 r["max_us_rounds"] = [r["max_us"] * f for f in np.roll([0.97, 1.0, 1.02, 0.99, 1.03, 1.01], i)]
-    copy_records(tmp_path, monkeypatch, "emulated_placement.json", with_rounds)
+    copy_records(tmp_path / "rounds", monkeypatch, "emulated_placement.json", with_rounds)
     value = claim.recorded()["value"]
     speedup = value["speedup"]
     assert speedup["n"] == 6 and speedup["low"] < speedup["median"] < speedup["high"]

@@ -186,6 +186,16 @@ def test_small_groups_verdict(r, spread, groups, verdict):
     assert groups_judge(v, None)[0] == verdict
 
 
+@pytest.mark.parametrize("sent, verdict", [((3.9, 7.9), HOLDS), ((7.5, 7.9), DOES_NOT_HOLD)])
+@pytest.mark.parametrize("time_ratio", [0.6, 1.0, 1.4])
+def test_small_groups_are_judged_on_counted_bytes_not_on_time(sent, verdict, time_ratio):
+    """The bytes a rank sends are counted (the same every run); the time is shown beside them, whatever it was."""
+    v = {"ratio": ratio(*paired(time_ratio, 0.2)), "largest_group_3d": 2, "largest_group_1d": 4,
+         "sent_mb_3d": sent[0], "sent_mb_1d": sent[1]}
+    outcome, why = groups_judge(v, None)
+    assert outcome == verdict and f"{sent[0] / sent[1]:.2f}x the bytes" in why
+
+
 def engine_row(shape, iters: list[float], exposed=None, overlap_label="none", predicted=None):
     exposed = exposed or [0.5 * t for t in iters]
     return {"shape": list(shape), "overlap_label": overlap_label,
