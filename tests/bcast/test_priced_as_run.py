@@ -10,7 +10,7 @@ import pytest
 from gpulab.bcast.cost.hockney import Machine, as_run, predict
 from gpulab.machines import Link, LinkLevel
 
-NOTEBOOK = Path(__file__).parents[2] / "notebooks" / "03_model_and_tuning.py"
+NOTEBOOK = Path(__file__).parents[2] / "notebooks_src" / "03_model_and_tuning.py"
 RATES = {"100mbit": 1e8, "200mbit": 2e8, "1gbit": 1e9, "10gbit": 1e10}
 
 

@@ -62,7 +62,7 @@ def anchors(path: Path) -> set[str]:
 
 
 def pages() -> list[Path]:
-    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), *sorted((ROOT / "notebooks").glob("*.py"))]
+    return [ROOT / "README.md", *sorted(DOCS.rglob("*.md")), *sorted((ROOT / "notebooks_src").glob("*.py"))]
 
 
 def links(path: Path) -> list[str]:

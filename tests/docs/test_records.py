@@ -125,7 +125,8 @@ def corpus(*, guides_only: bool = False) -> str:
     """The text that reads or cites records: the guides and README, and (unless ``guides_only``) the code,
     notebooks, benchmarks, scripts and tests (these tests and the records' own README left out)."""
     guides = [ROOT / "README.md", *(p for p in (ROOT / "docs").rglob("*.md") if p != RESULTS / "README.md")]
-    code = [*(ROOT / "gpulab").rglob("*.py"), *(ROOT / "notebooks").glob("*.py"), *(ROOT / "benchmarks").glob("*.py"),
+    code = [*(ROOT / "gpulab").rglob("*.py"), *(ROOT / "notebooks_src").glob("*.py"),
+            *(ROOT / "benchmarks").glob("*.py"),
             *(p for p in (ROOT / "scripts").iterdir() if p.is_file()),
             *(p for p in (ROOT / "tests").rglob("*.py") if "tests/docs" not in p.as_posix())]
     return "\n".join(p.read_text() for p in (guides if guides_only else guides + code))

@@ -38,7 +38,8 @@ __all__ = ["NOTEBOOKS", "RAISES", "CellExecutionError", "CellTimeoutError", "Rep
            "inject_parameters", "wake_pending_poll", "what_went_wrong"]
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ROOT / "notebooks"
+NOTEBOOKS = ROOT / "notebooks"  # what a learner opens: the .ipynb only
+SOURCES = ROOT / "notebooks_src"  # their jupytext twins, what you edit and review
 RAISES = "raises-exception"
 
 

@@ -74,7 +74,7 @@ def test_a_limit_that_fires_shows_one_paragraph_not_a_traceback(ipython_dir, tmp
 
 
 def test_nbval_convention_is_strict_too(tmp_path):
-    # `pytest --nbval-lax` with notebooks/conftest.py fails a cell whose %%px magic failed (plain nbval
+    # `pytest -p tests.notebooks.nbval_strict --nbval-lax` fails a cell whose %%px magic failed (plain nbval
     # 0.11 passes it). No engines needed: the UsageError comes from the magic not being on the first line.
     import shutil
     import subprocess
@@ -89,6 +89,6 @@ def test_nbval_convention_is_strict_too(tmp_path):
     run = lambda: subprocess.run(  # noqa: E731
         [sys.executable, "-m", "pytest", "--nbval-lax", "-p", "no:cacheprovider", "-q", "broken.ipynb"],
         cwd=tmp_path, capture_output=True, text=True, timeout=180)
-    shutil.copy(DATA.parents[2] / "notebooks" / "conftest.py", tmp_path / "conftest.py")
+    shutil.copy(DATA.parent / "nbval_strict.py", tmp_path / "conftest.py")  # loaded as -p would load it
     strict = run()
     assert strict.returncode != 0 and "UsageError" in strict.stdout, strict.stdout[-2000:]

@@ -1,7 +1,7 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
+#     formats: notebooks///ipynb,notebooks_src///py:percent
 #     text_representation:
 #       extension: .py
 #       format_name: percent

@@ -1,4 +1,4 @@
-"""Make ``pytest --nbval-lax notebooks/`` strict (``--nbval`` too).
+"""A pytest plugin that makes ``pytest --nbval-lax notebooks/`` strict (``--nbval`` too).
 
 nbval passes a cell whose execute_reply says "error" when no error *output*
 was sent: a ``%%px`` that fails with a UsageError (the magic not on the first
@@ -6,7 +6,7 @@ line, say) only writes a stderr line. It also passes a cell that hit its
 timeout under ``--nbval-lax``. This plugin records every reply's status and
 fails the cell on anything but "ok", and fails timed-out cells.
 
-    pytest --nbval-lax notebooks/                   # default parameters, ~1-2 min each
+    pytest -p tests.notebooks.nbval_strict --nbval-lax notebooks/   # default parameters, ~1-2 min each
     pytest tests/notebooks                          # the suite's way: nbclient, smaller parameters
 
 A notebook that leaves engines behind (a killed kernel) is cleaned up by
