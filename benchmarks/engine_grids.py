@@ -32,8 +32,10 @@ RESULTS = ROOT / "docs" / "results"
 sys.path.insert(0, str(ROOT))
 
 from gpulab.engine.perf.calibration import calibrated_on  # noqa: E402
+from gpulab.engine.perf.fitted_machine import FittedMachine  # noqa: E402
 from gpulab.engine.perf.pick_validation import validate  # noqa: E402
 from gpulab.launch import mpiexec_command  # noqa: E402
+from gpulab.machines import Description  # noqa: E402
 
 SETTINGS = {"none": "overlap off", "all": "overlap on (all four, MPI_Test progress)"}
 
@@ -51,7 +53,6 @@ def predict_row(row: dict, machine) -> dict:
 
 
 def run(args) -> None:
-    from gpulab.engine.perf.fitted_machine import FittedMachine
     from gpulab.engine.perf.machines import machine as engine_machine
 
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -114,7 +115,8 @@ def report(args) -> None:
                                 "made before the bench reported medians)")]
     model = [MODEL_HEAD]
     for run_ in runs:
-        p, m = run_["world"], run_["machine"]
+        p = run_["world"]
+        m = vars(FittedMachine.from_description(Description.from_dict(run_["machine"], f"engine_grid_p{p}.json")))
         load = f"load average {run_['load_before'][0]:.1f} before, {run_['load_after'][0]:.1f} after"
         bench.append(f"\n## {p} ranks\n\n`{run_['command']}` ({run_['date']}, {run_['minutes']:.1f} min, "
                      f"{load}; model {runs[0]['rows'][0]['config']}, batch {run_['rows'][0]['batch_size']} x "

@@ -161,9 +161,9 @@ between) also moves them during a long kernel. MPICH's own progress thread spins
 ranks already sharing 2 cores it takes cycles from the computation, which is why it is not the
 engine's default. On this machine there is no copy engine and no NIC: shared-memory collectives
 are copies done by the same cores that compute, so what overlap can hide is waiting (for a peer
-that is still computing, or not scheduled) rather than data movement; on GPUs the collectives run
-on NVLink/NIC hardware while the SMs compute, and the performance model's GPU profiles assume
-they hide fully behind the computation they overlap.
+that is still computing, or not scheduled) rather than data movement; on GPUs NCCL's collectives
+run as kernels on a few of the SMs and move data over NVLink and the NIC while the other SMs compute,
+and the performance model's GPU profiles assume they hide fully behind the computation they overlap.
 
 The progress thread waits on an event (blocking, without the GIL) while no collective is in flight,
 and probes only while one is: each wake-up takes the GIL from the main thread, and with more ranks
