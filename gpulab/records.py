@@ -43,6 +43,16 @@ def provenance(what: str, command: str | None = None, *, date: str | None = None
             "date": date or utc_now(), "commit": kit_commit()}
 
 
+def stamp(record: dict | os.PathLike) -> str:
+    """When a record (its JSON, or its path) was taken and with which kit: "2026-12-01 14:12 UTC, kit
+    984112f", what a notebook prints beside a recorded measurement."""
+    if not isinstance(record, dict):
+        record = json.loads(Path(record).read_text())
+    header = record.get("provenance") or {}
+    date = header.get("date") or record.get("date") or "undated"
+    return f"{date}, kit {header.get('commit') or record.get('commit') or 'unknown'}"
+
+
 def command_line() -> str:
     """This process's command as typed: ``gpulab ...`` for the CLI, else ``python SCRIPT ...``."""
     script = Path(sys.argv[0])

@@ -214,15 +214,17 @@ engines.stop()
 # %% [markdown]
 # ## Answers
 # Try the questions first. `lesson.check(n, value)` says whether your number
-# is right, close or wrong, and why; the cell below checks question 2 with
-# the count from its formula. `lesson.answers()` shows every answer,
-# collapsed (a teacher can hide them with `GPULAB_HIDE_ANSWERS=1`).
+# is right, close or wrong, and why; the cell below tries a first guess for
+# question 2 (binomial's count: is the chain's the same?). `lesson.answers()`
+# shows every answer, collapsed (a teacher can hide them with
+# `GPULAB_HIDE_ANSWERS=1`: then a check says only right, close or wrong and
+# too high or too low).
 
 # %%
 from gpulab.lessons import Lesson
 
 lesson = Lesson("01")
-lesson.check(2, 4 + (1 << 20) // (16 << 10) - 2)
+lesson.check(2, 2)  # a guess: binomial's log2(4) whole messages
 
 # %%
 lesson.answers()

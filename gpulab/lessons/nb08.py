@@ -54,14 +54,15 @@ all: 1.5 times DDP's bytes, not 3 times. Counting buffer sizes instead of wire b
         hint="Count bytes on the wire, not buffers: all-reduce = reduce-scatter + all-gather."),
     3: Answer(
         text="""At the notebook's batch (1024 sequences of 2048 tokens) the model picks **all depth**, `1 x 1 x g`:
-the activations of a million tokens are far larger than the weights, and depth moves only weights, in
+the activations of two million tokens are far larger than the weights, and depth moves only weights, in
 all-gathers that run a layer ahead of the compute and hide. A depth group of `g` sends, per GPU, `(g-1)/g` of
 the weights for the forward all-gather, the same again for backward's, and `(g-1)/g` of the gradients in the
-reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs (2.99), rising from 2.25x at 4.
+reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs, rising from about 2.25x at 4
+(the kit's count is a little above the formula: the tied embedding is gathered once more for the LM head).
 It does not fall because every GPU must receive every weight it computes with, however many GPUs share them.
 
 1D tensor parallelism all-reduces every layer's activations (tokens x width), `2(g-1)/g` of them per
-all-reduce, which also tends to a constant: tens of TB per GPU here, 30-40 times the 3D pick, and it stops
+all-reduce, which also tends to a constant: 13-17 TB per GPU here, 30-40 times the 3D pick, and it stops
 where the 96 heads no longer split over `g`. What 3D buys is the choice: put the GPUs where the bytes are
 smallest and can hide. A grid with some row (`4 x 1 x 128` at 512 GPUs) sends about half of all-depth's
 bytes, but the model predicts it slower, because its activation all-reduces wait between matmuls; at a
