@@ -57,7 +57,7 @@ all: 1.5 times DDP's bytes, not 3 times. Counting buffer sizes instead of wire b
 the activations of two million tokens are far larger than the weights, and depth moves only weights, in
 all-gathers that run a layer ahead of the compute and hide. A depth group of `g` sends, per GPU, `(g-1)/g` of
 the weights for the forward all-gather, the same again for backward's, and `(g-1)/g` of the gradients in the
-reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs, rising from about 2.25x at 4
+reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs, rising from 2.26x at 4
 (the kit's count is a little above the formula: the tied embedding is gathered once more for the LM head).
 It does not fall because every GPU must receive every weight it computes with, however many GPUs share them.
 
