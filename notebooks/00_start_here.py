@@ -53,11 +53,11 @@
 #   what to try.
 #
 # ## The path
-# Times are rough: the notebooks' own runs with the tests' smaller
-# parameters take under a minute (00, 01) to two and a half minutes (03)
-# even where 4 ranks share 2 cores with other work, less with a core per
-# rank (the first cell below prints what your machine gives the ranks); the
-# defaults measure more sizes, and exploring takes as long as you like.
+# Times are rough and depend on your machine (a cell below prints how many
+# cores it gives the ranks and how busy they are): the notebooks' own runs
+# take from under a minute (00, 01) to a few minutes (03), longer where the
+# ranks share cores with each other or other work; exploring takes as long
+# as you like.
 #
 # After each notebook you can (time in brackets):
 #
