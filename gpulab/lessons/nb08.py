@@ -25,15 +25,17 @@ def _zero3_factor(ctx) -> float:
 def _traffic_over_weights(ctx) -> float:
     """3D's per-GPU bytes per iteration at the plot's last GPU count over the model's weights in the
     machine's precision, at the shape the performance model picks (as the notebook's plot)."""
+    from gpulab.engine.parallel.overlap import Overlap
     from gpulab.engine.perf.flops import params_count
     from gpulab.engine.perf.machines import machine
-    from gpulab.engine.perf.predict import gpt_config
+    from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, gpt_config
     from gpulab.engine.perf.wire import tensor_parallel_volume
-    from gpulab.widgets.calculator import OVERLAP
+
+    overlap = Overlap.parse(DEFAULT_OVERLAP, bucket_bytes=int(DEFAULT_BUCKET_MB * 2**20))  # the calculator's
 
     cfg, m = gpt_config(ctx["gpt_model"]), machine(ctx["machine"])
     row = tensor_parallel_volume(cfg, [ctx["gpus"]], global_batch=ctx["global_batch"], machine=m,
-                                 overlap=OVERLAP)[0]
+                                 overlap=overlap)[0]
     return row["3d"] / (params_count(cfg) * m.value_bytes)
 
 
