@@ -374,20 +374,17 @@ if SCOREBOARD_LIVE is None or SCOREBOARD_LIVE:
 # ## Answers
 # Try the questions first. `lesson.check(n, value)` says whether your number
 # for question `n` is right, close or wrong, and why; the cell below tries a
-# first guess for question 1 (binomial's count of rounds: is linear's the
-# same?). `lesson.answers(context)`
+# first guess for question 1 (one message per rank). `lesson.answers(context)`
 # shows every answer, collapsed, to open after trying (a teacher can hide
 # them with `GPULAB_HIDE_ANSWERS=1`: then a check says only right, close or
 # wrong and too high or too low).
 
 # %%
-import math
-
 from gpulab.lessons import Lesson
 
 lesson = Lesson("00")
 context = {"p": N_ENGINES, "repeats": REPEATS}
-lesson.check(1, math.ceil(math.log2(N_ENGINES)), context)  # a guess: binomial's rounds
+lesson.check(1, N_ENGINES, context)  # a guess: one message per rank
 
 # %%
 lesson.answers(context)
