@@ -254,7 +254,7 @@ from gpulab.lessons import Lesson
 
 lesson = Lesson("02")
 context = {"p": N_ENGINES}
-lesson.check(2, N_ENGINES, context)  # a guess: p times faster, one message per rank instead of one per level
+lesson.check(2, N_ENGINES, context)  # a guess: p times faster
 
 # %%
 lesson.answers(context)
