@@ -6,6 +6,8 @@
                                                     #     at 32 MiB against the model's best chunk
     python benchmarks/emulated_bcast.py placement   # (c) 4 nodes x 2: flat binomial vs hierarchical
                                                     #     (binomial or chain between nodes), block vs round-robin
+    python benchmarks/emulated_bcast.py placement_2x2  # 2 nodes x 2, p < 8: MPI_Bcast's node-aware
+                                                    #     composition against flat binomial and hierarchical
     python benchmarks/emulated_bcast.py auto        # (d) 4 nodes x 1: `auto` (fitted model) vs MPI_Bcast
     python benchmarks/emulated_bcast.py tuned       # (d) the same, `auto` from a table that
                                                     #     `gpulab tune bcast` measured on the cluster (~7 min)
@@ -58,6 +60,8 @@ EXPERIMENTS = {
                       runs=[dict(sizes=LARGE, algorithms=["binomial", "hierarchical", "mpi"], options={}),
                             dict(sizes=LARGE, algorithms=["hierarchical"],
                                  options={"inter": "chain", "inter_options": {"chunk_bytes": 256 * K}})]),
+    "placement_2x2": dict(nodes=2, ranks=4, link="1gbit", placements=["block", "round-robin"], x="size",
+                          runs=[dict(sizes=[M, 8 * M], algorithms=["binomial", "hierarchical", "mpi"], options={})]),
     "auto": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size",
                  runs=[dict(sizes=LARGE, algorithms=["auto", "mpi"], options={})]),
     "tuned": dict(nodes=4, ranks=4, link="1gbit", placements=["block"], x="size", tune="1M,8M,32M",

@@ -43,6 +43,20 @@ def provenance(what: str, command: str | None = None, *, date: str | None = None
             "date": date or utc_now(), "commit": kit_commit()}
 
 
+def stamp(record: dict | os.PathLike) -> str:
+    """When a record (its JSON, or its path) was taken and with which kit: "2026-12-01 14:12 UTC, kit
+    984112f", what a notebook prints beside a recorded measurement."""
+    if not isinstance(record, dict):  # a path: its sidecar STEM.meta.json holds the header where there is one
+        path = Path(record)
+        sidecar = path.with_name(path.name.split(".")[0] + ".meta.json")
+        record = {"provenance": json.loads(sidecar.read_text())} if sidecar.exists() else json.loads(path.read_text())
+        if not isinstance(record, dict):
+            record = {}
+    header = record.get("provenance") or {}
+    date = header.get("date") or record.get("date") or "undated"
+    return f"{date}, kit {header.get('commit') or record.get('commit') or 'unknown'}"
+
+
 def command_line() -> str:
     """This process's command as typed: ``gpulab ...`` for the CLI, else ``python SCRIPT ...``."""
     script = Path(sys.argv[0])

@@ -82,23 +82,28 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # Every other prediction below is out of sample; the sweep marks those grids.
 #
 # How long it takes depends on the machine (the line printed above says what
-# yours gives the ranks): four ranks on two cores take about one and a half
-# minutes with little else running, three minutes at a load of 12. The cell
-# prints its own time and how busy the machine was as it started; its time
+# yours gives the ranks): about a minute where every rank has a core of its
+# own, several where the ranks share cores with each other and with other
+# work. The cell prints its own time and how busy the machine was as it started; its time
 # limit is stretched for a busy machine, and a limit that fires says in one
 # paragraph where the ranks waited.
 #
 # What to expect: on a laptop the "share" is above 1 when the ranks outnumber
 # the cores (each rank computes that many times slower with all of them
 # busy), and collectives cost tens to hundreds of microseconds even for tiny
-# messages, because a rank waits for its peers to be scheduled. Where a
-# node's ranks outnumber its cores the overlap efficiency is 0: a collective
-# in flight is copies, reductions and polling run by the cores the compute
-# needs, so overlapping hides nothing (the line under the numbers gives what
-# the probe measured). That is the single machine (`NODES = None`) with more
-# ranks than cores, and 2 emulated nodes of 2 ranks on a 2-core machine: each
-# emulated node runs on a core of its own, as separate machines would (the
-# banner above says which). Where every rank of a node has a core, the link's
+# messages, because a rank waits for its peers to be scheduled.
+#
+# **When overlap cannot pay.** Where a node's ranks outnumber its cores (the
+# single machine, `NODES = None`, with more ranks than cores; or emulated
+# nodes with fewer cores each than ranks: the banner above says how many
+# each got), the fit measures an overlap efficiency of 0, and it is right
+# to: there is no idle core to progress a message on. A collective in flight
+# is copies, reductions and polling, run by the very cores the compute needs,
+# so overlapping hides nothing; the extra MPI_Test calls, the progress thread
+# and the smaller bucketed messages cost time of their own, and the
+# iteration can even get *slower* with overlap on (in docs/engine_overlap.md,
+# every switch on with polling made grid (1, 1, 2, 2) 1.74x slower on 4 ranks
+# of a 2-core machine). Where every rank of a node has a core, the link's
 # time can hide, and the fit measures how much.
 # The table lists each collective twice: as the blocking call and as its
 # non-blocking twin (`iall_reduce`...), which the engine issues wherever it
@@ -146,8 +151,10 @@ explorer
 #
 # What to expect: on a laptop the hidden time goes from zero to a visible
 # share, but the iteration shrinks much less, because the cores that copy the
-# bytes are the cores that compute. On a GPU the copies can run on copy
-# engines and NICs, yet an iteration cannot shrink by more than the
+# bytes are the cores that compute; where the fit above measured an overlap
+# efficiency of 0 it may not shrink at all, or grow (see "When overlap cannot
+# pay"). On a GPU the engine's staging copies run on the GPU's copy engines
+# and the NICs carry the bytes between nodes, yet an iteration cannot shrink by more than the
 # communication it exposed with overlap off, and the hidden time says little
 # about that (a collective in flight behind compute takes longer): on one
 # H200, grid (1, 1, 2, 1) hid 19 ms and shrank by 5.5 ms, having exposed
@@ -211,15 +218,19 @@ def spearman(a, b):
 rho = spearman([r["measured ms"] for r in sweep], [r["predicted ms"] for r in sweep])
 median_error = 100 * float(np.median([abs(r["predicted ms"] - r["measured ms"]) / r["measured ms"] for r in sweep]))
 best = min(sweep, key=lambda r: r["predicted ms"])
-print(f"rank correlation {rho:.2f}, median error {median_error:.0f}%; "
+from gpulab.lessons import answers_hidden
+
+error = "" if answers_hidden() else f", median error {median_error:.0f}%"  # the error is question 5's answer
+print(f"rank correlation {rho:.2f}{error}; "
       f"the model's pick {best['shape']} measured {best['measured ms']:.1f} ms, "
       f"the measured best {sweep[0]['shape']} {sweep[0]['measured ms']:.1f} ms")
 assert len(sweep) == len(shapes) > 1 and all(r["measured ms"] > 0 and r["predicted ms"] > 0 for r in sweep)
 
 # %% [markdown]
 # ## Recorded: every grid on 2 nodes x 2 ranks behind a slow link
-# Experiment (e) of the emulated cluster, recorded by
-# `python benchmarks/emulated_engine.py run` (docs/emulated_engine.md has the command, the load and
+# The record `docs/results/emulated_engine_100mbit.json` (the cell prints its
+# date and kit version), made by `python benchmarks/emulated_engine.py run`
+# (docs/emulated_engine.md has the command, the load and
 # the tables): ranks 0-1 on one node, 2-3 on the other, each grid measured with overlap off and on
 # (all switches, progress thread), and predicted by the model fitted on that cluster with groups
 # that stay in a node and groups that cross the link timed apart. Shown here from the record, no live run.
@@ -239,6 +250,7 @@ import json
 
 from matplotlib.figure import Figure  # not pyplot: the inline backend would show its figures a second time
 
+from gpulab.records import stamp
 from gpulab.scoreboard.recorded import results_dir  # docs/results, or an installed gpulab's copy of it
 
 records = sorted(results_dir().glob("emulated_engine_*.json"), key=lambda p: p.stat().st_mtime)
@@ -260,8 +272,9 @@ if records:
     ax.set_xlabel("grid (row, col, depth, data)")
     ax.set_ylabel("ms per iteration")
     ax.set_title(record["cluster"], fontsize=10)
-    ax.legend(fontsize=8)
+    fig.legend(*ax.get_legend_handles_labels(), fontsize=8, ncols=4, loc="outside lower center")  # not over bars
     display(as_image(fig))
+    print(f"recorded {stamp(record)}")
     for setting, v in record["validation"].items():
         v = v["stride-aware"]
         print(f"overlap {setting}: Spearman {v['spearman']:.2f}, median abs. error {v['median_abs_rel_error']:.0%}, "
@@ -283,7 +296,8 @@ else:
 #    KiB does it hold, and which all-gathers disappear from backward?
 # 4. On this machine the ranks share a few cores and the "network" is memory
 #    copies done by those same cores. What can overlap hide here, and what
-#    could it hide on a GPU, where copy engines and NICs work on their own?
+#    could it hide on a GPU, where the bytes move on the GPU's own engines
+#    and NICs?
 #    (docs/engine_overlap.md has the measurements.)
 # 5. How far off are the model's absolute numbers, and is the *ranking* still
 #    useful? What does the model leave out? (`gpulab.engine.perf.predict`)
@@ -297,8 +311,9 @@ else:
 # %% [markdown]
 # ## Answers
 # Try the questions first. `lesson.check(n, value)` checks a number of yours
-# (right, close or wrong, and why); the cell below checks the median error
-# this notebook computed for question 5. `lesson.answers(context)` opens every
+# (right, close or wrong, and why); the cell below checks that this
+# notebook's median error (question 5) agrees with the kit's, showing the
+# verdict only while the answers are open. `lesson.answers(context)` opens every
 # answer, with the kit's numbers from this notebook's runs. A teacher can hide
 # the answers for a course (`GPULAB_HIDE_ANSWERS=1`).
 
@@ -307,9 +322,7 @@ from gpulab.lessons import Lesson
 
 lesson = Lesson("05")
 context = {"weight_cache_bytes": on["memory"]["weight_cache"], "sweep": sweep}
-verdict = lesson.check(5, median_error, context)
-assert verdict, verdict  # the notebook's own number agrees with the kit's
-display(verdict)
+lesson.self_check(5, median_error, context)
 
 # %%
 lesson.answers(context)

@@ -31,7 +31,7 @@
 # their sources, and the one place where the engine holds more than the model
 # says.
 #
-# The same numbers from the shell:
+# The numbers of the 4-stage setting below, from the shell:
 # `gpulab model memory --model gpt-80b --mesh 8,1,4,8 --pipe 4 --micro-batches 16 --recompute full --machine perlmutter`
 
 # %% tags=["parameters"]
@@ -85,8 +85,8 @@ for stage in calc.result["stages"]:
 # group. A collective's buffer is not what travels: a ring all-reduce sends
 # 2(p-1)/p of the buffer from every rank, an all-gather or reduce-scatter
 # (p-1)/p. So ZeRO-3 over the data replicas (gather the weights for forward,
-# again for backward, reduce-scatter the gradients) sends 1.5x what DDP's one
-# all-reduce sends, not 3x.
+# again for backward, reduce-scatter the gradients) runs three collectives
+# where DDP runs one all-reduce; what that makes on the wire is question 2.
 
 # %%
 calc.pipe.value, calc.micro_batches.value = 1, 8
@@ -110,7 +110,7 @@ else:
 # split over `g`). AxoNN's 3D grid can put GPUs on row and col (activations,
 # split) or on depth (weights, gathered). The 3D points use the shape the
 # performance model predicts **fastest**, not the one that sends least: at a
-# batch of a million tokens the activations dwarf the weights, so the model
+# batch of two million tokens (1024 sequences of 2048) the activations dwarf the weights, so the model
 # picks all depth (`1 x 1 x g`, ZeRO-3-like), whose all-gathers run ahead of
 # the compute and hide. Each GPU then sends the weights' bytes `(g-1)/g` of
 # them twice (gathered for forward and for backward) and the gradients once
@@ -147,22 +147,19 @@ print("mpi4py loaded:", any(name.split(".")[0] == "mpi4py" for name in sys.modul
 # %% [markdown]
 # ## Answers
 # Try the questions first. `lesson.check(n, value)` says whether your number
-# is right, close or wrong, and why; the cell below checks question 3 with the
-# plot's last 3D point. `lesson.answers(context)` shows every answer,
+# is right, close or wrong, and why; the cell below checks that the plot's
+# last 3D point agrees with the kit's answer to question 3 (it shows the
+# verdict only while the answers are open). `lesson.answers(context)` shows every answer,
 # collapsed (a teacher can hide them with `GPULAB_HIDE_ANSWERS=1`).
 
 # %%
-from IPython.display import display
-
 from gpulab.engine.perf.flops import params_count
 from gpulab.lessons import Lesson
 
 lesson = Lesson("08")
 context = {"gpt_model": MODEL, "gpus": VOLUME_GPUS[-1], "global_batch": GLOBAL_BATCH, "machine": MACHINE}
 weights_bytes = params_count(calc.config()) * calc.result["machine"].value_bytes
-verdict = lesson.check(3, rows[-1]["3d"] / weights_bytes, context)
-assert verdict, verdict  # the notebook's own plot agrees with the kit's
-display(verdict)
+lesson.self_check(3, rows[-1]["3d"] / weights_bytes, context)
 
 # %%
 lesson.answers(context)

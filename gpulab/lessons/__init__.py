@@ -9,7 +9,9 @@ A teacher hides the answers for a whole hub or course with one switch,
 ``GPULAB_HIDE_ANSWERS=1`` in the learners' environment (JupyterHub's
 ``Spawner.environment``); ``check`` then says right, close or wrong and too high
 or too low, nothing more, and every answer's text, hint and value refuse.
-Notebook cells that would print an answer's number ask ``answers_hidden()``.
+A notebook checks its own number with ``lesson.self_check(n, value)``, which shows the
+verdict only while the answers are open; cells that would print an answer's number ask
+``answers_hidden()``.
 """
 
 from gpulab.lessons.answers import HIDE_ANSWERS, Answer, Lesson, Verdict, answers_hidden

@@ -121,22 +121,23 @@ def judge(answer: Answer, question: int, yours: float, context: dict | None = No
     yours = float(yours)
     unit = f" {answer.unit}" if answer.unit else ""
     error = abs(yours - expected) / abs(expected) if expected else abs(yours)
-    hint = ""
+    hint, side = "", ""
     if not math.isfinite(yours):
         verdict, why = "wrong", "your value is not a finite number"
     elif error <= answer.rel_tol:
-        verdict, why = "right", f"within {answer.rel_tol:.0%} of the kit's value"
+        verdict = "right"
+        why = "equal to the kit's value" if answer.rel_tol == 0 else f"within {answer.rel_tol:.0%} of the kit's value"
     else:
         verdict = "close" if error <= answer.close_tol else "wrong"
         side = "high" if yours > expected else "low"
-        if hidden:
-            why = f"{verdict}, too {side}"
-        else:
-            ratio = yours / expected if expected else math.inf
-            why = f"{error:.0%} too {side} (x{ratio:.3g} the kit's value)"
-            hint = answer._hint if verdict == "wrong" else ""
-    told = "" if hidden else f"; the kit computes {expected:.4g}{unit}"
-    message = f"yours {yours:.4g}{unit}: {why}{told}." + (f" {_sentence(hint)}" if hint else "")
+        ratio = yours / expected if expected else math.inf
+        why = f"{error:.0%} too {side} (x{ratio:.3g} the kit's value)"
+        hint = answer._hint if verdict == "wrong" else ""
+    if hidden:  # no number at all: a cell may have passed the kit's own value
+        message = f"your number is {verdict}" + (f", too {side}" if side else "") + "."
+    else:
+        message = f"yours {yours:.4g}{unit}: {why}; the kit computes {expected:.4g}{unit}." + \
+            (f" {_sentence(hint)}" if hint else "")
     return Verdict(question, verdict, yours, None if hidden else expected, message)
 
 
@@ -172,6 +173,16 @@ class Lesson:
     def check(self, question: int, yours: float, context: dict | None = None) -> Verdict:
         """Your number against the kit's: right, close or wrong, and why."""
         return judge(self.answer(question), question, yours, context)
+
+    def self_check(self, question: int, value: float, context: dict | None = None) -> Verdict | None:
+        """A notebook's own number for a question, which must agree with the kit's: raises AssertionError
+        when it does not; returns the verdict to show, or None while a teacher hides the answers (the
+        number is the answer)."""
+        verdict = self.check(question, value, context)
+        if not verdict:
+            raise AssertionError(verdict.message if not self.hidden else
+                                 f"question {question}: this notebook's number and the kit's disagree")
+        return None if self.hidden else verdict
 
     def expected(self, question: int, context: dict | None = None) -> float:
         """The kit's number for a question (what ``check`` compares with)."""

@@ -57,16 +57,21 @@ one machine both "levels" are the same shared memory, so it can only add bookkee
 links between nodes are slower than those inside (a real cluster: the profiles in notebook 01 §4 give
 1.8x for KESCH to 7.4x for a DGX H100) and when a flat algorithm's hops would cross the network more
 often, as binomial with round-robin placement. On the emulated cluster lower the link to 100mbit and use
-round-robin placement: binomial then crosses the network on every level, hierarchical once."""),
+round-robin placement: binomial then crosses the network on all but its first level (gpulab's binomial
+sends the largest subtree first, rank 0 to rank p/2, which round-robin puts on the root's node), each
+node sending several copies over its one link; hierarchical crosses once per node."""),
     6: Answer(
         text=MPICH_CH4 + """. With a node hierarchy and p < 8, at every size, it runs *composition alpha*:
 the root hands the data to its node's leader, the leaders broadcast across nodes, each leader broadcasts
-inside its node. On one node that is a binomial tree. On the emulated cluster (2 nodes x 2 ranks,
-1 Gbit/s, 8 MiB) round-robin placement gave `MPI_Bcast` 70.5 ms, gpulab's hierarchical 71.5 ms and a flat
-binomial 136 ms; with block placement all three took about 70 ms (binomial's one network hop is then the
-leaders' hop). So the dashed curve follows hierarchical, and follows binomial only where the two coincide.
+inside its node. On one node that is a binomial tree. So on an emulated cluster with round-robin
+placement the dashed curve follows hierarchical, not the flat binomial, whose later hops all cross the
+network; with block placement binomial's one network hop is the leaders' hop, and the three coincide.
+(From 8 ranks on MPICH switches rule: in docs/results/emulated_placement.json, 4 nodes x 2 at 1 Gbit/s,
+`MPI_Bcast` at 8 MiB lay between hierarchical and binomial with round-robin placement and beat both with
+block placement.)
 At small sizes `MPI_Bcast` is faster than every gpulab algorithm by the per-message cost of Python; on one
-node MPICH also switches protocol (eager below 8 KiB, single-copy above), which gpulab's algorithms share
+node MPICH also switches protocol (eager below `MPIR_CVAR_CH4_IPC_CMA_P2P_THRESHOLD`, 8 KiB in the MPICH
+5.0 the kit installs, single-copy above), which gpulab's algorithms share
 because they call the same MPI underneath."""),
     7: Answer(
         text="""Staging adds a device-to-host copy at the sender and a host-to-device copy at every receiver

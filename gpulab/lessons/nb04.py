@@ -37,8 +37,7 @@ The full weight exists on a rank only for the moment between the all-gather and 
     2: Answer(
         text="""With `(4, 1, 1, 1)` row splits the **output** features 4 ways and col = 1 leaves the input features
 whole: rank r holds rows `r·n/4 … (r+1)·n/4` of W complete, every one of their `k` inputs. So **every rank
-holds whole output features** (whole rows of W, whole columns of Y): the original wording of this question
-said the opposite.
+holds whole output features** (whole rows of W, whole columns of Y).
 
 * **Forward**, `Y = X Wᵀ`: output feature j needs row j of W and all of X's input features, and the rank
   has both. Its columns of Y are finished: nothing to sum, so no all-reduce (the col group, which would

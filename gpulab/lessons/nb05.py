@@ -29,8 +29,10 @@ thread unless an asynchronous progress thread is switched on (the MPI standard o
 inside MPI calls; MPICH's switch for a progress thread is `MPIR_CVAR_ASYNC_PROGRESS`). With progress
 `none` the rank computes and nobody calls MPI, so the collective sits until the final `wait`, and its
 whole time is exposed again. `poll` calls MPI_Test between kernels; `thread` keeps a thread inside MPI.
-On a GPU with NCCL, the collective runs as a kernel on its own stream and needs no host thread to
-progress."""),
+On a GPU with NCCL the collective runs as kernels on their own stream, which move the bytes inside a
+node with no host thread; across nodes NCCL's own proxy thread on the host drives the network
+(`src/proxy.cc` in NVIDIA/nccl): a host thread is still involved, but it is NCCL's, not the
+application's."""),
     3: Answer(
         text="""The cache keeps every weight that the forward all-gathered over depth until backward uses it, so
 backward needs **no all-gathers** (each layer's backward one, and the LM head's forward one, which reuses
@@ -48,10 +50,13 @@ explorer's "cache KiB" column. With depth = 1 nothing is gathered and the cache 
 **same cores** that compute, and several ranks share each core (`gpulab.host.describe`
 says how many here). Overlap can hide *waiting*: time a rank would spend blocked for a peer or for the
 link; the `hidden` time in the timelines is real. But it cannot make copies free, because the copy needs
-a core that is also computing, so the iteration shrinks much less than the hidden time
-(docs/engine_overlap.md has the measurements on this kind of machine). With NCCL, as production
-frameworks run, the copy engines and NVLink/NICs move the bytes while the SMs compute, so hidden
-communication is nearly free. gpulab's engine calls MPI from the host even on a GPU: on one H200, with
+a core that is also computing, so the iteration shrinks much less than the hidden time, and where the
+ranks outnumber the cores it can even grow: the polling, the progress thread and the extra messages take
+core time of their own (docs/engine_overlap.md has the measurements on a 2-core machine, one grid 1.74x
+slower with every switch on). With NCCL, as production frameworks run, the collectives are kernels on a
+few of the GPU's SMs (and the NICs carry the bytes between nodes) while the other SMs compute, so
+overlap hides most of the communication, though not all of its cost: those SMs and some memory
+bandwidth are taken from the compute. gpulab's engine calls MPI from the host even on a GPU: on one H200, with
 MPI staging through host memory, overlap shortened the iterations by 5.5 ms at most where the timelines
 counted 11-19 ms hidden, because no overlap saves more than the communication exposed without it
 (docs/gpu.md)."""),
@@ -77,8 +82,8 @@ model the same way: to shortlist shapes, then runs them.""",
              "(not the mean, and not the error of the best shape only)."),
     6: Answer(
         text="""Not for this model. On one NVIDIA H200 shared by 2 ranks (docs/gpu.md), the four 2-rank grids of
-this notebook's GPT computed 32-41 ms per iteration on CuPy, where the 2-core virtual machine the kit is
-developed on, one rank per core, computed the same grids in 22-38 ms with numpy. The model is so small
+this notebook's GPT computed 32-41 ms per iteration on CuPy, where a 2-core machine, one rank per core,
+computed the same grids in 22-38 ms with numpy (both in that record). The model is so small
 (width 128) that a step is hundreds of tiny kernels, each launched from Python (the model fitted on that
 GPU found 94 us per array operation), and the GPU's arithmetic never shows. Compute shrinks only when the
 model is wide: at width 2048 the engine's float32 training step reached 68% of the H200's float32 peak. Communication

@@ -82,8 +82,9 @@ by the buckets; only latency terms and, at the largest counts, a different shape
 kit's number is the fixed model's MFU at the largest GPU count over its MFU at the smallest (1.0 = flat).
 
 The weak-scaling curve moves more because each point is a **different model**: wider and deeper models
-need more tensor parallelism to fit in memory, the best shape changes (on Frontier from a data-heavy grid
-to one with row and col groups), and the activations that row and col sum grow with the width. On a real
+need more memory per GPU, and the best shape changes: on Frontier, depth x data grids up to 20B, grids with
+row (and col at 80B) for 40B and 80B, then depth-heavy grids (depth 128-256) from 160B up; the activations
+that row and col sum grow with the width, the weights that depth gathers with the model. On a real
 machine both curves would fall further than drawn: the model ignores contention on shared links, stragglers
 and the network's congestion at thousands of nodes, and Perlmutter's points beyond its ~7,000 GPUs are
 extrapolations.""",

@@ -78,15 +78,20 @@ grows. The kit's number is HSDP's exposed communication at 1024 sequences, in se
         value=_hsdp_exposed, unit="s", rel_tol=0.05, close_tol=0.25,
         hint="Read the red (exposed communication) part of HSDP's bar at 1024, not its whole bar."),
     2: Answer(
-        text="""Megatron-LM's best configuration here is TP4 (inside a node) × PP16 × DP16: the pipeline holds
-what tensor parallelism inside a 4-GPU node cannot. Its 1F1B bubble is `(p - 1) / (m + p - 1)` of the
-iteration (GPipe's count, Huang et al. 2019, arXiv 1811.06965; 1F1B has the same bubble, Narayanan et al.
-SC21, arXiv 2104.04473, section 2.2): with p = 16 stages the global batch sets m, the micro-batches per
-iteration, so doubling the batch roughly halves the bubble's share (blue). The kit's number is the bubble's
-share at 1024 sequences.""",
+        text="""At 1024 sequences Megatron-LM's best configuration is TP4 (inside a node) × PP4 × DP64 with
+sequence parallelism and the distributed optimizer (ZeRO-1), m = 16 micro-batches: the table's `megatron`
+row (`gpulab model compare --world 1024 --model gpt-80b --machine perlmutter`). The pipeline holds what
+tensor parallelism inside a 4-GPU node cannot; the "untuned" row, TP4 × PP16 × DP16, is its fastest
+without sequence parallelism and the distributed optimizer. Its 1F1B bubble is `(p - 1) / (m + p - 1)` of
+the iteration (GPipe's count, Huang et al. 2019, arXiv 1811.06965; 1F1B has the same bubble, Narayanan et
+al. SC21, arXiv 2104.04473, section 2.2): with p = 4 stages and m = 16, 3/19. The bubble's **time** (blue)
+is the same at every batch: p - 1 slots of one micro-batch each, and a bigger batch brings more
+micro-batches, not bigger ones. The compute grows with m, so only the bubble's **share** of the
+iteration shrinks, roughly halving when the batch doubles. The kit's number is that share at 1024
+sequences.""",
         value=_megatron_bubble, unit="of the iteration", rel_tol=0.02, close_tol=0.15,
-        hint="p = 16 stages, m = the micro-batches of Megatron-LM's row (column m of the table): "
-             "(p - 1) / (m + p - 1), not (p - 1) / m."),
+        hint="p = Megatron-LM's pipeline stages (the PP of its configuration in the megatron row, not the "
+             "untuned row's), m = its micro-batches (column m): (p - 1) / (m + p - 1), not (p - 1) / m."),
     3: Answer(
         text="""The formula `(p - 1) / (m + p - 1)` assumes every stage takes the same time and sends cost nothing.
 Here the first stage also embeds and the last computes the LM head and the loss, the sends go through
@@ -132,7 +137,8 @@ table (1 = the same order, 0 = unrelated). docs/axonn_vs_baselines.md records 4-
         hint="Rank both columns, then correlate the ranks (Spearman), not the milliseconds themselves."),
     6: Answer(
         text="""Here the "network" is memory copies done by the cores that compute, so the hidden time is real
-but the iteration hardly shrinks. At scale, NICs and copy engines move the bytes on their own, and the
+but the iteration hardly shrinks. At scale NCCL's kernels move the bytes on a few of each GPU's SMs (and
+the NICs between nodes) while the other SMs compute, so overlap hides most of the cost, and the
 right panel of the ablation plot shows which switch removes the most exposed communication for the 80B
 GPT on (8, 1, 8, 16) at 512 sequences: **OAG**, the weight all-gather issued one layer ahead. On that grid
 depth 8 gathers every weight in forward, in recomputation and in backward, and without OAG each gather

@@ -25,15 +25,17 @@ def _zero3_factor(ctx) -> float:
 def _traffic_over_weights(ctx) -> float:
     """3D's per-GPU bytes per iteration at the plot's last GPU count over the model's weights in the
     machine's precision, at the shape the performance model picks (as the notebook's plot)."""
+    from gpulab.engine.parallel.overlap import Overlap
     from gpulab.engine.perf.flops import params_count
     from gpulab.engine.perf.machines import machine
-    from gpulab.engine.perf.predict import gpt_config
+    from gpulab.engine.perf.predict import DEFAULT_BUCKET_MB, DEFAULT_OVERLAP, gpt_config
     from gpulab.engine.perf.wire import tensor_parallel_volume
-    from gpulab.widgets.calculator import OVERLAP
+
+    overlap = Overlap.parse(DEFAULT_OVERLAP, bucket_bytes=int(DEFAULT_BUCKET_MB * 2**20))  # the calculator's
 
     cfg, m = gpt_config(ctx["gpt_model"]), machine(ctx["machine"])
     row = tensor_parallel_volume(cfg, [ctx["gpus"]], global_batch=ctx["global_batch"], machine=m,
-                                 overlap=OVERLAP)[0]
+                                 overlap=overlap)[0]
     return row["3d"] / (params_count(cfg) * m.value_bytes)
 
 
@@ -54,14 +56,15 @@ all: 1.5 times DDP's bytes, not 3 times. Counting buffer sizes instead of wire b
         hint="Count bytes on the wire, not buffers: all-reduce = reduce-scatter + all-gather."),
     3: Answer(
         text="""At the notebook's batch (1024 sequences of 2048 tokens) the model picks **all depth**, `1 x 1 x g`:
-the activations of a million tokens are far larger than the weights, and depth moves only weights, in
+the activations of two million tokens are far larger than the weights, and depth moves only weights, in
 all-gathers that run a layer ahead of the compute and hide. A depth group of `g` sends, per GPU, `(g-1)/g` of
 the weights for the forward all-gather, the same again for backward's, and `(g-1)/g` of the gradients in the
-reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs (2.99), rising from 2.25x at 4.
+reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs, rising from 2.26x at 4
+(the kit's count is a little above the formula: the tied embedding is gathered once more for the LM head).
 It does not fall because every GPU must receive every weight it computes with, however many GPUs share them.
 
 1D tensor parallelism all-reduces every layer's activations (tokens x width), `2(g-1)/g` of them per
-all-reduce, which also tends to a constant: tens of TB per GPU here, 30-40 times the 3D pick, and it stops
+all-reduce, which also tends to a constant: 13-17 TB per GPU here, 30-40 times the 3D pick, and it stops
 where the 96 heads no longer split over `g`. What 3D buys is the choice: put the GPUs where the bytes are
 smallest and can hide. A grid with some row (`4 x 1 x 128` at 512 GPUs) sends about half of all-depth's
 bytes, but the model predicts it slower, because its activation all-reduces wait between matmuls; at a

@@ -340,6 +340,7 @@ CLAIMS = [
            "source": AWAN + ", chunked chain design"},
           chunk_live, chunk_recorded, chunk_model, chunk_judge),
     Claim("c", "a hierarchical (node-aware) broadcast beats a flat one on dense nodes",
-          {"value": "topology-aware chain up to 50% better than the plain chain on 64 GPUs",
+          {"value": "topology-aware chain up to 50% better than the plain chain on 64 GPUs (the kit tests the "
+                    "node-aware idea with binomial trees, not the paper's chain)",
            "source": AWAN_JOURNAL}, placement_live, placement_recorded, placement_model, placement_judge),
 ]

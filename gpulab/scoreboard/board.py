@@ -20,6 +20,7 @@ from gpulab.scoreboard.jobs import Bench, JobFailed
 SCHEMA_VERSION = 2  # 2: values carry intervals, verdicts three outcomes, rows the machine's state
 MODULES = ("bcast_claims", "tuned_claims", "engine_claims", "grid_claims", "training_claim")
 RECORD_ERRORS = (NotMeasured, KeyError, StopIteration, ZeroDivisionError)  # a record without what a claim reads
+FITTED_IN_THE_RUN = "fitted here"  # a model column's source when the run fitted it: part of that run's record
 
 
 def all_claims() -> dict:
@@ -101,12 +102,37 @@ def show(claims=None, quick: bool = True, rounds: int | None = None):
 
 
 def load(path) -> list[dict]:
-    """The rows of a record that ``write_json`` wrote (``gpulab scoreboard --json``), for ``table``."""
+    """The rows of a record that ``write_json`` wrote (``gpulab scoreboard --json``), for ``table``: the claims'
+    words and the papers' numbers as the code states them now, and each model column that the kit computes from
+    its code and shipped records alone computed again now (``todays_model``)."""
     with open(path) as f:
         data = json.load(f)
     if data.get("schema_version") != SCHEMA_VERSION:
         raise ValueError(f"{path}: scoreboard schema {data.get('schema_version')}, this gpulab reads {SCHEMA_VERSION}")
-    return data["rows"]
+    bench, claims = Bench(quick=data.get("quick", True)), all_claims()
+    rows = [{**row, "claim": claims[row["id"]].claim, "paper": claims[row["id"]].paper} if row["id"] in claims
+            else row for row in data["rows"]]
+    return [todays_model(row, bench) for row in rows]
+
+
+def todays_model(row: dict, bench: Bench) -> dict:
+    """``row`` with today's model column where the kit computes it without measuring (not a model the run
+    fitted), and the judge's words that quote it said again: a record cannot show a stale prediction."""
+    old, claim = row.get("model"), all_claims().get(row["id"])
+    if not old or claim is None or FITTED_IN_THE_RUN in old.get("source", ""):
+        return row
+    new, _ = _attempt(lambda: claim.model(bench), RECORD_ERRORS)
+    if new is None or new == old:
+        return row
+    row = {**row, "model": new}
+    basis = row["live"] if row.get("verdict_from") == "this run" else row.get("recorded")
+    if basis is not None:  # the verdict's own sentence starts the why; what evaluate added follows it
+        stale, fresh = (claim.judge(basis["value"], m["value"]) for m in (old, new))
+        if stale[0] == fresh[0] == row["verdict"] and row["why"].startswith(stale[1]):
+            row["why"] = fresh[1] + row["why"][len(stale[1]):]
+    if row.get("recorded") is not None and "recorded_verdict" in row:
+        row["recorded_verdict"], row["recorded_why"] = claim.judge(row["recorded"]["value"], new["value"])
+    return row
 
 
 def _cell(part: dict | None, reason: str | None, verdict: str | None = None) -> str:

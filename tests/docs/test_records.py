@@ -165,3 +165,16 @@ def test_records_of_repeated_runs_are_numbered_only_within_one_series():
     names = [p.name for p in RESULTS.iterdir()]
     assert not [n for n in names if re.search(r"\d{4}-\d\d-\d\d|before|earlier|explored|again", n)]
     assert not [n for n in names if re.search(r"_run\d", n) and not n.startswith("engine_accuracy_")]
+
+
+def test_a_notebook_can_say_when_and_with_which_kit_a_record_was_taken():
+    """``gpulab.records.stamp``, what notebooks print beside a recorded measurement: the header's date and commit."""
+    from gpulab.records import stamp
+
+    stamped = 0
+    for path in records():
+        h = header(path)
+        if path.suffix == ".json" and path.is_file() and h:
+            assert stamp(path) == f"{h['date']}, kit {h['commit']}", path.name
+            stamped += 1
+    assert stamped >= 5

@@ -117,3 +117,12 @@ def test_an_answer_points_to_an_exercise_that_exists(stem):
     wrong = {q: a.exercise for q, a in Lesson(stem).answers_by_question.items()
              if a.exercise and not (root / a.exercise).is_dir()}
     assert not wrong, f"{stem}: answers point to exercises that do not exist: {wrong}"
+
+
+def test_notebook_07s_ablation_saves_most_with_oag():
+    """What question 6's answer names: at scale the step that removes the most exposed communication is +OAG."""
+    from gpulab.lessons.nb07 import ABLATION, ablation_exposed
+
+    exposed = ablation_exposed()
+    drops = [before - after for before, after in zip(exposed, exposed[1:])]
+    assert ABLATION[1 + drops.index(max(drops))][0] == "+OAG", dict(zip([s for s, _ in ABLATION], exposed))

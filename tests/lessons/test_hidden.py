@@ -3,10 +3,12 @@ and no check message has doubled punctuation."""
 
 import re
 
+import jupytext
 import pytest
 
 from gpulab.lessons import Lesson
 from tests.lessons.test_answers import CONTEXT_EXAMPLES, NOTEBOOK_STEMS
+from tests.notebooks.nbrun import NOTEBOOKS
 
 FACTORS = (0.5, 0.8, 0.9, 0.97, 1.0, 1.03, 1.1, 1.2, 1.5, 2.0, -1.0)  # right, close and wrong, both sides
 
@@ -105,7 +107,29 @@ def test_a_hidden_verdict_says_the_verdict_and_the_direction_only(monkeypatch):
     lesson = Lesson("03")
     low = lesson.check(3, 0.5)
     assert low.verdict == "wrong" and "too low" in low.message and "x0." not in low.message
-    assert low.message == "yours 0.5 x the chunks: wrong, too low."
+    assert low.message == "your number is wrong, too low."
+    assert lesson.check(3, lesson.answer(3)._compute({})).message == "your number is right."
+
+
+@pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
+def test_a_notebooks_self_check_shows_nothing_while_hidden(stem, monkeypatch, capsys):
+    """``self_check`` is how a notebook checks its own number (the answer itself): it shows the verdict
+    only while the answers are open, and its refusal on a wrong number names no number while hidden."""
+    secrets = revealed(stem)
+    for hidden in ("0", "1"):
+        monkeypatch.setenv("GPULAB_HIDE_ANSWERS", hidden)
+        lesson = Lesson(stem)
+        for q, answer in lesson.answers_by_question.items():
+            if secrets[q]["value"] is None:
+                continue
+            context, value = context_for(answer), secrets[q]["value"]
+            shown = lesson.self_check(q, value, context)
+            assert (shown is None) == (hidden == "1") and (shown is None or shown.verdict == "right")
+            with pytest.raises(AssertionError) as refused:
+                lesson.self_check(q, 3 * value + 1, context)
+            if hidden == "1":
+                assert not leaks(str(refused.value), secrets[q]), f"{stem} Q{q}: {refused.value}"
+    assert capsys.readouterr().out == ""
 
 
 @pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
@@ -121,3 +145,22 @@ def test_no_check_message_has_doubled_punctuation(stem, hidden, monkeypatch):
         for factor in FACTORS:
             message = lesson.check(q, expected * factor, context).message
             assert not re.search(r"[.;:,!?] ?[.;:,!?]", message), f"{stem} Q{q}: {message!r}"
+
+
+def prose(stem: str) -> list[str]:
+    """The notebook's markdown cells but the questions (what a learner reads while trying)."""
+    return [cell.source for cell in jupytext.read(NOTEBOOKS / f"{stem}.py").cells
+            if cell.cell_type == "markdown" and not re.match(r"#+ Questions", cell.source.strip())]
+
+
+@pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
+def test_no_prose_states_an_answer(stem):
+    """A hidden answer stays hidden in the text too: the notebook's markdown quotes no answer's
+    number (as the kit computes it, to 2-4 significant digits) and no sentence of its reasoning."""
+    for q, secret in revealed(stem).items():
+        numbers = [] if secret["value"] is None else \
+            [form for form in {f"{secret['value']:.{d}g}" for d in (2, 3, 4)} if len(form) > 2]
+        for text in prose(stem):
+            found = [n for n in numbers if re.search(rf"(?<![\d.]){re.escape(n)}(?![\d%]|\.\d)", text)]
+            found += leaks(text, {**secret, "value": None})
+            assert not found, f"{stem}: the text gives away Q{q}'s answer: {found}"
