@@ -98,13 +98,13 @@ assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
 #
 # **What to expect.** The kit's record of this set-up is at 1 Gbit/s
 # (`docs/results/emulated_crossover.json`: 4 nodes x 1, MPICH 5.0.2, 4 ranks
-# on a 2-core machine): binomial and the chain level at 64 KiB, the chain
-# ahead from 256 KiB, 1.7x faster at 1 MiB and 2.2x at 4 MiB. At 100 Mbit/s
+# on a 2-core machine): binomial ahead at 64 and 256 KiB, the chain ahead
+# from 1 MiB, 1.6x faster at 1 MiB and 2.2x at 4 MiB. At 100 Mbit/s
 # every byte costs ten times more, so expect the crossover no later. The
 # explorer plots `avg_us`, the mean over ranks, and a ratio of means can
 # exceed the `log2 p` = 2 of question 2: the whole broadcast takes as long as
 # its slowest rank (`max_us`, notebook 03 §2), and by that the record's chain
-# is 1.7x faster at 4 MiB. **On a real cluster** (InfiniBand: a
+# is 1.5x faster at 4 MiB. **On a real cluster** (InfiniBand: a
 # few microseconds of latency, 10-25 GB/s) the link is 800-2000x faster:
 # where the crossover sits follows the ratio of latency to per-byte time
 # (question 1; notebook 03's model predicts it for a cluster's profile), the
@@ -133,10 +133,10 @@ else:
 #
 # **What to expect.** The kit's record of this set-up is at 1 Gbit/s
 # (`docs/results/emulated_placement.json`: 4 nodes x 2, 8 ranks on a 2-core
-# machine): with round-robin placement hierarchical was 1.6x faster than
-# binomial at 1 MiB (15 ms against 25 ms) and 1.8x at 8 MiB (142 ms against
-# 256 ms), `MPI_Bcast` in between (22 and 170 ms); with block placement
-# binomial and hierarchical were level (15 and 16 ms at 1 MiB), since then
+# machine): with round-robin placement hierarchical was 1.7x faster than
+# binomial at 1 MiB (14 ms against 24 ms) and 1.6x at 8 MiB (143 ms against
+# 228 ms), `MPI_Bcast` in between (22 and 193 ms); with block placement
+# binomial and hierarchical were level (138 and 141 ms at 8 MiB), since then
 # binomial already crosses each link about once. At 100 Mbit/s expect the
 # same in kind, every time about ten times longer. **On
 # a real cluster** with 4-8 GPUs per node the intra-node links (NVLink) are

@@ -61,19 +61,24 @@ def scoreboard_h() -> str:
 
 
 def scoreboard_e() -> str:
+    from gpulab.scoreboard.engine_claims import sent_bytes
+
     rows, _ = recorded_grid()
-    by = {tuple(r["shape"]): r["summary"]["groups"] for r in rows}
+    shaped = {tuple(r["shape"]): r for r in rows}
+    by = {shape: r["summary"]["groups"] for shape, r in shaped.items()}
     three, one = by[(2, 1, 2, 1)], by[(4, 1, 1, 1)]
+    sent = [sent_bytes(shaped[shape]) / 1e6 for shape in ((2, 1, 2, 1), (4, 1, 1, 1))]
     mb = [sum(g["bytes"] for g in grid.values()) / 1e6 for grid in (three, one)]
     calls = [round(sum(g["calls"] for g in grid.values())) for grid in (three, one)]
     predicted = all_claims()["e"].model(Bench())["value"]
-    return (f"({mb[0]:.2f} MB for (2,1,2,1), {mb[1]:.2f} MB for (4,1,1,1)), but the 3D grid in more than three "
-            f"times as many collective calls ({calls[0]} against {calls[1]}: depth's all-gathers and reduce-scatters "
-            f"beside row's all-reduces), each with its latency and its wait for peers on shared cores, and the "
-            f"performance model fitted there predicts its exposed communication {predicted['ratio']:.2f}x the 1D "
-            f"grid's; the measured ratio moves around 1 with the load. At the paper's scale the model's best AxoNN "
-            f"grid with tensor parallelism keeps its largest tensor group at "
-            f"{predicted['paper_scale_largest_group']} of 1024")
+    return (f"a rank of the 3D grid sends {sent[0]:.1f} MB per iteration against {sent[1]:.1f} MB (its calls work "
+            f"on about the same buffers, {mb[0]:.2f} against {mb[1]:.2f} MB, but in groups of 2 a rank sends less "
+            f"of each), and that count is what the verdict judges. The 3D grid makes more than three times as many "
+            f"collective calls ({calls[0]} against {calls[1]}: depth's all-gathers and reduce-scatters beside row's "
+            f"all-reduces), each with its latency and its wait for peers on shared cores, so its exposed "
+            f"communication time is not smaller in proportion: the performance model fitted there predicts "
+            f"{predicted['ratio']:.2f}x the 1D grid's. At the paper's scale the model's best AxoNN grid with tensor "
+            f"parallelism keeps its largest tensor group at {predicted['paper_scale_largest_group']} of 1024")
 
 
 def scoreboard_i() -> str:
@@ -158,8 +163,9 @@ def crossover_record() -> str:
 
     def faster(n, key="avg_us"):
         return t[("binomial", n)][key] / t[("chain", n)][key]
-    assert 0.95 < faster(1 << 16) < 1.05 and faster(1 << 18) > 1
-    return (f"the chain ahead from 256 KiB, {faster(1 << 20):.1f}x faster at 1 MiB and {faster(1 << 22):.1f}x at "
+    assert faster(1 << 16) < 1 and faster(1 << 18) < 1 and faster(1 << 20) > 1
+    return (f"binomial ahead at 64 and 256 KiB, the chain ahead from 1 MiB, {faster(1 << 20):.1f}x faster at 1 MiB "
+            f"and {faster(1 << 22):.1f}x at "
             f"4 MiB. At 100 Mbit/s every byte costs ten times more, so expect the crossover no later. The explorer "
             f"plots `avg_us`, the mean over ranks, and a ratio of means can exceed the `log2 p` = 2 of question 2: "
             f"the whole broadcast takes as long as its slowest rank (`max_us`, notebook 03 §2), and by that the "
@@ -180,8 +186,8 @@ def placement_record() -> str:
             f"ms) and {rr['binomial', eight] / rr['hierarchical', eight]:.1f}x at 8 MiB "
             f"({rr['hierarchical', eight]:.0f} ms against {rr['binomial', eight]:.0f} ms), `MPI_Bcast` in between "
             f"({rr['mpi', one]:.0f} and {rr['mpi', eight]:.0f} ms); with block placement binomial and "
-            f"hierarchical were level ({ms('block', 'binomial', 1 << 20):.0f} and "
-            f"{ms('block', 'hierarchical', 1 << 20):.0f} ms at 1 MiB)")
+            f"hierarchical were level ({ms('block', 'binomial', eight):.0f} and "
+            f"{ms('block', 'hierarchical', eight):.0f} ms at 8 MiB)")
 
 
 QUOTES = [
@@ -189,11 +195,11 @@ QUOTES = [
     ("docs/scoreboard.md", scoreboard_e),
     ("docs/scoreboard.md", scoreboard_i),
     ("gpulab/lessons/nb07.py", nb07_q2),
-    ("notebooks/07_axonn_vs_baselines.py", nb07_at_256),
-    ("notebooks/03_model_and_tuning.py", kesch_over_100mbit),
-    ("notebooks/02_broadcast_explorer.py", node_over_network),
-    ("notebooks/02_broadcast_explorer.py", crossover_record),
-    ("notebooks/02_broadcast_explorer.py", placement_record),
+    ("notebooks_src/07_axonn_vs_baselines.py", nb07_at_256),
+    ("notebooks_src/03_model_and_tuning.py", kesch_over_100mbit),
+    ("notebooks_src/02_broadcast_explorer.py", node_over_network),
+    ("notebooks_src/02_broadcast_explorer.py", crossover_record),
+    ("notebooks_src/02_broadcast_explorer.py", placement_record),
     ("gpulab/lessons/nb06.py", frontier_weak_path),
     ("gpulab/lessons/nb08.py", nb08_q3),
 ]

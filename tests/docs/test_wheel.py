@@ -16,7 +16,7 @@ import pytest
 
 from gpulab.scoreboard import recorded
 from gpulab.scoreboard.board import all_claims
-from tests.notebooks.nbrun import NOTEBOOKS, execute, what_went_wrong
+from tests.notebooks.nbrun import NOTEBOOKS, SOURCES, execute, what_went_wrong
 from tests.notebooks.parameters import PARAMETERS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,10 +94,10 @@ def records_named_in(path: Path) -> set[str]:
 def test_what_the_notebooks_and_the_scoreboard_read_is_shipped():
     """Every record a notebook or the scoreboard's code names is in the wheel; the notebooks read records
     only through ``results_dir()`` (a path into docs/ would miss the installed copy)."""
-    sources = [*NOTEBOOKS.glob("*.py"), *(ROOT / "gpulab" / "scoreboard").glob("*.py")]
+    sources = [*SOURCES.glob("*.py"), *(ROOT / "gpulab" / "scoreboard").glob("*.py")]
     read = set().union(*(records_named_in(p) for p in sources))
     assert read and read <= set(recorded.SHIPPED), sorted(read - set(recorded.SHIPPED))
-    assert not [p.name for p in NOTEBOOKS.glob("*.py") if re.search(r"""["']\.\./docs/results""", p.read_text())]
+    assert not [p.name for p in SOURCES.glob("*.py") if re.search(r"""["']\.\./docs/results""", p.read_text())]
 
 
 def test_an_installed_wheel_reads_its_own_records(installed, tmp_path):

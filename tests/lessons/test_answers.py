@@ -8,14 +8,14 @@ import pytest
 from gpulab.engine import GPTConfig
 from gpulab.lessons import Answer, Lesson
 from gpulab.lessons.answers import judge
-from tests.notebooks.nbrun import NOTEBOOKS
+from tests.notebooks.nbrun import SOURCES
 
-NOTEBOOK_STEMS = sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
+NOTEBOOK_STEMS = sorted(p.stem for p in SOURCES.glob("[0-9][0-9]_*.py"))
 
 
 def numbered_questions(stem: str) -> list[int]:
     """The numbers of the list under the notebook's "## Questions..." heading (up to the next heading)."""
-    lines = (NOTEBOOKS / f"{stem}.py").read_text().splitlines()
+    lines = (SOURCES / f"{stem}.py").read_text().splitlines()
     start = next((i for i, line in enumerate(lines) if re.match(r"# ## Questions", line)), None)
     if start is None:
         return []
@@ -113,7 +113,7 @@ def test_bad_names_and_questions_are_refused_clearly():
 
 @pytest.mark.parametrize("stem", NOTEBOOK_STEMS)
 def test_an_answer_points_to_an_exercise_that_exists(stem):
-    root = NOTEBOOKS.parent
+    root = SOURCES.parent
     wrong = {q: a.exercise for q, a in Lesson(stem).answers_by_question.items()
              if a.exercise and not (root / a.exercise).is_dir()}
     assert not wrong, f"{stem}: answers point to exercises that do not exist: {wrong}"

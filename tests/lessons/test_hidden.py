@@ -8,7 +8,7 @@ import pytest
 
 from gpulab.lessons import Lesson
 from tests.lessons.test_answers import CONTEXT_EXAMPLES, NOTEBOOK_STEMS
-from tests.notebooks.nbrun import NOTEBOOKS
+from tests.notebooks.nbrun import SOURCES
 
 FACTORS = (0.5, 0.8, 0.9, 0.97, 1.0, 1.03, 1.1, 1.2, 1.5, 2.0, -1.0)  # right, close and wrong, both sides
 
@@ -149,7 +149,7 @@ def test_no_check_message_has_doubled_punctuation(stem, hidden, monkeypatch):
 
 def prose(stem: str) -> list[str]:
     """The notebook's markdown cells but the questions (what a learner reads while trying)."""
-    return [cell.source for cell in jupytext.read(NOTEBOOKS / f"{stem}.py").cells
+    return [cell.source for cell in jupytext.read(SOURCES / f"{stem}.py").cells
             if cell.cell_type == "markdown" and not re.match(r"#+ Questions", cell.source.strip())]
 
 
