@@ -45,7 +45,8 @@ class Snapshot:
 
     @property
     def busy(self) -> bool:
-        """More runnable work than cores before the job's own ranks start: the job's ranks will wait."""
+        """A load average above the cores: the job's ranks will wait. The average is over the last minute, so it
+        still counts the ranks of a job that ended just before (the kit's own, in a series of jobs)."""
         return self.load is not None and self.load > self.cores
 
     def text(self) -> str:
@@ -60,7 +61,8 @@ class Snapshot:
         """What would make a measurement here more decisive."""
         tips = []
         if self.busy:
-            tips.append("rerun when the machine is idle (other work held the cores)")
+            tips.append("rerun when the machine is idle (the load average, which still counts a job that ended "
+                        "within the last minute, was above the cores)")
         if self.ranks_per_core and self.ranks_per_core > 1:
             tips.append("use fewer ranks than cores, or more cores, so that no rank waits for one")
         tips.append("repeat more (a longer time budget narrows the interval)")

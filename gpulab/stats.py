@@ -16,7 +16,9 @@ The median's interval comes from order statistics (Le Boudec, "Performance
 Evaluation of Computer and Communication Systems", 2010, section 2.2): the
 number of samples below the true median is binomial(n, 1/2), so the k-th
 smallest and k-th largest samples bracket it with a probability computed
-exactly, whatever the distribution. Below 6 samples no pair of samples reaches
+exactly, whatever the distribution: distribution-free, not assumption-free, since
+it takes the samples as independent draws from one distribution (interleaved
+rounds approach that; a load that drifts through a run does not). Below 6 samples no pair of samples reaches
 95%: the interval is then the whole range and says its own, lower, confidence.
 Nothing here imports any other gpulab module or starts MPI.
 """

@@ -228,8 +228,9 @@ for row in rows:
 # the true median is binomial(`n`, 1/2), so the `j`-th fastest and the `j`-th
 # slowest run bracket the median with a probability that is known exactly
 # (Le Boudec, "Performance Evaluation of Computer and Communication Systems",
-# 2010, chapter 2; `gpulab.stats.median_interval`). Below 6 runs no pair of
-# them reaches 95%.
+# 2010, chapter 2; `gpulab.stats.median_interval`). It does assume that the
+# runs are independent draws from one distribution, which a load that drifts
+# while you measure breaks. Below 6 runs no pair of them reaches 95%.
 #
 # The cell below measures one small broadcast (`SMALL_NBYTES`) `REPEATS` times
 # on the engines, each time the way the table above did, and shows every

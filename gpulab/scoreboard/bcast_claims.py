@@ -184,10 +184,14 @@ def crossover_model(bench) -> dict:
 
 def _within(b: dict, low: float, high: float) -> bool | None:
     """Does every crossover of the model's range lie within the factor of bracket ``b`` (True), none (False),
-    or some (None)?"""
-    if b["above"] is None:
-        return False  # the chain not faster even at the largest size: no crossover to match
-    floor, ceiling = (b["below"] or 0) / CROSSOVER_FACTOR, b["above"] * CROSSOVER_FACTOR
+    or some (None)? A bracket open at one end (the chain faster from the smallest size, or not even at the
+    largest) says only on which side of the sizes the crossover lies: it can refute the model, not confirm it."""
+    below, above = b["below"], b["above"]
+    if above is None:  # the chain not faster even at the largest size: the crossover lies above ``below``
+        return False if high < below / CROSSOVER_FACTOR else None
+    if not below:  # the chain faster from the smallest size: the crossover lies at or below ``above``
+        return False if low > above * CROSSOVER_FACTOR else None
+    floor, ceiling = below / CROSSOVER_FACTOR, above * CROSSOVER_FACTOR
     if floor <= low and high <= ceiling:
         return True
     return False if high < floor or low > ceiling else None

@@ -124,7 +124,9 @@ def test_crossover_when_the_chain_never_wins_or_always_does():
     never = crossover([2.0, 2.0, 1.5, 1.5])
     assert crossover_judge(never, model(512 * K, 512 * K))[0] == DOES_NOT_HOLD
     always = crossover([0.5] * 4)
-    assert crossover_judge(always, model(0, 0))[0] == HOLDS  # the model: the chain first at every size too
+    # the chain first at every measured size: the crossover lies below them, so the run cannot confirm where
+    verdict, why = crossover_judge(always, model(0, 0))
+    assert verdict == INCONCLUSIVE and "may or may not lie" in why
     assert crossover_judge(always, model(None, None))[0] == DOES_NOT_HOLD  # the model predicts no crossover
 
 
