@@ -7,7 +7,7 @@ advise ("Scientific Benchmarking of Parallel Computing Systems", SC15), and
 decides a claim only when the whole interval is on one side of its threshold.
 
     iv = median_interval([331, 344, 352, 318, 349, 340])   # Interval(median, low, high, n, confidence)
-    iv.text("ms")                                           # '342 ms [318, 352] (n=6, 95%)'
+    iv.text("ms")                                           # '342 ms [318, 352] (n=6, 97%)'
     ratio = paired_ratio(chain_runs, binomial_runs)         # the interval of the per-pair ratios' median
     runs = repeat(measure_once, target=0.05, budget_s=30)  # until the interval is narrow or the time is up
     judge(ratio, 1.0, "<")                                 # Verdict(HOLDS / DOES_NOT_HOLD / INCONCLUSIVE, why)
@@ -60,7 +60,7 @@ class Interval:
         return Interval(self.median * factor, low, high, self.n, self.confidence)
 
     def text(self, unit: str = "", digits: int = 3) -> str:
-        """'342 ms [318, 352] (n=6, 95%)': the median, the interval, how many samples and how sure."""
+        """'342 ms [318, 352] (n=6, 97%)': the median, the interval, how many samples and how sure."""
         def f(x):
             return _significant(x, digits)
         space = " " if unit and not unit.startswith(("x", "%")) else ""
