@@ -1,4 +1,4 @@
-"""Experiment (f): the broadcast paper's training result in miniature, on an emulated cluster.
+"""The scoreboard's claim (i): the broadcast paper's training result in miniature, on an emulated cluster.
 
     python benchmarks/emulated_training.py 4x1            # 4 nodes x 1 rank, 100 Mbit/s links
     python benchmarks/emulated_training.py 2x2 [LINK]     # 2 nodes x 2 ranks (LINK e.g. 1gbit)
@@ -7,7 +7,7 @@
 Data-parallel training of the serial GPT (3.2 MB of float32 gradient) whose gradient
 synchronisation is Reduce to rank 0 followed by a broadcast
 (``gpulab.workloads.reduce_bcast_training``), once with MPI_Bcast and once with gpulab's
-``auto``, which decides from the cost model fitted on the same cluster (as experiment (d) of
+``auto``, which decides from the cost model fitted on the same cluster (as claim (d) of
 emulated_bcast.py). Each step is split into compute / reduce / broadcast, with a barrier
 between the phases so none absorbs another's waiting; the tables give the median over steps
 (after WARMUP) of the slowest rank, with the 10-90% spread. Both runs must end
@@ -43,7 +43,7 @@ CONFIGS = {"4x1": (4, 1), "2x2": (2, 2)}
 STEPS, WARMUP = 12, 2
 BROADCASTS = ("mpi", "auto")
 PAPER = dict(profile="kesch", network="vgg16", ranks=(16, 32, 64, 128), ranks_per_node=16)
-PHASES = ("compute_s", "reduce_s", "bcast_s", "step_s")
+PHASES = ("compute_s", "reduce_s", "bcast_s", "step_s")  # per rank and step, in seconds, as train() records them
 
 
 def train_in_ranks(out: str, algorithm: str) -> None:
@@ -76,8 +76,13 @@ def summarise(run: dict) -> dict:
         for ph in PHASES[:-1]:
             per_step[ph].append(max(r[ph] for r in rows))
         per_step["step_s"].append(max(r["compute_s"] + r["reduce_s"] + r["bcast_s"] for r in rows))
-    return {ph: {q: float(np.percentile(v, pct)) * 1e3 for q, pct in (("p10", 10), ("median", 50), ("p90", 90))}
+    return {ms_key(ph): {q: float(np.percentile(v, pct)) * 1e3 for q, pct in (("p10", 10), ("median", 50), ("p90", 90))}
             for ph, v in per_step.items()}
+
+
+def ms_key(phase: str) -> str:
+    """The summary's key for a phase: its unit is milliseconds ("step_s" -> "step_ms")."""
+    return phase.removesuffix("_s") + "_ms"
 
 
 def measure(nodes: int, rpn: int, link: str) -> dict:
@@ -149,11 +154,11 @@ def tables(result: dict) -> str:
     for run in result["runs"]:
         s = run["summary"]
         name = f"auto ({run['chose']['algorithm']})" if run["chose"] else "MPI_Bcast"
-        lines.append(f"| {name} | {_spread(s, 'compute_s')} | {_spread(s, 'reduce_s')} | {_spread(s, 'bcast_s')} "
-                     f"| {_spread(s, 'step_s')} "
+        lines.append(f"| {name} | {_spread(s, 'compute_ms')} | {_spread(s, 'reduce_ms')} | {_spread(s, 'bcast_ms')} "
+                     f"| {_spread(s, 'step_ms')} "
                      f"| {result['predicted_bcast_ms'][run['algorithm']]:.0f} "
                      f"| {run['load_before'][0]:.1f}, {run['load_after'][0]:.1f} |")
-    mpi, auto = (r["summary"]["step_s"]["median"] for r in result["runs"])
+    mpi, auto = (r["summary"]["step_ms"]["median"] for r in result["runs"])
     lines.append(f"\niteration with auto / with MPI_Bcast: {auto / mpi:.2f}")
     return "\n".join(lines)
 
@@ -180,11 +185,11 @@ def plot(results: list[dict], scale: list[dict], path: Path) -> None:
     for ax, result in zip(axes[0], results):
         names = [f"auto\n({r['chose']['algorithm']})" if r["chose"] else "MPI_Bcast" for r in result["runs"]]
         bottom = np.zeros(len(names))
-        for ph, label in (("compute_s", "compute"), ("reduce_s", "reduce"), ("bcast_s", "broadcast")):
+        for ph, label in (("compute_ms", "compute"), ("reduce_ms", "reduce"), ("bcast_ms", "broadcast")):
             values = np.array([r["summary"][ph]["median"] for r in result["runs"]])
             ax.bar(names, values, bottom=bottom, label=label)
             bottom += values
-        step = [r["summary"]["step_s"] for r in result["runs"]]
+        step = [r["summary"]["step_ms"] for r in result["runs"]]
         ax.errorbar(names, [s["median"] for s in step], fmt="none", color="black", capsize=4,
                     yerr=[[s["median"] - s["p10"] for s in step], [s["p90"] - s["median"] for s in step]])
         t = result["topology"]

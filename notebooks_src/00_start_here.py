@@ -30,9 +30,9 @@
 # abstract claims up to **14x** (inside a node) and **16.6x** (across nodes)
 # lower broadcast latency than NCCL-based solutions, and up to **7%** faster
 # data-parallel training of VGG on 128 GPUs with Microsoft CNTK. Notebooks 04-07
-# follow AxoNN (Singh et al., arXiv 2305.13525), whose 4D tensor-parallel
-# algorithm the abstract reports **26%** faster than Megatron-LM and at **57%**
-# of the theoretical peak flop/s.
+# follow AxoNN (Singh et al., arXiv 2305.13525), whose 4D algorithm (3D
+# tensor parallelism plus data parallelism) the abstract reports **26%**
+# faster than Megatron-LM and at **57%** of the theoretical peak flop/s.
 #
 # This notebook drives real MPI processes:
 #
@@ -55,9 +55,9 @@
 # ## The path
 # Times are rough and depend on your machine (a cell below prints how many
 # cores it gives the ranks and how busy they are): the notebooks' own runs
-# take from under a minute (00, 01) to a few minutes (03), longer where the
-# ranks share cores with each other or other work; exploring takes as long
-# as you like.
+# take from about a minute (01) to several minutes (00 with its live
+# scoreboard, 03), longer where the ranks share cores with each other or
+# other work; exploring takes as long as you like.
 #
 # After each notebook you can (time in brackets):
 #
@@ -296,7 +296,7 @@ engines.stop()
 # %% [markdown]
 # ## The scoreboard: the papers' claims, checked by running this kit
 # One table to read before the other notebooks. For each claim of the two
-# papers (a-d, i: the broadcast paper; e-h: AxoNN) it gives the paper's
+# papers (a-d, d-gpu, i: the broadcast paper; e-h: AxoNN) it gives the paper's
 # number, a measurement, the model's prediction and a verdict computed from
 # them (*holds here*, *does not hold here*, *inconclusive here*, each with
 # why, or *needs a GPU*); notebooks
@@ -336,7 +336,8 @@ assert all(row["verdict"] in VERDICTS for row in recorded_rows)
 # `--rounds`, the full run, a quieter machine). So a live verdict may be
 # inconclusive where the record decided, but must never contradict a
 # decisive recorded one (holds against does not hold): the cell checks
-# that. `d-gpu` needs GPUs. **On a real cluster** the
+# that. Row `d-gpu` (the tuned broadcast against NCCL on GPUs) needs 2 GPUs
+# and says so here. **On a real cluster** the
 # broadcast rows would be measured over its network, and claims (e)-(h) at the
 # paper's scale only through the model (the "model" column). There the kit's
 # model **does not reproduce** claim (h): at 1024 GPUs it predicts AxoNN's

@@ -52,7 +52,8 @@ engines
 # holders doubles each round: `ceil(log2 p)(a + n·b)`. Ranks are renumbered
 # relative to the root (`vr = (me - root) % p`), so any root works the same
 # way. MPICH's generic rule (Thakur et al. 2005, in `gpulab.bcast.cost.mpich.mpir_rule`)
-# uses it below 12 KiB and on fewer than 8 processes.
+# uses it up to 12 KiB at any p, and at every size on fewer than 8
+# processes.
 #
 # **What `MPI_Bcast` runs is not always that rule.** MPICH 5's ch4 device
 # first looks up its own table, `maint/tuning/coll/ch4/generic.json` in

@@ -88,7 +88,7 @@ assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
 #
 # **Why these defaults.** 4 nodes x 1 rank: every message crosses a link, so
 # binomial's root sends the whole message twice (`log2 4` levels) while the
-# chain streams 64 KiB chunks through the ranks. (On 2 nodes x 2 with block
+# chain streams `CHUNK`-sized chunks (64 KiB) through the ranks. (On 2 nodes x 2 with block
 # placement binomial crosses the slow link only once, as the chain does, so
 # the chain has little to win and pays its extra latencies.) 100 Mbit/s keeps
 # the link the bottleneck: the ranks busy-poll, and where they outnumber the
@@ -98,18 +98,20 @@ assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
 #
 # **What to expect.** The kit's record of this set-up is at 1 Gbit/s
 # (`docs/results/emulated_crossover.json`: 4 nodes x 1, MPICH 5.0.2, 4 ranks
-# on a 2-core machine): binomial ahead at 64 and 256 KiB, the chain ahead
-# from 1 MiB, 1.6x faster at 1 MiB and 2.2x at 4 MiB. At 100 Mbit/s
+# on a 2-core machine, the chain with 256 KiB chunks): binomial ahead at 64
+# and 256 KiB, the chain ahead from 1 MiB, 1.6x faster at 1 MiB and 2.2x at
+# 4 MiB. Set `CHUNK = 1 << 18` to compare like with like: smaller chunks
+# mean more of them, and the crossover can move (question 1). At 100 Mbit/s
 # every byte costs ten times more, so expect the crossover no later. The
 # explorer plots `avg_us`, the mean over ranks, and a ratio of means can
-# exceed the `log2 p` = 2 of question 2: the whole broadcast takes as long as
-# its slowest rank (`max_us`, notebook 03 §2), and by that the record's chain
-# is 1.5x faster at 4 MiB. **On a real cluster** (InfiniBand: a
+# exceed the bound you find in question 2: the whole broadcast takes as long
+# as its slowest rank (`max_us`, notebook 03 §2), and by that the record's
+# chain is 1.5x faster at 4 MiB. **On a real cluster** (InfiniBand: a
 # few microseconds of latency, 10-25 GB/s) the link is 800-2000x faster:
 # where the crossover sits follows the ratio of latency to per-byte time
 # (question 1; notebook 03's model predicts it for a cluster's profile), the
-# chain's gain over binomial at large sizes grows with `log2 p` (2x here, 7x
-# on 128 GPUs), and GPU ranks do not share cores, so the core caveat goes.
+# chain's gain over binomial at large sizes grows with the number of ranks
+# (question 2), and GPU ranks do not share cores, so the core caveat goes.
 
 # %%
 chain_wins_from = crossover(first, "chain", "binomial")
@@ -139,9 +141,10 @@ else:
 # binomial and hierarchical were level (138 and 141 ms at 8 MiB), since then
 # binomial already crosses each link about once. At 100 Mbit/s expect the
 # same in kind, every time about ten times longer. **On
-# a real cluster** with 4-8 GPUs per node the intra-node links (NVLink) are
-# 2-7x faster per GPU than the network in the kit's profiles (notebook 01
-# §4), which is what makes the two levels
+# a real cluster** with 4-8 GPUs per node the intra-node links (NVLink, or
+# Infinity Fabric on Frontier) are
+# 3-7x faster per GPU than the network in the kit's profiles (notebook 01
+# §4: 3.2x on Perlmutter, 7.4x on a DGX H100), which is what makes the two levels
 # pay; NCCL and MPI libraries do it for you when they know the topology.
 
 # %%
@@ -210,13 +213,16 @@ if SCOREBOARD_LIVE:
 # 5. Run **hierarchical** with ranks/node = 2. On one machine every link is
 #    equally fast: what would have to differ for it to win?
 # 6. Where is `MPI_Bcast` (dashed) relative to the best of the others? On 4
-#    ranks on **one node** MPICH runs a binomial tree at every size; once the
-#    ranks span nodes, MPICH 5's ch4 rules (its `generic.json`, see notebook
-#    01 §1) run a node-aware broadcast for p < 8 instead: leaders across
-#    nodes, then inside each node. Does the dashed curve follow binomial's or
-#    hierarchical's, with block and with round-robin placement? Where it
-#    follows neither, what else differs (C against Python, MPICH's own
-#    message protocol)?
+#    ranks MPICH runs a binomial tree at every size as long as no node holds
+#    more than one of them (the first explorer's 4 nodes x 1, or one rank on
+#    one machine); once a node holds several ranks and p < 8, MPICH 5's ch4
+#    rules (its `generic.json`, see notebook 01 §1) run a node-aware
+#    broadcast instead: leaders across nodes, then inside each node. Set
+#    `NODES = 2` (2 nodes x 2 ranks), add **hierarchical** to the algorithms
+#    and run the first explorer with block and then with round-robin
+#    placement: does the dashed curve follow binomial's or hierarchical's?
+#    Where it follows neither, what else differs (C against Python, MPICH's
+#    own message protocol)?
 #
 # On a single machine the ranks share its cores and memory is the network, so
 # the curves are noisy and the gaps small; on GPUs across InfiniBand they are

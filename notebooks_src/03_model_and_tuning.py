@@ -164,6 +164,13 @@ for algorithm in ("binomial", "chain"):
 
 # %% [markdown]
 # Now every algorithm at `CHECK_SIZES`, measured on the engines and predicted.
+# Columns: `max_us` is the slowest rank's mean time, `pred_us[fitted]` and
+# `pred_us[textbook]` the two models' predictions (µs), and `ratio[fitted]` =
+# predicted / measured (1 is exact; below 1 the model is optimistic). The
+# summary after the plot gives, per algorithm and model, `geo_mean_ratio`
+# (the geometric mean of the ratios), `within_2x` (the share of points whose
+# ratio lies between 1/2 and 2; `within_1.5x` likewise) and `worst_ratio`
+# (the ratio farthest from 1).
 
 # %%
 live = cluster.engines.run(on_world, accuracy, CHECK_SIZES, time_budget=0.05, algorithms=CHECK_ALGORITHMS, rounds=1,
@@ -327,7 +334,11 @@ if "bcast_tuning" in RECORDED:
 # into one buffer. Same bytes, different number of messages: the difference
 # is the price of latency. The model splits each time into its latency (`a`)
 # and bandwidth (`b`) terms. The broadcast the engines run, tensor by tensor
-# or fused:
+# or fused. In the tables: `min_s` is the fastest of the repeats (seconds),
+# `predicted_s` the model's time and `latency_share` the part of it that is
+# latency terms; `layerwise_s` and `fused_s` are the two modes' `min_s`, and
+# `extra_share` = (layer-wise − fused) / layer-wise, the share of the
+# layer-wise time that the extra messages cost.
 
 # %%
 show_code("workloads/startup.py", "broadcast_model");
@@ -426,16 +437,16 @@ if recorded.exists():
     fig = Figure(figsize=(5, 3.6), layout="constrained")
     ax = fig.subplots()
     bottom = [0.0] * len(names)
-    for phase in ("compute_s", "reduce_s", "bcast_s"):
-        values = [r["summary"][phase]["median"] for r in run["runs"]]
-        ax.bar(names, values, bottom=bottom, label=phase[:-2])
+    for phase in ("compute", "reduce", "bcast"):
+        values = [r["summary"][f"{phase}_ms"]["median"] for r in run["runs"]]
+        ax.bar(names, values, bottom=bottom, label=phase)
         bottom = [b + v for b, v in zip(bottom, values)]
     t = run["topology"]
     ax.set(xlabel="broadcast used in the gradient synchronisation", ylabel="ms per iteration (median, slowest rank)",
            title=f"{t['nodes']} nodes x {t['ranks_per_node']}, {t['link']}")
     ax.legend()
     display(as_image(fig))
-    steps = [r["summary"]["step_s"]["median"] for r in run["runs"]]
+    steps = [r["summary"]["step_ms"]["median"] for r in run["runs"]]
     print(f"{recorded.name} ({stamp(run)}): {steps[0]:.0f} -> {steps[-1]:.0f} ms per iteration, "
           f"{1 - steps[-1] / steps[0]:.0%} shorter with auto")
 else:
@@ -452,9 +463,10 @@ else:
 # root, no user namespaces) the line below says so and the ranks run on this
 # machine: then there is no slow link, and `auto` has little to win.
 #
-# **What to expect.** On a laptop (a few cores, 4 ranks): the broadcast is
-# the largest part of each step (3.2 MB over 100 Mbit/s is about 0.26 s per
-# link crossing), and `auto`'s pipelined choice shortens the iteration by
+# **What to expect.** On a laptop (a few cores, 4 ranks): with MPI_Bcast the
+# broadcast is about half of each step, the reduce most of the rest (3.2 MB
+# over 100 Mbit/s is about 0.26 s per link crossing), and `auto`'s pipelined
+# choice halves the broadcast and shortens the iteration by
 # about a quarter (the recorded run above, `emulated_training_4x1.json`:
 # the line under its plot; claim (i) needs 3%), with the
 # same parameters bit for bit. **On a real cluster** (the paper: 128 GPUs,
@@ -495,6 +507,10 @@ print(f"the tuned broadcast shortens the iteration by {1 - live['auto']['step_s'
 # gradient (553 MB) on the KESCH-like profile (16 GPUs per node): MPI_Bcast's
 # choice (MPICH's rule) against the model's best broadcast, the reduce the same
 # in both. Compute is not modelled: the saving is of the synchronisation only.
+# Columns: `reduce_ms` the reduce, `mpi_algorithm` and `mpi_bcast_ms` what
+# MPICH's rule runs and its time, `tuned_algorithm` and `tuned_bcast_ms` the
+# model's best broadcast and its time, and `sync_saving` = 1 − (reduce +
+# tuned) / (reduce + MPI_Bcast's).
 # The whole of it is one function:
 
 # %%

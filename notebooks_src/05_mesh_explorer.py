@@ -99,12 +99,15 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # each got), the fit measures an overlap efficiency of 0, and it is right
 # to: there is no idle core to progress a message on. A collective in flight
 # is copies, reductions and polling, run by the very cores the compute needs,
-# so overlapping hides nothing; the extra MPI_Test calls, the progress thread
-# and the smaller bucketed messages cost time of their own, and the
-# iteration can even get *slower* with overlap on (in docs/engine_overlap.md,
-# every switch on with polling made grid (1, 1, 2, 2) 1.74x slower on 4 ranks
-# of a 2-core machine). Where every rank of a node has a core, the link's
-# time can hide, and the fit measures how much.
+# so overlapping cannot make it free: it hides only time a rank would spend
+# waiting for a peer. The extra MPI_Test calls, the progress thread and the
+# smaller bucketed messages cost time of their own, so the iteration can get
+# shorter or *longer* with overlap on, by grid and progress mode (in
+# docs/engine_overlap.md, on 4 ranks of a 2-core machine, with every switch
+# on grid (1, 1, 2, 2) took 0.74x as long with polling, but (1, 1, 1, 4)
+# 1.09x with polling and (1, 1, 2, 2) 1.14x with a progress thread). Where
+# every rank of a node has a core, the link's time can hide, and the fit
+# measures how much.
 # The table lists each collective twice: as the blocking call and as its
 # non-blocking twin (`iall_reduce`...), which the engine issues wherever it
 # overlaps and which the model prices for those calls. MPICH selects the
@@ -188,7 +191,9 @@ print(f"exposed communication {off['summary']['exposed_comm_s'] * 1e3:.1f} -> "
 # off (other jobs on the same cores change the measurements from run to run)
 # while the order is closer; on a quiet cluster node both would be tighter,
 # and with a real network the shapes whose groups cross nodes would fall
-# behind.
+# behind. The last column, `calibrated on`, says whether the machine fit above
+# measured that shape itself: a shape the fit ran is not an out-of-sample
+# test of the model.
 
 # %%
 from gpulab.engine.perf.calibration import calibrated_on
@@ -202,7 +207,7 @@ for shape in shapes:
     sweep.append({"shape": str(shape), "measured ms": row["iter_s"] * 1e3, "predicted ms": p["iter_s"] * 1e3,
                   "exposed ms": row["summary"]["exposed_comm_s"] * 1e3,
                   "predicted exposed ms": p["exposed_comm_s"] * 1e3,
-                  "fit ran it": tuple(shape) in calibrated_on(machine)})
+                  "calibrated on": tuple(shape) in calibrated_on(machine)})
 sweep.sort(key=lambda r: r["measured ms"])
 Table(sweep, digits=1)
 
@@ -294,8 +299,9 @@ else:
 #    moves while some thread is inside MPI: that is what `poll` and `thread` do.
 # 3. **Cache** trades memory for communication: on a depth > 1 grid, how many
 #    KiB does it hold, and which all-gathers disappear from backward?
-# 4. On this machine the ranks share a few cores and the "network" is memory
-#    copies done by those same cores. What can overlap hide here, and what
+# 4. Where the ranks share cores (the banner at the top says whether yours
+#    do), the "network" is copies (shared memory, or TCP through the emulated
+#    link) done by those same cores. What can overlap hide here, and what
 #    could it hide on a GPU, where the bytes move on the GPU's own engines
 #    and NICs?
 #    (docs/engine_overlap.md has the measurements.)

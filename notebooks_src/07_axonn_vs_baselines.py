@@ -192,8 +192,11 @@ assert all(megatron[b]["untuned"]["iter_s"] / best_4d[b]["iter_s"] > 1.26 for b 
 # * **What does not: Megatron-LM at full strength is not inside that
 #   search.** A tuned Megatron-LM run uses sequence parallelism (LayerNorm and
 #   dropout activations split over the tensor-parallel group), a distributed
-#   optimizer (AdamW's fp32 states split over the data group) and the
-#   interleaved 1F1B schedule. The first two cut its memory enough to train
+#   optimizer (AdamW's fp32 states split over the data group) and, where the
+#   layers split into equal chunks, the interleaved 1F1B schedule (the search
+#   tries it, but 42 layers never split evenly into 4 stages x 2 or more
+#   chunks, so the rows here run plain 1F1B). The first two cut its memory
+#   enough to train
 #   the 80B model **without recomputation** (the `recompute` column), while
 #   from 512 sequences up AxoNN's best grid recomputes the forward pass: 8/6
 #   of the compute. Read the table term by term: AxoNN's compute is longer by that
@@ -212,8 +215,8 @@ assert all(megatron[b]["untuned"]["iter_s"] / best_4d[b]["iter_s"] > 1.26 for b 
 #   cell below prints at 1024 sequences). Three reasons it
 #   can differ, none of which the kit can settle
 #   alone: the paper's Megatron-LM configuration is not known here (the
-#   "untuned" rows: Megatron-LM without sequence parallelism, distributed
-#   optimizer and interleaving must recompute too, and AxoNN then wins by
+#   "untuned" rows: Megatron-LM without sequence parallelism and distributed
+#   optimizer must recompute too, and AxoNN then wins by
 #   more than the paper's 26%); the model takes
 #   one matmul rate for every GEMM size, while tensor parallelism's smaller
 #   GEMMs run below it on a real A100; and it ignores contention between

@@ -109,17 +109,11 @@ else:
 # constant as the GPUs `g` are added (and it stops where the heads no longer
 # split over `g`). AxoNN's 3D grid can put GPUs on row and col (activations,
 # split) or on depth (weights, gathered). The 3D points use the shape the
-# performance model predicts **fastest**, not the one that sends least: at a
-# batch of two million tokens (1024 sequences of 2048) the activations dwarf the weights, so the model
-# picks all depth (`1 x 1 x g`, ZeRO-3-like), whose all-gathers run ahead of
-# the compute and hide. Each GPU then sends the weights' bytes `(g-1)/g` of
-# them twice (gathered for forward and for backward) and the gradients once
-# (reduce-scattered): `3(g-1)/g` times the bf16 weights, which also *rises*
-# with `g`, towards 3 x 154 GB for gpt-80b. Neither curve falls; the point is
-# the gap: the 3D pick sends tens of times fewer bytes than 1D, and bytes it
-# can hide. (A grid with some row, `4 x 1 x 128` at 512 GPUs, sends less still,
-# about half, but the model predicts it slower: its activation all-reduces sit
-# between the matmuls.)
+# performance model predicts **fastest**, not the one that sends least, at a
+# batch of two million tokens (1024 sequences of 2048); the cell prints each
+# GPU count's pick. Look for whether either curve falls as GPUs are added,
+# for the gap between them, and for which group the 3D pick puts its GPUs
+# in: question 3 asks what that costs and why.
 
 # %%
 rows = calc.draw_volume(VOLUME_GPUS)

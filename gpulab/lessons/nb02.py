@@ -61,11 +61,13 @@ round-robin placement: binomial then crosses the network on all but its first le
 sends the largest subtree first, rank 0 to rank p/2, which round-robin puts on the root's node), each
 node sending several copies over its one link; hierarchical crosses once per node."""),
     6: Answer(
-        text=MPICH_CH4 + """. With a node hierarchy and p < 8, at every size, it runs *composition alpha*:
-the root hands the data to its node's leader, the leaders broadcast across nodes, each leader broadcasts
-inside its node. On one node that is a binomial tree. So on an emulated cluster with round-robin
-placement the dashed curve follows hierarchical, not the flat binomial, whose later hops all cross the
-network; with block placement binomial's one network hop is the leaders' hop, and the three coincide.
+        text=MPICH_CH4 + """. When some node holds several of the ranks and p < 8, at every size, it runs
+*composition alpha*: the root hands the data to its node's leader, the leaders broadcast across nodes, each
+leader broadcasts inside its node. With one rank per node (the first explorer's 4 x 1), or all ranks on one
+node, there is no hierarchy and it runs the flat binomial tree. So on 2 emulated nodes x 2 ranks with
+round-robin placement the dashed curve follows hierarchical, not the flat binomial, whose later hops all
+cross the network; with block placement binomial's one network hop is the leaders' hop, and the three
+coincide.
 (From 8 ranks on MPICH switches rule: in docs/results/emulated_placement.json, 4 nodes x 2 at 1 Gbit/s,
 `MPI_Bcast` at 8 MiB lay between hierarchical and binomial with round-robin placement and beat both with
 block placement.)
@@ -77,7 +79,7 @@ because they call the same MPI underneath."""),
         text="""Staging adds a device-to-host copy at the sender and a host-to-device copy at every receiver
 (two PCIe copies per hop), after a synchronization of the GPU's stream. For small messages that costs
 tens of microseconds, far more than the broadcast itself: on one H200 a staged 4 KiB broadcast took
-50-70 us at p = 2, where host buffers take about 1.4 us (docs/gpu.md). For large ones the copies run at
+56-78 us at p = 2, where host buffers take about 1.4 us (docs/gpu.md). For large ones the copies run at
 PCIe speed, faster than most networks, so they matter less but do not vanish for a tree, which waits for
 each whole copy. A pipelined chain overlaps the copies of chunk `i+1` with the network transfer of chunk
 `i`, so only the first and last chunk's copies show, which pays where the copies are a large share: on

@@ -52,9 +52,10 @@ says how many here). Overlap can hide *waiting*: time a rank would spend blocked
 link; the `hidden` time in the timelines is real. But it cannot make copies free, because the copy needs
 a core that is also computing, so the iteration shrinks much less than the hidden time, and where the
 ranks outnumber the cores it can even grow: the polling, the progress thread and the extra messages take
-core time of their own (docs/engine_overlap.md has the measurements on a 2-core machine, one grid 1.74x
-slower with every switch on). With NCCL, as production frameworks run, the collectives are kernels on a
-few of the GPU's SMs (and the NICs carry the bytes between nodes) while the other SMs compute, so
+core time of their own (docs/engine_overlap.md has the measurements on a 2-core machine: with every
+switch on, some grids took less time than with overlap off and others more, by grid and progress mode).
+With NCCL, as production frameworks run, the collectives are kernels on a few of the GPU's SMs (and the
+NICs carry the bytes between nodes) while the other SMs compute, so
 overlap hides most of the communication, though not all of its cost: those SMs and some memory
 bandwidth are taken from the compute. gpulab's engine calls MPI from the host even on a GPU: on one H200, with
 MPI staging through host memory, overlap shortened the iterations by 5.5 ms at most where the timelines
@@ -66,7 +67,7 @@ sweep, `|predicted - measured| / measured`, in percent. On a shared laptop it is
 the fit times each collective with every rank starting it together, while in training a rank on
 oversubscribed cores also waits for peers that the OS has descheduled. So the fit charges the col
 all-reduces a wait measured on one grid, the row all-reduces one measured on another, and the
-replicas' gradient all-reduce, once an iteration, one measured on a third (the sweep's "fit ran it"
+replicas' gradient all-reduce, once an iteration, one measured on a third (the sweep's "calibrated on"
 rows): with the row and col waits, on 8 ranks of a 2-core machine the model came out within 7-12% in
 three runs of three, against 13-19% with one wait for both, and on the emulated clusters at 1 Gbit/s
 within 2.5-14% against 6-30% with none; docs/engine_model_accuracy.md has what the data wait changed.
@@ -88,7 +89,7 @@ computed the same grids in 22-38 ms with numpy (both in that record). The model 
 GPU found 94 us per array operation), and the GPU's arithmetic never shows. Compute shrinks only when the
 model is wide: at width 2048 the engine's float32 training step reached 68% of the H200's float32 peak. Communication
 staged through host memory costs more than on the host (a stream synchronization and two PCIe copies per
-call: a 4 KiB broadcast took 50-70 us there, against about 1.4 us for host buffers), so its share grows.
+call: a 4 KiB broadcast took 56-78 us there, against about 1.4 us for host buffers), so its share grows.
 `staged` means the engine copied each buffer to host memory, called MPI there, and copied back (MPI
 without CUDA support); `cuda-aware` means MPI read the device buffer directly (e.g. Open MPI or MPICH
 built with CUDA/UCX), which saves the two copies. Overlap hides more on a GPU, because the transfer no

@@ -16,7 +16,7 @@ from gpulab.scoreboard.evidence import all_of, decide, decide_each, decisive, no
 K, M = 1 << 10, 1 << 20
 # The link sets the time only when it is slow enough: with 2 cores shared by other jobs, a rank that forwards
 # a chunk waits for a core, which at 1 Gbit/s costs as much as the link (load 15: the chain lost to binomial at
-# every size). Quick mode takes 100 Mbit/s, with sizes 10x smaller; the full run keeps docs/emulated_bcast.md's.
+# every size). Quick mode takes 100 Mbit/s, its largest sizes 16-32x smaller; the full run keeps the records'.
 LINK = {True: "100mbit", False: "1gbit"}
 CROSSOVER_SIZES = {True: [16 * K, 64 * K, 256 * K, M], False: [16 * K, 64 * K, 256 * K, M, 4 * M, 8 * M, 32 * M]}
 CHUNK_SIZE = {True: 2 * M, False: 32 * M}
@@ -128,7 +128,7 @@ def predicted_crossover(fit: dict, p: int, lo: int, hi: int, chunk: int | None =
     at = [_crossover_bytes([c * f for c in chain], binomial, sizes) for f in (1.0, 1 / skew, skew)]
     c, low, high = (None if math.isinf(x) else x for x in at)
     return {"crossover_bytes": c or None, "chain_from_start": c == 0, "range": [low, high], "error": error,
-            "error_source": error_source}
+            "error_source": error_source, "searched": [sizes[0], sizes[-1]]}
 
 
 def model_error() -> tuple[float, str]:
@@ -142,12 +142,26 @@ def model_error() -> tuple[float, str]:
     return error, f"its median error over {len(points)} points of {rec.source(ACCURACY_RECORD)}"
 
 
+def _bound(x: float | None) -> str:
+    """A crossover size in words: 0 is the chain ahead from the smallest size, None binomial up to the largest."""
+    return "the smallest size" if x == 0 else "beyond the largest" if x is None else format_size(int(x))
+
+
 def _model_crossover_text(v: dict) -> str:
-    low, high = (format_size(int(x)) if x else "0" if x == 0 else "none" for x in v["range"])
-    spread = f" ({low}..{high} within its {v['error']:.0%} error)" if v["error"] else ""
-    if v["crossover_bytes"]:
-        return f"crossover at {format_size(int(v['crossover_bytes']))}{spread}"
-    return ("chain fastest everywhere" if v["chain_from_start"] else "no crossover predicted") + spread
+    sizes = v.get("searched")
+    of = f" of {format_size(sizes[0])}..{format_size(sizes[1])}" if sizes else ""
+    if v["chain_from_start"]:
+        head = f"chain fastest at every size{of}"
+    elif v["crossover_bytes"]:
+        head = f"crossover at {format_size(int(v['crossover_bytes']))}"
+    else:
+        head = f"binomial fastest at every size{of}, no crossover"
+    if not v["error"]:
+        return head
+    low, high = v["range"]
+    if low == high:
+        return f"{head} (the same within its {v['error']:.0%} error)"
+    return f"{head} (within its {v['error']:.0%} error from {_bound(low)} to {_bound(high)})"
 
 
 def crossover_live(bench) -> dict:

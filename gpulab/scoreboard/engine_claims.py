@@ -91,7 +91,7 @@ def paper_scale(bench) -> list[dict]:
 
 # (e) ---------------------------------------------------------------------------------------------------------
 def largest_group(row: dict) -> int:
-    """The largest tensor-parallel group (row, col or depth) in which the row's iteration moved bytes."""
+    """The largest of the row, col and depth groups in which the row's iteration moved bytes."""
     sizes = dict(zip(("row", "col", "depth"), row["shape"][:3]))
     return max((sizes[g] for g, s in row["summary"]["groups"].items() if g in TENSOR_GROUPS and s["bytes"]), default=1)
 
@@ -132,7 +132,8 @@ def groups_model(bench, rows=None, source=None) -> dict:
     shape = (axonn.get("best_with_tensor_parallelism") or axonn)["shape"]
     return {"value": {"ratio": predicted, "paper_scale_shape": shape, "paper_scale_largest_group": max(shape[:3])},
             "text": f"comm 3D/1D {predicted:.2f}x; at {PAPER_RUN['world']} GPUs AxoNN's grid with TP {tuple(shape)}: "
-                    f"largest tensor group {max(shape[:3])}", "source": f"performance model, machine {source}"}
+                    f"largest of its row, col and depth groups {max(shape[:3])}",
+            "source": f"performance model, machine {source}"}
 
 
 def recorded_grid() -> tuple[list[dict], str]:

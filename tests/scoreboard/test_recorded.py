@@ -55,7 +55,7 @@ def test_engine_and_training_rows_are_the_records_numbers():
         assert g[key] == pytest.approx(by_median[key], rel=1e-12)
     pick, best = (next(r["iter_s_rounds"] for r in rows if r["shape"] == g[k]) for k in ("model_pick", "measured_best"))
     assert g["pick_over_best"] == stats.paired_ratio(pick, best).to_dict()
-    training = {r["algorithm"]: r["summary"]["step_s"]["median"] for r in load("emulated_training_4x1.json")["runs"]}
+    training = {r["algorithm"]: r["summary"]["step_ms"]["median"] for r in load("emulated_training_4x1.json")["runs"]}
     assert claims["i"].recorded()["value"]["auto_over_mpi"]["median"] == pytest.approx(
         training["auto"] / training["mpi"], rel=1e-12)
 
