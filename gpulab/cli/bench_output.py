@@ -114,9 +114,10 @@ def write_outputs(args, records: list[dict], p: int, meta: dict, sweeps: list[di
     """The JSON (records, how each job's rounds went, the machine before it), CSV and plot that ``args`` ask for."""
     snapshot = sweeps[0].get("snapshot") if sweeps else None
     if args.json_path:
+        data = {"schema": SCHEMA, "provenance": provenance(WHAT, meta["command"]), "metadata": meta,
+                "snapshot": snapshot, "sweeps": sweeps, "records": records}  # asks git before the file is truncated
         with open(args.json_path, "w") as f:
-            json.dump({"schema": SCHEMA, "provenance": provenance(WHAT, meta["command"]), "metadata": meta,
-                       "snapshot": snapshot, "sweeps": sweeps, "records": records}, f, indent=1)
+            json.dump(data, f, indent=1)
     if args.csv_path:
         with open(args.csv_path, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")

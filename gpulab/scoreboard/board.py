@@ -195,5 +195,6 @@ def record(rows: list[dict], quick: bool, seconds: float) -> dict:
 
 
 def write_json(path, rows: list[dict], quick: bool, seconds: float) -> None:
+    data = record(rows, quick, seconds)  # before opening: truncating a tracked record would make git call it dirty
     with open(path, "w") as f:
-        json.dump(record(rows, quick, seconds), f, indent=1)
+        json.dump(data, f, indent=1)
