@@ -21,7 +21,8 @@
 # parameters from one GPU to all others, and keeps moving large buffers every
 # step. How fast that goes depends on the *algorithm* the communication library
 # picks: a tree, a pipelined chain, a scatter followed by an allgather...
-# Terms in **bold** or `code` are defined in the [glossary](../docs/glossary.md).
+# Terms in **bold** where they are introduced are defined in the
+# [glossary](../docs/glossary.md).
 #
 # The broadcast paper this kit starts from, Awan et al., "Optimized broadcast
 # for deep learning workloads on dense-GPU InfiniBand clusters: MPI or NCCL?"
@@ -264,9 +265,9 @@ as_image(fig)
 # **Reading it.** The median is the typical run: half were faster. The
 # interval says where the median of many more runs, on this machine in its
 # present state, lies with 95% confidence or more (the cell prints the exact
-# figure: 12 runs give 96%, since no pair of them gives exactly 95%). It is
-# not the range of the runs (the fastest and the slowest lie outside it), and
-# a single next run may well fall outside it too. Narrow (a few percent of the
+# figure: 12 runs give 96%, since no pair of them gives exactly 95%). With
+# 12 runs it is not the range of the runs (the fastest and the slowest lie
+# outside it), and a single next run may well fall outside it too. Narrow (a few percent of the
 # median): more runs would change little. Wide: the machine was noisy, or the
 # runs were few. To compare two things, measure them in **interleaved rounds**
 # (each once per round, the order turning, so that a busy moment hits one run
@@ -299,8 +300,8 @@ engines.stop()
 # papers (a-d, d-gpu, i: the broadcast paper; e-h: AxoNN) it gives the paper's
 # number, a measurement, the model's prediction and a verdict computed from
 # them (*holds here*, *does not hold here*, *inconclusive here*, each with
-# why, or *needs a GPU*); notebooks
-# 02, 03, 04, 05 and 07 show their own rows where their experiments run, and
+# why, or *needs a GPU*); notebooks 02 (rows a, b), 03 (b, d, i) and 07 (h)
+# show their own rows where their experiments run, rows e-g only here, and
 # [docs/scoreboard.md](../docs/scoreboard.md) says how each is measured.
 #
 # First the **recorded** quick run (`gpulab scoreboard --quick --json`, kept
@@ -370,7 +371,7 @@ if SCOREBOARD_LIVE is None or SCOREBOARD_LIVE:
 # 5. In "How sure is a number?", the interval runs from one sorted sample to
 #    another. With `REPEATS` runs, which one is its lower end (the `j`-th
 #    fastest: give `j`)? Why is the interval not the fastest to the slowest
-#    run, and what is the verdict on a claim whose threshold lies inside it?
+#    run, and below how many runs is it exactly that range?
 
 # %% [markdown]
 # ## Answers

@@ -68,7 +68,8 @@ engines
 # as gpulab's `hierarchical` does, while a flat binomial crosses it on every
 # level after its first; with block placement the three cross about equally.
 # (`python benchmarks/emulated_bcast.py placement_2x2` measures this on 2
-# emulated nodes x 2 ranks; notebook 02's dense explorer shows it live.) For p ≥ 8 the table picks,
+# emulated nodes x 2 ranks; notebook 02's question 6 runs it live, while its
+# dense explorer, with 8 ranks, shows the p ≥ 8 rules.) For p ≥ 8 the table picks,
 # on a power-of-two `p`, alpha below 12 KiB, *composition beta* (inside the
 # root's node, then across leaders, then inside the other nodes) below 512 KiB,
 # and above that *composition gamma* (the flat algorithm of the generic rule);

@@ -34,8 +34,10 @@
 # engines (nodes count from 1, as the banner shows them; block: consecutive
 # ranks fill a node, so with 2 ranks per node ranks 0, 1 are on node 1;
 # round-robin: rank i on node (i mod NODES) + 1).
-# Each point is the median of `ROUNDS` interleaved rounds, with a band from the
-# fastest to the slowest: a bump inside the band is noise, not an effect.
+# Each point is the median of `ROUNDS` interleaved rounds, with a band: the
+# median's interval (notebook 00), which with 3 rounds is the fastest to the
+# slowest and covers the median only 75% of the time; 6 rounds give 95%. A
+# bump inside the band is noise, not an effect.
 # Terms are defined in the [glossary](../docs/glossary.md).
 
 # %% tags=["parameters"]
@@ -109,9 +111,9 @@ assert {row["algorithm"] for row in first} == set(ALGORITHMS) | {"mpi"}
 # chain is 1.5x faster at 4 MiB. **On a real cluster** (InfiniBand: a
 # few microseconds of latency, 10-25 GB/s) the link is 800-2000x faster:
 # where the crossover sits follows the ratio of latency to per-byte time
-# (question 1; notebook 03's model predicts it for a cluster's profile), the
-# chain's gain over binomial at large sizes grows with the number of ranks
-# (question 2), and GPU ranks do not share cores, so the core caveat goes.
+# (question 1; notebook 03's model predicts it for a cluster's profile), how
+# much the chain can gain at large sizes is question 2's, and GPU ranks do
+# not share cores, so the core caveat goes.
 
 # %%
 chain_wins_from = crossover(first, "chain", "binomial")
@@ -144,8 +146,8 @@ else:
 # a real cluster** with 4-8 GPUs per node the intra-node links (NVLink, or
 # Infinity Fabric on Frontier) are
 # 3-7x faster per GPU than the network in the kit's profiles (notebook 01
-# §4: 3.2x on Perlmutter, 7.4x on a DGX H100), which is what makes the two levels
-# pay; NCCL and MPI libraries do it for you when they know the topology.
+# §4: 3.2x on Perlmutter, 7.4x on a DGX H100); NCCL and MPI libraries run
+# two-level broadcasts for you when they know the topology.
 
 # %%
 dense_engines, dense_cluster = notebook_engines(2 * N_ENGINES, nodes=NODES, link=LINK, placement="round-robin")
@@ -210,14 +212,17 @@ if SCOREBOARD_LIVE:
 #    do they beat binomial? MPICH's generic rule switches to them from 12 KiB
 #    (recursive doubling below 512 KiB on a power of two, the ring above),
 #    but only on 8 processes or more.
-# 5. Run **hierarchical** with ranks/node = 2. On one machine every link is
-#    equally fast: what would have to differ for it to win?
+# 5. Run **hierarchical** in the dense explorer with ranks/node = 0 (the
+#    nodes the ranks really sit on), then with `NODES = None` (one machine)
+#    and ranks/node = 2. On one machine every link is equally fast: what
+#    would have to differ for it to win?
 # 6. Where is `MPI_Bcast` (dashed) relative to the best of the others? On 4
-#    ranks MPICH runs a binomial tree at every size as long as no node holds
-#    more than one of them (the first explorer's 4 nodes x 1, or one rank on
-#    one machine); once a node holds several ranks and p < 8, MPICH 5's ch4
-#    rules (its `generic.json`, see notebook 01 §1) run a node-aware
-#    broadcast instead: leaders across nodes, then inside each node. Set
+#    ranks MPICH runs a binomial tree at every size when no node holds more
+#    than one of them (the first explorer's 4 nodes x 1), and on one machine
+#    too, where its node-aware path has only the step inside the node; once
+#    the ranks span several nodes that each hold several of them and p < 8,
+#    MPICH 5's ch4 rules (its `generic.json`, see notebook 01 §1) run a
+#    node-aware broadcast: leaders across nodes, then inside each node. Set
 #    `NODES = 2` (2 nodes x 2 ranks), add **hierarchical** to the algorithms
 #    and run the first explorer with block and then with round-robin
 #    placement: does the dashed curve follow binomial's or hierarchical's?

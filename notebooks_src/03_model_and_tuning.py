@@ -546,8 +546,9 @@ if SCOREBOARD_LIVE:
 # %% [markdown]
 # ## Questions
 # 1. The fit gives one `a` and `b` per level. Which of the two is further from
-#    a real cluster's numbers (the profiles' table), and why can one machine
-#    not show the difference between the levels?
+#    a real cluster's numbers (the profiles' table), and why could one
+#    machine without emulated nodes (`NODES = None`) not show the difference
+#    between the levels?
 # 2. Where is the model furthest from the measurement, for which algorithm and
 #    size? Name one mechanism it leaves out that could explain the gap.
 # 3. The best chunk `k* = sqrt((D-F)·n·b / (F·a))` grows with the message.

@@ -35,7 +35,8 @@
 # |---|---|---|---|
 # | forward | `W = all_gather(w)` | all-gather | depth |
 # | | `Y = X Wᵀ` is a partial sum over the input features | **all-reduce Y** | col |
-# | backward | `dX = dY W`, partial over the output features | **all-reduce dX** | row |
+# | backward | `W = all_gather(w)` again (not kept since forward, unless cached) | all-gather | depth |
+# | | `dX = dY W`, partial over the output features | **all-reduce dX** | row |
 # | | `dW = dYᵀ X`, partial over the depth ranks' tokens | **reduce-scatter dW** | depth |
 #
 # A *transposed* layer swaps row and col, so a plain layer's output is exactly

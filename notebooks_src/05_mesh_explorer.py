@@ -295,8 +295,7 @@ else:
 #    gradient all-reduce) with `(1, 4, 1, 1)` (col: activations summed at every
 #    layer, and attention repeated on every col rank).
 # 2. **Is the overlap real?** Switch on only `oar` and `ors`, then set progress
-#    to `none`. Does the exposed time come back? A non-blocking collective only
-#    moves while some thread is inside MPI: that is what `poll` and `thread` do.
+#    to `none`. Does the exposed time come back, and why?
 # 3. **Cache** trades memory for communication: on a depth > 1 grid, how many
 #    KiB does it hold, and which all-gathers disappear from backward?
 # 4. Where the ranks share cores (the banner at the top says whether yours

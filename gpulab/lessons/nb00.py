@@ -47,8 +47,9 @@ so `[x(3), x(10)]` covers the median with 96%; `j = 4` would give only 85%
 from the fastest to the slowest run covers the median too (`1 - 2/2^n`), but it is wider than it needs
 to be and set by the two most extreme runs, which on a shared machine are the ones a stray process or a
 lucky time slice made. The interval is about the median, the typical run, not about where the next
-single run will fall. A claim whose threshold lies inside it is **inconclusive**: these runs cannot say
-on which side the median is; more runs (a narrower interval) or a quieter machine may decide it.""",
+single run will fall. Below 9 runs the largest `j` is 1, so the interval is exactly the range (6 runs:
+97%, and fewer than 6 runs give no 95% interval at all): that is why the kit measures at least 6 rounds
+before it judges.""",
         value=lambda ctx: order_statistic_ranks(ctx["repeats"])[0], needs=("repeats",), rel_tol=0.0, close_tol=0.0,
         hint="Sort the samples and find the interval's lower end among them; the fastest run is j = 1."),
 }

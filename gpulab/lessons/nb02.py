@@ -63,8 +63,10 @@ node sending several copies over its one link; hierarchical crosses once per nod
     6: Answer(
         text=MPICH_CH4 + """. When some node holds several of the ranks and p < 8, at every size, it runs
 *composition alpha*: the root hands the data to its node's leader, the leaders broadcast across nodes, each
-leader broadcasts inside its node. With one rank per node (the first explorer's 4 x 1), or all ranks on one
-node, there is no hierarchy and it runs the flat binomial tree. So on 2 emulated nodes x 2 ranks with
+leader broadcasts inside its node. With one rank per node (the first explorer's 4 x 1) there is no hierarchy
+and it runs the flat binomial tree; with all ranks on one node the hierarchy has one node, and composition
+alpha is only the broadcast inside it, a binomial tree for p < 8 (notebook 01 §1). So on 2 emulated nodes x
+2 ranks with
 round-robin placement the dashed curve follows hierarchical, not the flat binomial, whose later hops all
 cross the network; with block placement binomial's one network hop is the leaders' hop, and the three
 coincide.

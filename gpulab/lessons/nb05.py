@@ -23,12 +23,16 @@ more in total, because its volume grows with the tokens and its calls pay their 
 a wait for descheduled peers) once per layer (`gpulab.engine.perf.volume.collective_calls` lists every
 call)."""),
     2: Answer(
-        text="""Yes, it comes back. A non-blocking MPI collective (MPI_Iallreduce and friends) moves data only
-while some thread of the rank is inside the MPI library: MPICH and Open MPI make progress in the calling
-thread unless an asynchronous progress thread is switched on (the MPI standard only promises progress
-inside MPI calls; MPICH's switch for a progress thread is `MPIR_CVAR_ASYNC_PROGRESS`). With progress
-`none` the rank computes and nobody calls MPI, so the collective sits until the final `wait`, and its
-whole time is exposed again. `poll` calls MPI_Test between kernels; `thread` keeps a thread inside MPI.
+        text="""Partly, and how much depends on the grid. A non-blocking MPI collective (MPI_Iallreduce and
+friends) moves data only while some thread of the rank is inside the MPI library: MPICH and Open MPI make
+progress in the calling thread unless an asynchronous progress thread is switched on (the MPI standard
+only promises progress inside MPI calls; MPICH's switch for a progress thread is
+`MPIR_CVAR_ASYNC_PROGRESS`). With progress `none` it moves only when the rank enters MPI for something
+else (another group's blocking collective, the next issue) or at the final `wait`; between those calls it
+sits. Where the backward pass still makes blocking calls, much of it moves inside them
+(docs/engine_overlap.md, "no progress" with every switch on: on (1, 1, 2, 2) exposed communication fell
+from 60 to 29 ms); where nothing else enters MPI, its time comes back at the
+wait. `poll` calls MPI_Test between kernels; `thread` keeps a thread inside MPI.
 On a GPU with NCCL the collective runs as kernels on their own stream, which move the bytes inside a
 node with no host thread; across nodes NCCL's own proxy thread on the host drives the network
 (`src/proxy.cc` in NVIDIA/nccl): a host thread is still involved, but it is NCCL's, not the
@@ -68,10 +72,10 @@ the fit times each collective with every rank starting it together, while in tra
 oversubscribed cores also waits for peers that the OS has descheduled. So the fit charges the col
 all-reduces a wait measured on one grid, the row all-reduces one measured on another, and the
 replicas' gradient all-reduce, once an iteration, one measured on a third (the sweep's "calibrated on"
-rows): with the row and col waits, on 8 ranks of a 2-core machine the model came out within 7-12% in
-three runs of three, against 13-19% with one wait for both, and on the emulated clusters at 1 Gbit/s
-within 2.5-14% against 6-30% with none; docs/engine_model_accuracy.md has what the data wait changed.
-The wait at every other call stays unpriced.
+rows). With those waits, on 8 ranks of a 2-core machine the model came out 12.7% off over 9 runs (each
+run's median error 8-28%, overlap off), and on the emulated clusters at 1 Gbit/s 3-8%
+(docs/engine_model_accuracy.md, "Each setting over its runs"). The wait at every other call stays
+unpriced.
 For choosing a grid the **order** matters, and the Spearman rank correlation printed under the sweep
 says how well the model orders the shapes (1 = the same order); the
 model's pick measured against the measured best says what a wrong order costs. What the model leaves out

@@ -44,7 +44,9 @@ ANSWERS = {
     1: Answer(
         text="""**Data**, on every machine: the best shapes keep the tensor-parallel part (row × col × depth) small,
 enough to fit in memory, and give most of the GPUs to data parallelism. Data moves only the gradients, once per
-iteration, and the buckets hide that behind backward; row and col move activations at every layer. The
+iteration: on Perlmutter and the H100 node the buckets hide that behind backward, while on Frontier, whose
+network is slower per GCD, about 0.55 s of it stays exposed, its largest exposed group (still less than row
+or col would cost there); row and col move activations at every layer. The
 kit's number is the largest axis of the best Perlmutter shape for the notebook's `MODEL`, `WORLD` and
 `BATCH`.
 

@@ -107,7 +107,8 @@ def nb07_q2() -> list[str]:
     return [f"At 1024 sequences Megatron-LM's best configuration is TP4 (inside a node) × PP{p} × DP{1024 // 4 // p} "
             f"with sequence parallelism and the distributed optimizer (ZeRO-1), m = {m} micro-batches",
             f"the \"untuned\" row, {megatron_words(row['untuned']).replace(' x ', ' × ')}, is its fastest without",
-            f"with p = {p} stages and m = {m}, {(p - 1) // g}/{(m + p - 1) // g}."]
+            f"with p = {p} stages and m = {m}, {(p - 1) // g}/{(m + p - 1) // g}.",
+            f"({row['bubble_s']:.2f} s of {row['iter_s']:.2f} s, {row['bubble_s'] / row['iter_s']:.2f})"]
 
 
 def nb07_at_256() -> str:
