@@ -189,10 +189,12 @@ for row in rows:
 #   algorithms are Python that calls MPI once per message, a few microseconds
 #   more each time. The chain and scatter + allgather send many messages
 #   (chunks, blocks), so they pay it most.
-# * **No link to pipeline over.** Between processes on one machine a
-#   "message" is a copy through shared memory, as fast as memory allows. A
-#   pipeline wins by keeping several *links* busy at once; here there are none,
-#   only the same memory and cores.
+# * **Shared memory, not links.** Between processes on one machine a
+#   "message" is a copy through shared memory. A pipeline still keeps several
+#   copies going at once where every rank has a core of its own (on a 16-core
+#   host the chain broadcast 64 MiB to 4 ranks in 24 ms against 34-36 ms for
+#   the others: docs/gpu.md), but the copies share the memory bandwidth, and
+#   with more ranks than cores (next point) they cannot run at once.
 # * **Cores.** The ranks busy-poll while they wait; with more ranks than cores
 #   (see the sentence on this machine above) a rank that must forward a chunk
 #   waits for a core, which stalls every rank behind it in the chain.
@@ -301,7 +303,8 @@ engines.stop()
 # number, a measurement, the model's prediction and a verdict computed from
 # them (*holds here*, *does not hold here*, *inconclusive here*, each with
 # why, or *needs a GPU*); notebooks 02 (rows a, b), 03 (b, d, i) and 07 (h)
-# show their own rows where their experiments run, rows e-g only here, and
+# show their own rows where their experiments run, rows c, d-gpu and e-g only
+# here, and
 # [docs/scoreboard.md](../docs/scoreboard.md) says how each is measured.
 #
 # First the **recorded** quick run (`gpulab scoreboard --quick --json`, kept

@@ -191,8 +191,10 @@ assert all(row["valid"] for row in rows), [r["algorithm"] for r in rows if not r
 # lead, at large ones those that spread the bytes should.
 #
 # On one machine every "link" is shared memory and the ranks share the
-# machine's cores, so the pipelined algorithms cannot show their advantage;
-# the patterns above show *why* they would on a real network. Notebook 02
+# machine's cores, so the pipelined algorithms can show their advantage only
+# at large sizes and only where every rank has a core of its own (notebook
+# 00 says why); the patterns above show *why* they would on a real network.
+# Notebook 02
 # lets you sweep sizes and options on an emulated cluster.
 
 # %%

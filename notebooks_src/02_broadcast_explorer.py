@@ -36,7 +36,8 @@
 # round-robin: rank i on node (i mod NODES) + 1).
 # Each point is the median of `ROUNDS` interleaved rounds, with a band: the
 # median's interval (notebook 00), which with 3 rounds is the fastest to the
-# slowest and covers the median only 75% of the time; 6 rounds give 95%. A
+# slowest and covers the median only 75% of the time; 6 rounds, the fewest
+# that reach 95%, give 97%. A
 # bump inside the band is noise, not an effect.
 # Terms are defined in the [glossary](../docs/glossary.md).
 
@@ -184,7 +185,9 @@ assert patterns.events, "the traced broadcast sent no messages"
 # best chunk matches the measured one: first as recorded
 # (`docs/results/scoreboard_quick.json`), then measured live now for the ids
 # in `SCOREBOARD_LIVE` (each on an emulated cluster of its own, 4 nodes x 1,
-# 100 Mbit/s; about 40 s for both).
+# 100 Mbit/s; about 40 s for both). Row (c), hierarchical against a flat
+# tree on dense nodes, is the dense explorer's experiment; notebook 00 shows
+# it.
 
 # %%
 from gpulab.records import stamp

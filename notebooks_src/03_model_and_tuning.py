@@ -373,8 +373,10 @@ assert {r["network"] for r in rows} == set(NETWORKS)
 # specifications, NCCL's own constants). The VGG-16 broadcast (553 MB in
 # fp32) on each cluster, from 8 to 4096 GPUs. The plots: GPUs (x, log scale)
 # against the model's time (y, milliseconds, log scale), one line per
-# algorithm, one panel per cluster. Look for which lines stay flat as the GPUs
-# grow (the chain: its time tends to `n·b`) and which climb with `log p`.
+# algorithm, one panel per cluster. Look for which lines grow slowest as the
+# GPUs grow: the chain's bandwidth term stays `n·b`, but its `p + k - 2`
+# latencies grow with `p` (2-4x from 16 to 4096 GPUs across the profiles),
+# while binomial moves the whole message `log2 p` times.
 
 # %%
 Table(profile_table(), ["profile", "level", "ranks_per_node", "alpha_us", "bandwidth_GBps", "bandwidth_source"])
@@ -472,8 +474,9 @@ else:
 # same parameters bit for bit. **On a real cluster** (the paper: 128 GPUs,
 # InfiniBand) the links are about 500x faster (FDR InfiniBand, 6.8 GB/s in
 # the KESCH profile, against 12.5 MB/s) and compute is a larger share of the
-# step, so the saving shrinks to the paper's "up to 7%"; the model's table
-# below prices that case.
+# step, so the saving is a smaller share of it (the paper reports up to 7%).
+# The model's table below prices the synchronisation alone, and question 6
+# asks how much compute would make its saving 7%.
 
 # %%
 show_code("workloads/reduce_bcast_training.py", "train");

@@ -96,7 +96,8 @@ display(cluster)  # what the engines run on: nodes, ranks, link
 # **When overlap cannot pay.** Where a node's ranks outnumber its cores (the
 # single machine, `NODES = None`, with more ranks than cores; or emulated
 # nodes with fewer cores each than ranks: the banner above says how many
-# each got), the fit measures an overlap efficiency of 0, and it is right
+# each got), the fit uses an overlap efficiency of 0 whatever its probe
+# measured (the "overlap" line below prints both), and it is right
 # to: there is no idle core to progress a message on. A collective in flight
 # is copies, reductions and polling, run by the very cores the compute needs,
 # so overlapping cannot make it free: it hides only time a rank would spend
@@ -154,7 +155,7 @@ explorer
 #
 # What to expect: on a laptop the hidden time goes from zero to a visible
 # share, but the iteration shrinks much less, because the cores that copy the
-# bytes are the cores that compute; where the fit above measured an overlap
+# bytes are the cores that compute; where the fit above uses an overlap
 # efficiency of 0 it may not shrink at all, or grow (see "When overlap cannot
 # pay"). On a GPU the engine's staging copies run on the GPU's copy engines
 # and the NICs carry the bytes between nodes, yet an iteration cannot shrink by more than the

@@ -201,8 +201,9 @@ assert all(megatron[b]["untuned"]["iter_s"] / best_4d[b]["iter_s"] > 1.26 for b 
 #   from 512 sequences up AxoNN's best grid recomputes the forward pass: 8/6
 #   of the compute. Read the table term by term: AxoNN's compute is longer by that
 #   extra forward; Megatron-LM pays a pipeline bubble instead (blue in the
-#   plot) and comparable exposed communication. From 512 sequences up the two
-#   roughly cancel: the kit predicts them **within 10% of each other,
+#   plot), and what is left between them is exposed communication, which
+#   changes with the batch (question 1 asks how). From 512 sequences up the
+#   terms roughly cancel: the kit predicts them **within 10% of each other,
 #   Megatron-LM slightly ahead at 1024 sequences** (the ratios above). At 256
 #   sequences they do not: AxoNN's best grid fits without recomputation, while
 #   Megatron-LM's four pipeline stages get only 4 micro-batches per
@@ -262,8 +263,12 @@ assert tuned["iter_s"] < axonn_default["iter_s"] < untuned["iter_s"] / 1.26, "th
 # %% [markdown]
 # ## 3 · Live: each strategy's best grid on the engines
 # The engines train a small GPT. First the performance model is fitted to
-# this machine (compute rates, collective costs per group size: about 20
-# seconds, no engine iteration used); it picks each strategy's fastest grid
+# this machine, as in notebook 05: compute rates, the engine's serial step,
+# collective costs per group size, and measured iterations of three
+# calibration grids, (1, 4, 1, 1), (4, 1, 1, 1) and (1, 1, 1, 4) (a minute or
+# more where the ranks share cores). A grid the fit ran is not an
+# out-of-sample test of the model: the table's `calibrated on` column marks
+# it (DDP's (1, 1, 1, 4) is one). The model then picks each strategy's fastest grid
 # (`gpulab.engine.perf.live_plans.best_plans`; Megatron-LM once as TP x DP and once
 # with a pipeline, `megatron-pp`; AxoNN's row is its best shape that no other
 # strategy has), then each grid trains `ITERS` iterations. Overlap is off here;
@@ -282,6 +287,7 @@ import math
 
 from gpulab import host
 from gpulab.engine.gpt.model import param_shapes
+from gpulab.engine.perf.calibration import calibrated_on
 
 print(host.describe(ranks=N_ENGINES))
 engines = start_engines(N_ENGINES)
@@ -300,7 +306,8 @@ for plan in plans:
 Table([{"strategy": r["strategy"], "grid": r["name"], "measured ms": r["iter_s"] * 1e3,
         "spread ms": f"{min(r['iter_s_all']) * 1e3:.0f}-{max(r['iter_s_all']) * 1e3:.0f}",
         "predicted ms": r["predicted"]["iter_s"] * 1e3, "exposed comm ms": r["summary"]["exposed_comm_s"] * 1e3,
-        **{f"{g} wire KiB": r["wire_by_group"].get(g, 0) / 1024 for g, _ in GROUPS}} for r in live], digits=0)
+        **{f"{g} wire KiB": r["wire_by_group"].get(g, 0) / 1024 for g, _ in GROUPS},
+        "calibrated on": tuple(r["shape"]) in calibrated_on(fitted)} for r in live], digits=0)
 
 # %% [markdown]
 # The plot: left, milliseconds per iteration (horizontal axis) of each
@@ -421,12 +428,13 @@ for ax, (schedule, v) in zip(fig.subplots(len(SCHEDULES), 1), SCHEDULES.items())
     idle = [1 - sum(e["end"] - e["start"] for e in ev) / wall for ev in phases]
     bubbles[schedule] = sum(idle) / len(idle)
     model = f"(p-1)/(v m) = {(STAGES - 1) / (v * MICRO):.3f} of the ideal time, " if v > 1 else ""
+    formula = "" if answers_hidden() else f" (model: {model}{bubble_fraction(STAGES, MICRO, v):.0%} of the step)"
     gantt(row["events"], ax=ax, title=f"{schedule}{f' (v={v})' if v > 1 else ''}, {STAGES} stages, m={MICRO}: "
-                                      f"idle {bubbles[schedule]:.0%} of the forward-backward (model: {model}"
-                                      f"{bubble_fraction(STAGES, MICRO, v):.0%} of the step)")
+                                      f"idle {bubbles[schedule]:.0%} of the forward-backward{formula}")
 display(as_image(fig))
-print({k: round(v, 2) for k, v in bubbles.items()},
-      "model", {k: round(bubble_fraction(STAGES, MICRO, v), 2) for k, v in SCHEDULES.items()})
+print("measured idle share", {k: round(v, 2) for k, v in bubbles.items()})
+if not answers_hidden():  # the formula's value is question 3's answer
+    print("model", {k: round(bubble_fraction(STAGES, MICRO, v), 2) for k, v in SCHEDULES.items()})
 assert all(0 < b < 1 for b in bubbles.values())
 
 # %% [markdown]

@@ -113,7 +113,10 @@ else:
 # batch of two million tokens (1024 sequences of 2048); the cell prints each
 # GPU count's pick. Look for whether either curve falls as GPUs are added,
 # for the gap between them, and for which group the 3D pick puts its GPUs
-# in: question 3 asks what that costs and why.
+# in: question 3 asks what that costs and why. The plot counts traffic only:
+# it checks no memory (without recomputation none of these replicas fits in
+# 40 GB) and assumes no recomputation, whatever the box above says;
+# recomputing the forward pass adds a third gather of the weights.
 
 # %%
 rows = calc.draw_volume(VOLUME_GPUS)

@@ -69,7 +69,8 @@ alpha is only the broadcast inside it, a binomial tree for p < 8 (notebook 01 §
 2 ranks with
 round-robin placement the dashed curve follows hierarchical, not the flat binomial, whose later hops all
 cross the network; with block placement binomial's one network hop is the leaders' hop, and the three
-coincide.
+coincide (docs/results/emulated_placement_2x2.json at 1 Gbit/s, 8 MiB: round-robin `MPI_Bcast` 70.0 ms,
+hierarchical 70.4, binomial 136; block 71.2-71.6 ms for all three).
 (From 8 ranks on MPICH switches rule: in docs/results/emulated_placement.json, 4 nodes x 2 at 1 Gbit/s,
 `MPI_Bcast` at 8 MiB lay between hierarchical and binomial with round-robin placement and beat both with
 block placement.)

@@ -131,7 +131,8 @@ share each: when ranks outnumber cores, they take turns, and a rank that waits f
 for peers the OS has descheduled. Absolute times then move a lot from run to run; the model, fitted in the
 same session, charges each collective its fitted cost and does not know who is descheduled. The kit's
 number is the Spearman rank correlation between the measured and the predicted milliseconds of the live
-table (1 = the same order, 0 = unrelated). docs/axonn_vs_baselines.md records 4- and 8-rank runs
+table (1 = the same order, 0 = unrelated); a grid marked `calibrated on` was measured by the fit itself,
+so its point is not an out-of-sample test. docs/axonn_vs_baselines.md records 4- and 8-rank runs
 (`python benchmarks/engine_strategies.py`) where the model swapped two neighbouring pairs on 4 ranks.""",
         value=_spearman, unit="", needs=("live_measured_ms", "live_predicted_ms"), rel_tol=0.05,
         close_tol=0.25,

@@ -61,6 +61,8 @@ all-gathers that run a layer ahead of the compute and hide. A depth group of `g`
 the weights for the forward all-gather, the same again for backward's, and `(g-1)/g` of the gradients in the
 reduce-scatter: **3(g-1)/g times the weights' bytes**, about 3x at 512 GPUs, rising from 2.26x at 4
 (the kit's count is a little above the formula: the tied embedding is gathered once more for the LM head).
+That is without recomputation, as the plot counts; recomputing the forward pass gathers the weights a third
+time, 4(g-1)/g (4.0x at 512 GPUs).
 It does not fall because every GPU must receive every weight it computes with, however many GPUs share them.
 
 1D tensor parallelism all-reduces every layer's activations (tokens x width), `2(g-1)/g` of them per

@@ -198,6 +198,17 @@ def placement_record() -> str:
             f"{ms('block', 'hierarchical', eight):.0f} ms at 8 MiB)")
 
 
+def placement_2x2_record() -> str:
+    runs = {r["topology"]["placement"]: r["records"]
+            for r in json.loads((results_dir() / "emulated_placement_2x2.json").read_text())}
+    ms = {(placement, r["algorithm"]): r["max_us"] / 1e3 for placement, records in runs.items() for r in records
+          if r["nbytes"] == 8 << 20}
+    block = sorted(ms["block", a] for a in ("binomial", "hierarchical", "mpi"))
+    return (f"8 MiB: round-robin `MPI_Bcast` {ms['round-robin', 'mpi']:.1f} ms, hierarchical "
+            f"{ms['round-robin', 'hierarchical']:.1f}, binomial {ms['round-robin', 'binomial']:.0f}; block "
+            f"{block[0]:.1f}-{block[-1]:.1f} ms for all three)")
+
+
 def overlap_record() -> str:
     recs = json.loads((results_dir() / "engine_overlap_p4.json").read_text())["records"]
 
@@ -225,6 +236,7 @@ QUOTES = [
     ("gpulab/lessons/nb06.py", frontier_weak_path),
     ("gpulab/lessons/nb08.py", nb08_q3),
     ("notebooks_src/05_mesh_explorer.py", overlap_record),
+    ("gpulab/lessons/nb02.py", placement_2x2_record),
 ]
 
 
