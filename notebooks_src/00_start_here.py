@@ -192,9 +192,11 @@ for row in rows:
 # * **Shared memory, not links.** Between processes on one machine a
 #   "message" is a copy through shared memory. A pipeline still keeps several
 #   copies going at once where every rank has a core of its own (on a 16-core
-#   host the chain broadcast 64 MiB to 4 ranks in 24 ms against 34-36 ms for
-#   the others: docs/gpu.md), but the copies share the memory bandwidth, and
-#   with more ranks than cores (next point) they cannot run at once.
+#   host with one H200, broadcasting GPU buffers staged through host memory,
+#   the chain moved 64 MiB to 4 ranks in 24 ms against 34-36 ms for the
+#   others: docs/gpu.md; there it also hid the copies to and from the GPU),
+#   but the copies share the memory bandwidth, and with more ranks than
+#   cores (next point) they cannot run at once.
 # * **Cores.** The ranks busy-poll while they wait; with more ranks than cores
 #   (see the sentence on this machine above) a rank that must forward a chunk
 #   waits for a core, which stalls every rank behind it in the chain.

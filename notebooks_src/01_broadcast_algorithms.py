@@ -46,7 +46,12 @@ engines
 # %% [markdown]
 # ## 1 · Trees that move the whole message
 # **linear**: the root sends the whole message to each rank in turn:
-# `(p-1)(a + n·b)`. Fine for 2-3 ranks, hopeless beyond.
+# `(p-1)(a + n·b)` when its sends go one after another over its one link:
+# fine for 2-3 ranks, hopeless beyond on a network. On one node, where
+# MPICH's single-copy path lets every receiver copy for itself, the sends
+# overlap, and the kit's recorded tuning table
+# (`docs/results/bcast_tuning.json`) picks linear at most sizes for p = 4
+# and at every size for p = 8.
 #
 # **binomial**: every rank that has the data sends it on, so the number of
 # holders doubles each round: `ceil(log2 p)(a + n·b)`. Ranks are renumbered
@@ -62,8 +67,12 @@ engines
 # *composition alpha* (`src/mpid/ch4/src/ch4_coll_impl.h`): the root hands
 # the data to its node's leader, the leaders broadcast across nodes, then each
 # leader broadcasts inside its node. On **one node** either path ends in
-# the broadcast inside the node, a binomial tree for p < 8: what these
-# engines run. **Across nodes** it is node-aware: with round-robin placement
+# the broadcast inside the node. There MPICH's shared-memory module has a
+# release-gather broadcast of its own, but only for a process that is not
+# multi-threaded (`maint/tuning/coll/ch4/posix_generic.json`); mpi4py starts
+# MPI with `MPI_THREAD_MULTIPLE`, so these engines fall back to the generic
+# rule: a binomial tree for p < 8. (An OSU benchmark in C, started with
+# `MPI_Init`, gets release-gather instead.) **Across nodes** it is node-aware: with round-robin placement
 # (rank `i` on node `(i mod nodes) + 1`) `MPI_Bcast` crosses each link once,
 # as gpulab's `hierarchical` does, while a flat binomial crosses it on every
 # level after its first; with block placement the three cross about equally.

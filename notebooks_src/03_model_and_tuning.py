@@ -374,9 +374,11 @@ assert {r["network"] for r in rows} == set(NETWORKS)
 # fp32) on each cluster, from 8 to 4096 GPUs. The plots: GPUs (x, log scale)
 # against the model's time (y, milliseconds, log scale), one line per
 # algorithm, one panel per cluster. Look for which lines grow slowest as the
-# GPUs grow: the chain's bandwidth term stays `n·b`, but its `p + k - 2`
-# latencies grow with `p` (2-4x from 16 to 4096 GPUs across the profiles),
-# while binomial moves the whole message `log2 p` times.
+# GPUs grow: the chain's whole time grows only 2-4x from 16 to 4096 GPUs
+# across the profiles, though at its best chunk its `p + k - 2` latencies
+# grow 25-50x and its bandwidth term `(p + k - 2)(n/k)·b` reaches 1.4-2x
+# `n·b` (the best `k` is then about `p`); binomial moves the whole message
+# `log2 p` times.
 
 # %%
 Table(profile_table(), ["profile", "level", "ranks_per_node", "alpha_us", "bandwidth_GBps", "bandwidth_source"])

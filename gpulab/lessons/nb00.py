@@ -24,7 +24,8 @@ memory with no link to pipeline over, busy-polling ranks sharing cores) is in th
 the questions."""),
     3: Answer(
         text="""A rank's call returns when *its* part is done. The root's part is to hand its data to its
-children: once its sends have left (an eager send returns as soon as the data is copied out), it is free,
+children: once its own sends are done it is free (below 8 KiB an eager send returns as soon as the data is
+copied out; at 1 MiB MPICH's single-copy send returns when the child has read it, still only its children),
 while the last receiver must wait for the data to travel the whole critical path (`ceil(log2 p)` rounds for
 binomial, `p + k - 2` chunk steps for the chain). So `min_us` is often the root and `max_us` the last
 receiver; the time of the broadcast as a whole is the *slowest* rank's (notebook 03 compares its model

@@ -86,8 +86,10 @@ tens of microseconds, far more than the broadcast itself: on one H200 a staged 4
 PCIe speed, faster than most networks, so they matter less but do not vanish for a tree, which waits for
 each whole copy. A pipelined chain overlaps the copies of chunk `i+1` with the network transfer of chunk
 `i`, so only the first and last chunk's copies show, which pays where the copies are a large share: on
-that H200, with its ranks sharing the GPU, MPI's transfer through shared memory dwarfed the copies and
-the pipelined staging was no faster than one unsegmented copy. CUDA-aware MPI (with GPUDirect RDMA)
+that H200, with its ranks sharing the GPU, MPI's transfer through shared memory dwarfed the copies, and
+at p = 2 (one hop) the pipelined staging was no faster than one unsegmented copy (19.3-20.2 against
+18.6 ms at 64 MiB); the p = 4 runs changed the chain's chunk with the staging chunk, so they do not
+separate the two (docs/gpu.md). CUDA-aware MPI (with GPUDirect RDMA)
 removes the host copies altogether (glossary: staged vs CUDA-aware)."""),
     8: Answer(
         text="""Measure it: the answer depends on the GPUs and links. What to expect and why: NCCL's kernels

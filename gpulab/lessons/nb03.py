@@ -44,8 +44,9 @@ fast link. On the emulated cluster the inter-node `b` follows the rate-limited l
 show the levels' difference because there is no second kind of link: every pair of ranks talks through
 the same memory, whatever `ranks_per_node` says."""),
     2: Answer(
-        text="""Look at the accuracy table's `ratio[fitted]` (measured over predicted): the worst row is usually
-a pipelined or scatter-allgather algorithm at a large size, or any algorithm at the smallest size.
+        text="""Look at the accuracy table's `ratio[fitted]` (predicted over measured: below 1 the model is
+optimistic): the worst row is usually a pipelined or scatter-allgather algorithm at a large size, or any
+algorithm at the smallest size.
 Mechanisms the model leaves out or simplifies: ranks waiting for a core when they outnumber the cores
 (busy-polling), contention of concurrent messages for memory bandwidth, the eager/rendezvous hand-shake
 beyond the two fitted regimes, cache effects, and noise from other work on the machine.

@@ -21,9 +21,11 @@ MPICH picks a broadcast in two rule files, read at MPI_Init:
 ``steps`` returns those phases in the order they run, as (level, algorithm,
 ranks) tuples; ``gpulab.bcast.cost.hockney`` prices them. The leaders' communicator
 holds one rank per node and so has no hierarchy itself. Inside a node MPICH's
-shared-memory module runs its own release-gather broadcast
-(``maint/tuning/coll/ch4/posix_generic.json``); the model prices that phase
-with the MPIR rule over the node's ranks, as it prices one node.
+shared-memory module has its own release-gather broadcast, but only for a process
+that is not multi-threaded (``maint/tuning/coll/ch4/posix_generic.json``:
+"is_multi_threaded=no"); mpi4py starts MPI with MPI_THREAD_MULTIPLE, so gpulab's ranks
+fall back to the MPIR rule there, and the model prices that phase with the MPIR rule
+over the node's ranks, as it prices one node.
 """
 
 from __future__ import annotations
