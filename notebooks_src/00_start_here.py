@@ -181,7 +181,7 @@ for row in rows:
 
 # %% [markdown]
 # ### Why `MPI_Bcast` wins here, and what changes across a network
-# On one machine the kit's algorithms usually lose to `MPI_Bcast` (the cell
+# On one machine the three kit algorithms measured above usually lose to `MPI_Bcast` (the cell
 # above prints by how much on yours). Three reasons, none of them about the
 # algorithm's shape:
 #
@@ -193,8 +193,8 @@ for row in rows:
 #   "message" is a copy through shared memory. A pipeline still keeps several
 #   copies going at once where every rank has a core of its own (on a 16-core
 #   host with one H200, broadcasting GPU buffers staged through host memory,
-#   the chain moved 64 MiB to 4 ranks in 24 ms against 34-36 ms for the
-#   others: docs/gpu.md; there it also hid the copies to and from the GPU),
+#   the chain moved 64 MiB over 4 ranks in 24 ms against 34-36 ms for the
+#   others: docs/gpu.md),
 #   but the copies share the memory bandwidth, and with more ranks than
 #   cores (next point) they cannot run at once.
 # * **Cores.** The ranks busy-poll while they wait; with more ranks than cores
@@ -213,7 +213,8 @@ for row in rows:
 #
 # * **Other processes.** Whatever else runs (other users' jobs, the browser,
 #   this notebook's kernel) takes the cores in turns with the ranks. The
-#   **load average** counts the processes that are ready to run.
+#   **load average** counts the processes running or ready to run (on
+#   Linux also those blocked in uninterruptible I/O).
 # * **Ranks that busy-poll and share cores.** A waiting MPI rank spins on its
 #   core (**busy-polling**). With more than one rank per core, the rank that
 #   must forward data waits for the scheduler to give it one, and a time slice
@@ -376,7 +377,8 @@ if SCOREBOARD_LIVE is None or SCOREBOARD_LIVE:
 # 5. In "How sure is a number?", the interval runs from one sorted sample to
 #    another. With `REPEATS` runs, which one is its lower end (the `j`-th
 #    fastest: give `j`)? Why is the interval not the fastest to the slowest
-#    run, and below how many runs is it exactly that range?
+#    run, and below how many runs is it exactly that range (not the same as
+#    the 6 below which no pair reaches 95%)?
 
 # %% [markdown]
 # ## Answers

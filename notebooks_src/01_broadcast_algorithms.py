@@ -72,13 +72,11 @@ engines
 # multi-threaded (`maint/tuning/coll/ch4/posix_generic.json`); mpi4py starts
 # MPI with `MPI_THREAD_MULTIPLE`, so these engines fall back to the generic
 # rule: a binomial tree for p < 8. (An OSU benchmark in C, started with
-# `MPI_Init`, gets release-gather instead.) **Across nodes** it is node-aware: with round-robin placement
-# (rank `i` on node `(i mod nodes) + 1`) `MPI_Bcast` crosses each link once,
-# as gpulab's `hierarchical` does, while a flat binomial crosses it on every
-# level after its first; with block placement the three cross about equally.
-# (`python benchmarks/emulated_bcast.py placement_2x2` measures this on 2
-# emulated nodes x 2 ranks; notebook 02's question 6 runs it live, while its
-# dense explorer, with 8 ranks, shows the p ≥ 8 rules.) For p ≥ 8 the table picks,
+# `MPI_Init`, gets release-gather instead.) **Across nodes** it is
+# node-aware: the leaders first, then each node. Which placement that helps,
+# and against which flat tree, is notebook 02's question 6 (on 2 emulated
+# nodes x 2 ranks; its dense explorer, with 8 ranks, shows the p ≥ 8
+# rules). For p ≥ 8 the table picks,
 # on a power-of-two `p`, alpha below 12 KiB, *composition beta* (inside the
 # root's node, then across leaders, then inside the other nodes) below 512 KiB,
 # and above that *composition gamma* (the flat algorithm of the generic rule);
@@ -216,8 +214,9 @@ engines.stop()
 # 2. The chain sends `p + k - 2` chunk messages one after another on its
 #    critical path. For `p = 4` and a 1 MiB message in 16 KiB chunks, how many
 #    is that, and how does it compare with binomial's `log2 p` whole messages?
-# 3. Scatter + allgather moves about `2n` bytes per rank whatever `p` is. From
-#    how many ranks on does that beat a tree that moves `n` per level?
+# 3. Scatter + allgather moves `2(p-1)/p · n` bytes per rank (just under
+#    `2n`) whatever `p` is. From how many ranks on does that beat a tree that
+#    moves `n` per level?
 # 4. The hierarchical pattern crosses between (emulated) nodes once per node.
 #    On the KESCH profile (16 GPUs per node), how much faster does the model
 #    say hierarchical (binomial across nodes, binomial inside) broadcasts

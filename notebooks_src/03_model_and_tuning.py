@@ -377,7 +377,7 @@ assert {r["network"] for r in rows} == set(NETWORKS)
 # GPUs grow: the chain's whole time grows only 2-4x from 16 to 4096 GPUs
 # across the profiles, though at its best chunk its `p + k - 2` latencies
 # grow 25-50x and its bandwidth term `(p + k - 2)(n/k)·b` reaches 1.4-2x
-# `n·b` (the best `k` is then about `p`); binomial moves the whole message
+# `n·b` (the best `k` is then 1-3 times `p`); binomial moves the whole message
 # `log2 p` times.
 
 # %%

@@ -330,12 +330,14 @@ print(f"{len(differ)} of {len(verdicts)} settings pick differently; mean rank co
 # ## Questions
 # 1. Which axis does the best shape use most on each machine, and why does
 #    Frontier (8 GCDs per node, slower links per GCD) differ from Perlmutter?
+#    (The check takes that axis's size in Perlmutter's best shape.)
 # 2. In the calculator above (it starts at Perlmutter's best shape), tick
 #    **cache gathered weights**: how many GB per GPU does the cache add, does
 #    the shape still fit, and which shapes stop fitting with it (move depth
 #    and row × col)?
 # 3. The fixed-model curve stays almost flat as GPUs are added (the batch
 #    grows with them): why, and why does the weak-scaling curve move more?
+#    (The check takes the fixed-model curve's last MFU over its first.)
 # 4. The model gives every group its own links. Where would two groups share
 #    a NIC, and how would that change the ranking?
 # 5. AxoNN ranks shapes with a communication-only model and runs its top 20

@@ -544,10 +544,9 @@ if SCOREBOARD_LIVE:
 #    section 2, at 256 and 512 sequences ZeRO-3 and HSDP cannot run at all:
 #    they split the batch over every GPU and need a whole sequence on each.
 #    Tensor parallelism splits one sequence's work over several GPUs, so the
-#    4D grid runs, and runs well. At 1024 sequences and up HSDP's weight
-#    traffic (the same bytes whatever the batch) hides behind computation
-#    that grows with the batch. Which part of HSDP's bar grows when you go
-#    from 2048 to 1024 sequences?
+#    4D grid runs, and runs well. At 1024 sequences and up the best grid is
+#    HSDP. Switch the plot's batch from 2048 to 1024 sequences: which colour
+#    of HSDP's bar grows, to how many seconds, and why?
 # 2. **What does the global batch do to Megatron-LM?** Its 1F1B bubble is
 #    (p - 1)/(m + p - 1) of the pipeline schedule's time, for p pipeline
 #    stages and m micro-batches (the table's `m`). What share does the formula
@@ -569,12 +568,13 @@ if SCOREBOARD_LIVE:
 #    cores (the line printed before the engines started says how many), and
 #    whatever else runs shares them too, so absolute times move a lot from
 #    run to run. Does the model at least order the strategies the way the
-#    measurements do? docs/axonn_vs_baselines.md records a run on 4 and 8
-#    ranks (`python benchmarks/engine_strategies.py`).
+#    measurements do? Give the rank correlation of the live table's
+#    measured and predicted times.
 # 6. **The ablation:** on this machine the "network" is memory copies done by
 #    the same cores that compute, so hidden time is real but the iteration
 #    hardly shrinks; at scale, where a few SMs per GPU and the NICs move the
-#    bytes, which switch removes the most exposed communication?
+#    bytes, which switch removes the most exposed communication, and how
+#    many seconds of it?
 
 # %% [markdown]
 # ## Answers

@@ -29,7 +29,7 @@
 # pipeline stages, recomputation and sequence parallelism); the bytes each GPU puts on the wire are
 # those a live run's collectives record. `docs/memory.md` has the formulas,
 # their sources, and the one place where the engine holds more than the model
-# says.
+# says (read it after the questions: it works question 2 out).
 #
 # The numbers of the 4-stage setting below, from the shell:
 # `gpulab model memory --model gpt-80b --mesh 8,1,4,8 --pipe 4 --micro-batches 16 --recompute full --machine perlmutter`

@@ -5,11 +5,11 @@ from gpulab.stats import order_statistic_ranks
 
 ANSWERS = {
     1: Answer(
-        text="""With `algorithm="linear"` the root sends one message to each other rank: **p - 1 messages**,
-one after another. If each costs `a + n·b` (Hockney: latency `a`, seconds per byte `b`), the last rank has
-its data after `(p - 1)(a + n·b)`. The binomial tree that the cell ran instead needs only `ceil(log2 p)`
-rounds, because every rank that has the data forwards it: on 4 ranks 2 rounds instead of 3 sends, on 1024
-ranks 10 instead of 1023.""",
+        text="""With `algorithm="linear"` the root sends one message to each other rank: **p - 1 messages**
+(gpulab posts them at once, but one link carries them one after another). If each costs `a + n·b` (Hockney: latency `a`,
+seconds per byte `b`), the last rank has its data after `(p - 1)(a + n·b)`. The binomial tree that the cell
+ran instead needs only `ceil(log2 p)` rounds, because every rank that has the data forwards it: on 4 ranks 2
+rounds instead of 3 sends, on 1024 ranks 10 instead of 1023.""",
         value=lambda ctx: ctx["p"] - 1, unit="messages", needs=("p",), rel_tol=0.0, close_tol=0.0,
         hint="Count the sends of the root only: every other rank receives exactly once.",
         exercise="exercises/source/01_broadcast"),

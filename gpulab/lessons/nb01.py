@@ -76,14 +76,15 @@ sources in `gpulab/machines/links.json`) the model prices a flat binomial tree o
 the network, against hierarchical (binomial across the 4 node leaders, then binomial inside each node
 over PCIe). Hierarchical crosses the network `log2 4 = 2` times instead of `log2 64 = 6`; the other hops
 run on the faster node links, so it wins by the factor the kit computes. Of the measured curves (4 ranks,
-2 per node, block placement), the **chain** would change most: its pipeline runs at the pace of its
-slowest hop, the network (in the model with KESCH's two links against the node link alone, at 64 MiB:
-2.2x slower with the 16 KiB chunks of the measured curves, 1.8x with large chunks), then linear and
-k-nomial (1.5x: the root's copies share its network link). Hierarchical and binomial change least and
-alike (1.4x): gpulab's binomial sends its largest subtree first, so on 2 nodes x 2 in block placement it
-already crosses the network once, as hierarchical does. Hierarchical pulls ahead only where a flat tree
-would cross more often: round-robin placement, or more ranks per node. (Across real nodes `MPI_Bcast` is
-node-aware too, for p < 8: see section 1.)""",
+2 per node, block placement), the pipelined ones would change most: the chain and the binary and split
+binary trees (2.1-2.2x slower in the model at 64 MiB with the measured 16 KiB chunks, with KESCH's two
+links against the node link alone; the chain 1.8x with 256 KiB chunks), since each chunk crosses the
+network and the slowest hop sets the pace. Then scatter + allgather (1.8x: its ring has a network hop at
+every step), then linear and k-nomial (1.5x: the root's copies share its network link). Hierarchical and
+binomial change least and alike (1.4x): gpulab's binomial sends its largest subtree first, so on 2 nodes
+x 2 in block placement it already crosses the network once, as hierarchical does. Hierarchical pulls
+ahead only where a flat tree would cross more often: round-robin placement, or more ranks per node.
+(Across real nodes `MPI_Bcast` is node-aware too, for p < 8: see section 1.)""",
         value=_hierarchical_gain, unit="x faster", rel_tol=0.05, close_tol=0.25,
         hint="Price both with the KESCH profile: the flat tree pays the network's beta on every level."),
 }

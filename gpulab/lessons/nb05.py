@@ -91,7 +91,8 @@ this notebook's GPT computed 32-41 ms per iteration on CuPy, where a 2-core mach
 computed the same grids in 22-38 ms with numpy (both in that record). The model is so small
 (width 128) that a step is hundreds of tiny kernels, each launched from Python (the model fitted on that
 GPU found 94 us per array operation), and the GPU's arithmetic never shows. Compute shrinks only when the
-model is wide: at width 2048 the engine's float32 training step reached 68% of the H200's float32 peak. Communication
+model is wide: at width 2048 the engine's float32 training step reached 68% of the float32 matmul rate
+measured on that H200 (51.3 TFLOP/s, itself below the datasheet's peak). Communication
 staged through host memory costs more than on the host (a stream synchronization and two PCIe copies per
 call: a 4 KiB broadcast took 56-78 us there, against about 1.4 us for host buffers), so its share grows.
 `staged` means the engine copied each buffer to host memory, called MPI there, and copied back (MPI
