@@ -24,9 +24,11 @@
 # The numbers are not guesses the engine never checked. The memory model
 # counts, byte for byte, what the engine of notebooks 04-05 holds on every
 # rank (weights, gradients, AdamW's state, the gathered-weight cache,
-# backward's working set) and its activations within 0.1%
-# (`tests/engine/test_memory_engine.py` runs it on 4 and 8 ranks, with
-# pipeline stages, recomputation and sequence parallelism); the bytes each GPU puts on the wire are
+# backward's working set), and its activations within 0.1% without
+# recomputation and within 1.2% with it (`docs/results/memory_check.json`;
+# `tests/engine/test_memory_engine.py` runs it on 4 and 8 ranks, with
+# pipeline stages, recomputation and sequence parallelism); the bytes each
+# GPU puts on the wire are
 # those a live run's collectives record. `docs/memory.md` has the formulas,
 # their sources, and the one place where the engine holds more than the model
 # says (read it after the questions: it works question 2 out).
