@@ -44,8 +44,8 @@ def provenance(what: str, command: str | None = None, *, date: str | None = None
 
 
 def stamp(record: dict | os.PathLike) -> str:
-    """When a record (its JSON, or its path) was taken and with which kit: "2026-12-01 14:12 UTC, kit
-    984112f", what a notebook prints beside a recorded measurement."""
+    """When a record (its JSON, or its path) was taken and with which kit ("YYYY-MM-DD HH:MM UTC, kit
+    <commit>"), what a notebook prints beside a recorded measurement."""
     if not isinstance(record, dict):  # a path: its sidecar STEM.meta.json holds the header where there is one
         path = Path(record)
         sidecar = path.with_name(path.name.split(".")[0] + ".meta.json")

@@ -66,9 +66,8 @@ node sending several copies over its one link; hierarchical crosses once per nod
 leader broadcasts inside its node. With one rank per node (the first explorer's 4 x 1) there is no hierarchy
 and it runs the flat binomial tree; with all ranks on one node the hierarchy has one node, and composition
 alpha is only the broadcast inside it, a binomial tree for p < 8 (notebook 01 §1). So on 2 emulated nodes x
-2 ranks with
-round-robin placement the dashed curve follows hierarchical, not the flat binomial, whose later hops all
-cross the network; with block placement binomial's one network hop is the leaders' hop, and the three
+2 ranks with round-robin placement the dashed curve follows hierarchical, not the flat binomial, whose later
+hops all cross the network; with block placement binomial's one network hop is the leaders' hop, and the three
 coincide (docs/results/emulated_placement_2x2.json at 1 Gbit/s, 8 MiB: round-robin `MPI_Bcast` 70.0 ms,
 hierarchical 70.4, binomial 136; block 71.2-71.6 ms for all three).
 (From 8 ranks on MPICH switches rule: in docs/results/emulated_placement.json, 4 nodes x 2 at 1 Gbit/s,

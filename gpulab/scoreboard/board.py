@@ -150,6 +150,27 @@ def table(rows: list[dict]):
                   for r in rows])
 
 
+def markdown_rows(rows: list[dict]) -> list[str]:
+    """The rows as docs/scoreboard.md tabulates them: each source's text, the verdict with the first two
+    clauses of its why (the JSON holds the rest)."""
+    def live(r):
+        if r["live"]:
+            return _cell(r["live"], None)
+        return "nothing measured: " + "; ".join(x for x in (r.get("live_reason"), r.get("recorded_reason")) if x)
+
+    def why(r):
+        clauses = r["why"].split("; ")
+        return "; ".join(clauses[:2]) + ("; ..." if len(clauses) > 2 else "")
+
+    out = []
+    for r in rows:
+        cells = [f"({r['id']}) {r['claim']}", r["paper"]["value"], live(r),
+                 _cell(r["recorded"], None, r.get("recorded_verdict")) if r["recorded"] else "-",
+                 _cell(r["model"], None) if r["model"] else "-", f"**{r['verdict']}**: {why(r)}"]
+        out.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return out
+
+
 def outcomes(rows: list[dict]) -> dict:
     """{claim id: verdict} of the rows (a notebook compares a live board's with the recorded one's)."""
     return {r["id"]: r["verdict"] for r in rows}

@@ -264,3 +264,11 @@ def test_a_recorded_board_shows_todays_model(tmp_path):
     for row in load(tmp_path / "board.json"):
         if row["id"] in {r["id"] for r in computed}:
             assert row["model"] == all_claims()[row["id"]].model(bench), row["id"]
+
+
+def test_the_scoreboard_page_tabulates_its_recorded_board():
+    from gpulab.scoreboard.board import load, markdown_rows
+
+    page = (ROOT / "docs/scoreboard.md").read_text().splitlines()
+    rows = markdown_rows(load(results_dir() / "scoreboard_quick.json"))
+    assert rows and all(row in page for row in rows), "docs/scoreboard.md's table is not the recorded board's"
